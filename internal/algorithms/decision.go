@@ -1,0 +1,98 @@
+package algorithms
+
+import "time"
+
+// State is one bucket's state: 24 bytes, copied by value. The zero State is
+// a bucket at rest (full, or empty of hits) for every algorithm, so a store
+// keeps no entry for a bucket at rest and starts a new one from State{}.
+//
+// A State belongs to the Limit that produced it; applying it to a different
+// Limit gives unspecified (but never panicking) answers.
+type State struct {
+	// restAt is when the bucket is back at rest if nothing else arrives,
+	// in the same nanoseconds as now; 0 for the zero State.
+	restAt int64
+	// t is a time: the theoretical arrival time (whole nanoseconds) for the
+	// buckets, the current window's start for the windows.
+	t int64
+	// n is the fraction of t over Requests for the buckets, the current
+	// window's count for the windows.
+	n uint32
+	// m is the previous window's count for sliding_window, else 0.
+	m uint32
+}
+
+// AtRest reports whether the bucket is back at rest at now: deleting it
+// then loses nothing, as a new bucket starts from the same answers.
+func (s State) AtRest(now int64) bool { return now >= s.restAt }
+
+// RestAt returns when the bucket is back at rest if nothing else arrives.
+func (s State) RestAt() int64 { return s.restAt }
+
+// Code is the outcome of a decision.
+type Code uint8
+
+const (
+	// Allowed: the cost was admitted (or, for cost 0, only reported).
+	Allowed Code = iota
+	// Denied: the cost does not fit now; RetryAfter says when it will.
+	Denied
+	// OverCapacity: the cost exceeds the limit's capacity and can never be
+	// admitted, however long the caller waits. RetryAfter is 0.
+	OverCapacity
+)
+
+// String returns "allowed", "denied" or "over_capacity".
+func (c Code) String() string {
+	switch c {
+	case Allowed:
+		return "allowed"
+	case Denied:
+		return "denied"
+	case OverCapacity:
+		return "over_capacity"
+	}
+	return "Code(?)"
+}
+
+// Decision is what one charge against one bucket decided.
+type Decision struct {
+	Code Code
+	// Remaining is how many further requests of cost 1 would be admitted
+	// right now, after this decision's charge (if admitted).
+	Remaining int64
+	// ResetAfter is how long until the bucket is back at rest — full for
+	// the buckets, empty of hits for the windows — if nothing else arrives.
+	ResetAfter time.Duration
+	// RetryAfter, for a denial, is the shortest wait after which the same
+	// cost would be admitted if nothing else arrived: waiting exactly
+	// RetryAfter succeeds, 1ns less does not. 0 unless Code is Denied.
+	RetryAfter time.Duration
+	// Delay, for LeakyBucketQueue, is how long an admitted request must wait
+	// before it proceeds so that admitted requests leave at the constant
+	// rate. 0 for the other algorithms and for denials.
+	Delay time.Duration
+}
+
+// Decide charges cost against the bucket in state s at now and returns the
+// bucket's new state and the decision. now is in integer nanoseconds from a
+// monotonic source (the window algorithms align windows to multiples of the
+// period from 0, so now should count from the Unix epoch for windows to
+// align as Envoy's service aligns them).
+//
+// Cost 0 is a peek: the decision reports Remaining and ResetAfter, Code is
+// Allowed, and the returned state equals s. A cost above Capacity is
+// OverCapacity and leaves s unchanged; so does a denial. A now earlier
+// than one already seen by s never admits more than the later one did.
+//
+// Decide does not allocate and reads no clock.
+func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
+	switch l.alg {
+	case FixedWindow:
+		return l.fixedWindow(s, now, cost)
+	case SlidingWindow:
+		return l.slidingWindow(s, now, cost)
+	default:
+		return l.gcra(s, now, cost)
+	}
+}

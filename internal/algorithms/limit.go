@@ -1,0 +1,168 @@
+package algorithms
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Algorithm names one of the decision rules of this package.
+type Algorithm uint8
+
+const (
+	// FixedWindow counts hits in windows of one period aligned to multiples
+	// of the period since the Unix epoch.
+	FixedWindow Algorithm = iota + 1
+	// SlidingWindow weighs the previous window's count by its overlap with
+	// the sliding interval that ends now.
+	SlidingWindow
+	// TokenBucket refills continuously at the rate up to the capacity.
+	TokenBucket
+	// LeakyBucket is a meter: a level that drains at the rate; a request
+	// that would overflow the capacity is denied.
+	LeakyBucket
+	// LeakyBucketQueue shapes: admitted requests leave at the constant rate,
+	// each told how long to wait; denied only when the queue is full.
+	LeakyBucketQueue
+)
+
+var algorithmNames = [...]string{
+	FixedWindow:      "fixed_window",
+	SlidingWindow:    "sliding_window",
+	TokenBucket:      "token_bucket",
+	LeakyBucket:      "leaky_bucket",
+	LeakyBucketQueue: "leaky_bucket_queue",
+}
+
+// String returns the policy-file name of a: "fixed_window",
+// "sliding_window", "token_bucket", "leaky_bucket" or "leaky_bucket_queue".
+func (a Algorithm) String() string {
+	if a >= FixedWindow && int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// Algorithms lists every algorithm in declaration order.
+func Algorithms() []Algorithm {
+	return []Algorithm{FixedWindow, SlidingWindow, TokenBucket, LeakyBucket, LeakyBucketQueue}
+}
+
+// ParseAlgorithm returns the algorithm whose String is name.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	for _, a := range Algorithms() {
+		if algorithmNames[a] == name {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of fixed_window, sliding_window, token_bucket, leaky_bucket, leaky_bucket_queue)", name)
+}
+
+// usesBurst reports whether the algorithm has a capacity separate from its
+// rate. Windows admit at most Requests per window; buckets hold Burst.
+func (a Algorithm) usesBurst() bool {
+	return a == TokenBucket || a == LeakyBucket || a == LeakyBucketQueue
+}
+
+// Bounds on a Limit. They keep every intermediate of the arithmetic inside
+// 64 bits (or the 128-bit products of math/bits) for any reachable time.
+const (
+	// MaxRequests is the largest Requests or Burst: Envoy's requests_per_unit
+	// is a uint32, and counts are kept in 32 bits.
+	MaxRequests = math.MaxUint32
+	// MaxSpan bounds Period and the time a full bucket takes to drain
+	// (Capacity × Period / Requests): about 146 years.
+	MaxSpan = time.Duration(1 << 62)
+)
+
+// Limit is one rate limit: an algorithm, a rate of Requests per Period kept
+// as an exact rational, and a capacity. A Limit is immutable; build it with
+// NewLimit. The zero Limit is not valid.
+type Limit struct {
+	alg      Algorithm
+	requests int64 // R, the rate's numerator, 1..MaxRequests
+	period   int64 // P nanoseconds, the rate's denominator, 1..MaxSpan
+	capacity int64 // Burst for buckets, Requests for windows
+
+	// Precomputed for the buckets (GCRA), as rationals with denominator R:
+	// the emission interval I = P/R = intervalNs + intervalFrac/R and the
+	// capacity span C = capacity·P/R = spanNs + spanFrac/R.
+	intervalNs, intervalFrac int64
+	spanNs, spanFrac         int64
+}
+
+// NewLimit returns a Limit admitting requests per period with the given
+// algorithm. burst is the capacity of the bucket algorithms (token_bucket,
+// leaky_bucket, leaky_bucket_queue); 0 means requests. The window
+// algorithms admit requests per window and reject a non-zero burst.
+//
+// requests and burst must be at most MaxRequests; period must be positive
+// and at most MaxSpan, and so must the time a full bucket takes to drain.
+func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) (Limit, error) {
+	switch {
+	case alg < FixedWindow || int(alg) >= len(algorithmNames):
+		return Limit{}, fmt.Errorf("unknown algorithm %d", alg)
+	case requests <= 0:
+		return Limit{}, errors.New("requests must be positive")
+	case requests > MaxRequests:
+		return Limit{}, fmt.Errorf("requests must be at most %d", int64(MaxRequests))
+	case period <= 0:
+		return Limit{}, errors.New("period must be positive")
+	case period > MaxSpan:
+		return Limit{}, fmt.Errorf("period must be at most %v", MaxSpan)
+	case burst < 0:
+		return Limit{}, errors.New("burst must not be negative")
+	case burst > MaxRequests:
+		return Limit{}, fmt.Errorf("burst must be at most %d", int64(MaxRequests))
+	case burst != 0 && !alg.usesBurst():
+		return Limit{}, fmt.Errorf("burst does not apply to %v (a window admits requests per period)", alg)
+	}
+	capacity := requests
+	if burst != 0 {
+		capacity = burst
+	}
+	l := Limit{alg: alg, requests: requests, period: int64(period), capacity: capacity}
+	l.intervalNs, l.intervalFrac = l.times(1)
+	hi, lo := bits.Mul64(uint64(capacity), uint64(period))
+	if hi >= uint64(requests) {
+		return Limit{}, fmt.Errorf("a full bucket drains in over %v; lower burst or raise the rate", MaxSpan)
+	}
+	q, r := bits.Div64(hi, lo, uint64(requests))
+	if q > uint64(MaxSpan) {
+		return Limit{}, fmt.Errorf("a full bucket drains in over %v; lower burst or raise the rate", MaxSpan)
+	}
+	l.spanNs, l.spanFrac = int64(q), int64(r)
+	return l, nil
+}
+
+// times returns n·P/R as whole nanoseconds and a remainder over R.
+// n must be at most the capacity, so the result is at most MaxSpan.
+func (l *Limit) times(n int64) (ns, frac int64) {
+	hi, lo := bits.Mul64(uint64(n), uint64(l.period))
+	q, r := bits.Div64(hi, lo, uint64(l.requests))
+	return int64(q), int64(r)
+}
+
+// Algorithm returns the limit's algorithm.
+func (l *Limit) Algorithm() Algorithm { return l.alg }
+
+// Requests returns the rate's numerator: requests admitted per Period.
+func (l *Limit) Requests() int64 { return l.requests }
+
+// Period returns the rate's denominator.
+func (l *Limit) Period() time.Duration { return time.Duration(l.period) }
+
+// Capacity returns the largest cost that can ever be admitted: Burst for
+// the bucket algorithms (Requests when no burst was given), Requests for
+// the window algorithms.
+func (l *Limit) Capacity() int64 { return l.capacity }
+
+// Burst returns the capacity of a bucket algorithm and 0 for a window.
+func (l *Limit) Burst() int64 {
+	if l.alg.usesBurst() {
+		return l.capacity
+	}
+	return 0
+}
