@@ -1,0 +1,95 @@
+// Package config loads, validates and matches policy files.
+//
+// (Package doc to be written with the implementation: the file format,
+// envoyproxy/ratelimit compatibility, the extensions, matching rules.)
+package config
+
+import (
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+)
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Policy is a validated set of domains. It is immutable once built and safe
+// for concurrent use.
+type Policy struct {
+	domains map[string]*Domain
+}
+
+// Domain is the rule tree of one domain.
+type Domain struct {
+	// Name is the domain as requests name it.
+	Name string
+	// Source is where the domain was loaded from: a file path, or
+	// "embedded:default.yaml" for the embedded default policy.
+	Source string
+}
+
+// Rule is what a descriptor matched: one node of a domain's tree that
+// carries limits.
+type Rule struct {
+	// StatKey names the rule for metrics the way envoyproxy/ratelimit
+	// does: the domain, then each level's key, or key_value when the policy
+	// gave a value (wildcard patterns as written), joined by dots.
+	StatKey string
+	// Limits holds the rule's limits: one from rate_limit, or several from
+	// rate_limits. Never empty.
+	Limits []*Limit
+	// ShadowMode: the rule's limits are charged and reported but never deny.
+	ShadowMode bool
+	// DetailedMetric: metrics for this rule may carry the request's values.
+	DetailedMetric bool
+}
+
+// Limit is one limit of a rule.
+type Limit struct {
+	// Name is rate_limit.name; may be empty.
+	Name string
+	// Unlimited: the limit always admits and keeps no bucket.
+	Unlimited bool
+	// Replaces names other limits that this one replaces when both match
+	// the same request.
+	Replaces []string
+	// Rate is the decision arithmetic. Zero when Unlimited.
+	Rate algorithms.Limit
+	// Unit and UnitMultiplier are the period as the policy wrote it:
+	// Period = UnitMultiplier × Unit's length. An inline limit given as a
+	// duration has Unit = UnitNone and UnitMultiplier = 0.
+	Unit           Unit
+	UnitMultiplier int64
+	// RetryJitter is the most that may be added at random to a denial's
+	// retry_after. 0 for none.
+	RetryJitter time.Duration
+	// Key identifies the limit's arithmetic (algorithm, requests, period,
+	// burst) for bucket keys: equal Keys share state, so a reload that
+	// leaves a limit's arithmetic alone keeps its buckets, and a change to
+	// it starts new buckets. Never empty.
+	Key string
+}
+
+// Unit is a policy file's rate_limit.unit.
+type Unit uint8
+
+// Units, as envoyproxy/ratelimit names them.
+const (
+	UnitNone Unit = iota
+	UnitSecond
+	UnitMinute
+	UnitHour
+	UnitDay
+	UnitWeek
+	UnitMonth
+	UnitYear
+)
+
+// Domain returns the named domain, or nil when the policy has none.
+func (p *Policy) Domain(name string) *Domain { return p.domains[name] }
+
+// Match returns the rule that a descriptor with these entries matches, or
+// nil when none does. It does not allocate.
+func (d *Domain) Match(entries []Entry) *Rule { panic("todo") }
