@@ -1,7 +1,3 @@
-// Package config loads, validates and matches policy files.
-//
-// (Package doc to be written with the implementation: the file format,
-// envoyproxy/ratelimit compatibility, the extensions, matching rules.)
 package config
 
 import (
@@ -19,6 +15,7 @@ type Entry struct {
 // for concurrent use.
 type Policy struct {
 	domains map[string]*Domain
+	sorted  []*Domain // by Name
 }
 
 // Domain is the rule tree of one domain.
@@ -28,10 +25,14 @@ type Domain struct {
 	// Source is where the domain was loaded from: a file path, or
 	// "embedded:default.yaml" for the embedded default policy.
 	Source string
+
+	root node // the top-level descriptors
+	line int  // of the domain field, for a duplicate domain
 }
 
 // Rule is what a descriptor matched: one node of a domain's tree that
-// carries limits.
+// carries limits. A Rule and its Limits belong to their Policy and are
+// shared by every request that matches them: they must not be modified.
 type Rule struct {
 	// StatKey names the rule for metrics the way envoyproxy/ratelimit
 	// does: the domain, then each level's key, or key_value when the policy
@@ -46,7 +47,7 @@ type Rule struct {
 	DetailedMetric bool
 }
 
-// Limit is one limit of a rule.
+// Limit is one limit of a rule, or an inline limit (NewInlineLimit).
 type Limit struct {
 	// Name is rate_limit.name; may be empty.
 	Name string
@@ -90,6 +91,7 @@ const (
 // Domain returns the named domain, or nil when the policy has none.
 func (p *Policy) Domain(name string) *Domain { return p.domains[name] }
 
-// Match returns the rule that a descriptor with these entries matches, or
-// nil when none does. It does not allocate.
-func (d *Domain) Match(entries []Entry) *Rule { panic("todo") }
+// Domains returns the policy's domains sorted by name, in a new slice.
+func (p *Policy) Domains() []*Domain {
+	return append([]*Domain(nil), p.sorted...)
+}

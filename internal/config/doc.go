@@ -1,0 +1,144 @@
+// Package config reads policy files: it parses and validates them (Load,
+// Parse, Default) and matches request descriptors to their rules
+// (Domain.Match).
+//
+// # Files
+//
+// A policy file is YAML and defines one domain. Load takes a file, or a
+// directory of *.yaml and *.yml files; a domain defined in two files is an
+// error. The format is that of envoyproxy/ratelimit, whose files load
+// unchanged (but see Differences below), with extensions:
+//
+//	domain: api                   # required, unique across files
+//	descriptors:                  # the rule tree; a list at every level
+//	  - key: remote_address       # required
+//	    value: 10.0.0.1           # optional; a trailing * makes it a wildcard
+//	    rate_limit:               # optional: the descriptor's limit
+//	      unit: second            # second, minute, hour, day, week, month, year
+//	      requests_per_unit: 10   # 1 … 4294967295
+//	      name: per_ip            # optional, for replaces
+//	      replaces:               # optional: limits this one replaces
+//	        - name: other_limit
+//	      unlimited: false        # true: always admit, keep no bucket
+//	    shadow_mode: false        # true: charge and report, never deny
+//	    detailed_metric: false    # true: metrics may carry request values
+//	    descriptors: []           # optional: the next level
+//
+// A descriptor with neither a limit nor nested descriptors is allowed, as
+// upstream allows it: it matches nothing, so a request that selects it is
+// unmatched (allowed) rather than falling to a less specific descriptor.
+// Units are case-insensitive; a week is 7 days, a month 30 days and a year
+// 365 days, as upstream counts them.
+//
+// # Extensions
+//
+// Under rate_limit:
+//
+//   - algorithm: fixed_window (the default, as upstream counts),
+//     sliding_window, token_bucket, leaky_bucket or leaky_bucket_queue.
+//   - burst: the capacity of token_bucket, leaky_bucket and
+//     leaky_bucket_queue (default requests_per_unit); an error for the
+//     windows, which admit requests_per_unit per period.
+//   - unit_multiplier: the period is this many units (default 1), so
+//     unit: minute with unit_multiplier: 5 is 5 minutes. The period is at
+//     most algorithms.MaxSpan.
+//   - retry_jitter: a Go duration such as "250ms"; a denial's retry-after
+//     may be lengthened by a random amount up to it, so that denied clients
+//     do not all return at once. Default 0.
+//
+// And on a descriptor, rate_limits: a list of rate_limit blocks, for
+// several limits on one descriptor; a request is admitted only when every
+// one admits it. A descriptor has rate_limit or rate_limits, not both; two
+// limits of one descriptor with the same arithmetic are an error, and so is
+// an unlimited limit among others. For example, bursts of 20 a second but
+// at most 600 a minute per user:
+//
+//	domain: api
+//	descriptors:
+//	  - key: user
+//	    rate_limits:
+//	      - name: user_burst
+//	        algorithm: token_bucket
+//	        unit: second
+//	        requests_per_unit: 10
+//	        burst: 20
+//	        retry_jitter: 250ms
+//	      - name: user_sustained
+//	        algorithm: sliding_window
+//	        unit: minute
+//	        unit_multiplier: 10
+//	        requests_per_unit: 6000
+//
+// # Validation
+//
+// A file is checked completely, and every problem is reported with the
+// file, the line, the field path and what is wrong (see FieldError):
+// unknown or repeated fields anywhere; a missing or empty domain or key;
+// two descriptors with the same key and value at one level; an unknown
+// unit or algorithm; a requests_per_unit, burst or unit_multiplier that is
+// missing where required, not a whole number, or out of range; unlimited
+// together with unit, requests_per_unit, algorithm, burst, unit_multiplier
+// or retry_jitter; burst with a window algorithm; a retry_jitter that is
+// not a duration or is negative; a period beyond algorithms.MaxSpan or a
+// bucket that takes longer to drain; replaces entries without a name,
+// naming their own limit, or naming no limit of the domain; rate_limit and
+// rate_limits together, or an empty one.
+//
+// # Matching
+//
+// A request names a domain and gives descriptors, each a list of entries
+// (key, value). Domain.Match finds the rule of one descriptor by walking
+// the tree one level per entry. At each level the entry selects exactly
+// one descriptor, trying in turn:
+//
+//  1. exact: the descriptor with the entry's key and value;
+//  2. wildcard: the first descriptor, in file order, with the entry's key
+//     whose value ends in * and whose value without the * is a prefix of
+//     the entry's value ("/api/*" matches "/api/" and "/api/orders"; a
+//     value of just "*" matches every value, the empty value too);
+//  3. key only: the descriptor with the entry's key and no value. Every
+//     value matches it, and each value is counted in a bucket of its own
+//     (the engine builds bucket keys from the request's values).
+//
+// The descriptor the last entry selects is the match if it has a limit.
+// Depth must agree: a request with fewer entries than the rule's depth
+// ends on a descriptor without a limit, and a request with more entries
+// runs past the tree's leaves; neither matches. There is no backtracking:
+// when the descriptor chosen at one level does not lead to a match, a less
+// specific one at that level is not tried. A * anywhere but at the end of
+// a value is an ordinary character; keys never hold wildcards.
+//
+// Rule.StatKey is the domain and, per level, the key or key_value as the
+// file wrote it, joined by dots: "api.user", "api.path_/api/*.user".
+//
+// # Differences from envoyproxy/ratelimit
+//
+// These are deliberate; each rejects or corrects a file that upstream would
+// silently read otherwise.
+//
+//   - requests_per_unit: 0 is an error; upstream denies every request with
+//     it. Missing requests_per_unit (upstream: 0) is an error too.
+//   - Unknown fields are errors where they stand; upstream accepts a known
+//     field name at any level (unit directly under a descriptor) and ignores
+//     it. An empty rate_limit: is an error; upstream reads it as no limit.
+//     unlimited: true with requests_per_unit is an error; upstream ignores
+//     the number.
+//   - replaces must name a limit of the domain; upstream does not check.
+//   - Upstream joins key and value as "key_value" to look them up, so a key
+//     containing "_" could match another key's entries, and a key-only
+//     descriptor whose key ends in * acts as a wildcard over keys. Here the
+//     key always matches exactly and only a value holds a wildcard.
+//   - A file with a second YAML document is an error; upstream reads the
+//     first and ignores the rest.
+//   - A domain defined twice is always an error (upstream can merge them
+//     with MERGE_DOMAIN_CONFIG).
+//
+// As upstream's parser (yaml.v2) does, a string field takes any scalar
+// (value: 200 is "200") and a boolean field takes YAML 1.1's yes/no/on/off.
+//
+// # Inline limits
+//
+// NewInlineLimit makes a limit a request carries itself. Its Key starts
+// with "inline:", which no policy limit's Key does, so an inline limit
+// never shares a bucket with a policy limit.
+package config

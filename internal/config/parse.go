@@ -1,0 +1,642 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+)
+
+// Load reads the policy at path: one YAML file (whatever its name), or a
+// directory whose *.yaml and *.yml files each hold one domain. In a
+// directory, files are read in name order; names starting with "." and
+// subdirectories are skipped; symbolic links are followed. A directory
+// without a policy file is an error.
+//
+// Load checks every file completely and returns every problem it finds
+// (see Errors), or the policy when there are none. A domain defined in two
+// files is a problem of the second file.
+func Load(path string) (*Policy, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	files := []string{path}
+	if info.IsDir() {
+		if files, err = policyFiles(path); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		domains []*Domain
+		errs    Errors
+	)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			errs = append(errs, &FieldError{File: file, Problem: err.Error()})
+			continue
+		}
+		d, ferrs := parseDomain(file, data)
+		errs = append(errs, ferrs...)
+		if d != nil {
+			domains = append(domains, d)
+		}
+	}
+	p, derrs := newPolicy(domains)
+	if errs = append(errs, derrs...); len(errs) > 0 {
+		return nil, errs
+	}
+	return p, nil
+}
+
+// policyFiles returns the paths of dir's policy files in name order.
+func policyFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		ext := filepath.Ext(name)
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		file := filepath.Join(dir, name)
+		if info, err := os.Stat(file); err == nil && info.IsDir() {
+			continue // a directory named like a file; a broken link is read and reported
+		}
+		files = append(files, file)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no policy files (*.yaml, *.yml)", dir)
+	}
+	return files, nil
+}
+
+// Parse returns the policy in data, one policy file's contents, or every
+// problem in it (see Errors). source names the file in errors and becomes
+// the domain's Source.
+func Parse(source string, data []byte) (*Policy, error) {
+	d, errs := parseDomain(source, data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	p, errs := newPolicy([]*Domain{d})
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return p, nil
+}
+
+// newPolicy returns the policy of these domains, or a problem for each
+// domain whose name an earlier domain has.
+func newPolicy(domains []*Domain) (*Policy, Errors) {
+	var errs Errors
+	p := &Policy{domains: make(map[string]*Domain, len(domains))}
+	for _, d := range domains {
+		if first, ok := p.domains[d.Name]; ok {
+			errs = append(errs, &FieldError{File: d.Source, Line: d.line, Field: "domain",
+				Problem: fmt.Sprintf("domain %q is already defined in %s", d.Name, first.Source)})
+			continue
+		}
+		p.domains[d.Name] = d
+		p.sorted = append(p.sorted, d)
+	}
+	slices.SortFunc(p.sorted, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
+	return p, errs
+}
+
+// Fields of each mapping of a policy file.
+var (
+	fileFields       = []string{"domain", "descriptors"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors"}
+	limitFields      = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
+		"algorithm", "burst", "unit_multiplier", "retry_jitter"}
+	replacesFields = []string{"name"}
+)
+
+// parser checks one policy file and builds its domain.
+type parser struct {
+	file string
+	errs Errors
+
+	names    map[string]bool // every limit name of the domain
+	replaces []replacesRef   // every replaces entry, checked against names at the end
+}
+
+// replacesRef is a name in a replaces list, and where it is.
+type replacesRef struct {
+	name, field string
+	line        int
+}
+
+// parseDomain returns the domain in data and every problem in it, sorted
+// by line. The domain is nil when there are problems.
+func parseDomain(file string, data []byte) (*Domain, Errors) {
+	p := &parser{file: file, names: map[string]bool{}}
+	d := p.file1(data)
+	for _, r := range p.replaces {
+		if !p.names[r.name] {
+			p.errs = append(p.errs, &FieldError{File: file, Line: r.line, Field: r.field,
+				Problem: fmt.Sprintf("no limit of this domain is named %q", r.name)})
+		}
+	}
+	if len(p.errs) > 0 {
+		slices.SortStableFunc(p.errs, func(a, b *FieldError) int { return a.Line - b.Line })
+		return nil, p.errs
+	}
+	return d, nil
+}
+
+// errorf reports a problem with the field at path, whose YAML is n (or, for
+// a missing field, the mapping that lacks it).
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Field: path, Problem: fmt.Sprintf(format, args...)})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxError reports an error of the YAML parser.
+func (p *parser) syntaxError(err error) {
+	msg := err.Error()
+	line := 0
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Problem: "invalid YAML: " + msg})
+}
+
+// file1 checks the file's single YAML document and returns its domain.
+func (p *parser) file1(data []byte) *Domain {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
+		p.syntaxError(err)
+		return nil
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == io.EOF:
+	case err != nil:
+		p.syntaxError(err)
+		return nil
+	case len(next.Content) > 0 && !isNull(next.Content[0]):
+		p.errorf(next.Content[0], "", "a second YAML document (a policy file holds one domain)")
+	}
+	var root *yaml.Node
+	if len(doc.Content) > 0 {
+		root = resolve(doc.Content[0])
+	}
+	if root == nil || isNull(root) {
+		p.errorf(root, "domain", "missing: a policy file names its domain")
+		return nil
+	}
+	m := p.fields(root, "", fileFields)
+	if m == nil {
+		return nil
+	}
+	d := &Domain{Source: p.file, line: root.Line}
+	switch v := m["domain"]; {
+	case v == nil || isNull(v):
+		p.errorf(root, "domain", "missing: a policy file names its domain")
+	default:
+		d.line = v.Line
+		if name, ok := p.str(v, "domain"); ok && name == "" {
+			p.errorf(v, "domain", "empty: a policy file names its domain")
+		} else {
+			d.Name = name
+		}
+	}
+	p.descriptors(m["descriptors"], "descriptors", &d.root, d.Name)
+	return d
+}
+
+// descriptors checks a list of descriptors and adds them to parent.
+func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, statKey string) {
+	items := p.list(seq, path)
+	where := map[Entry]string{} // where each key and value is at this level
+	for i, item := range items {
+		p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), parent, statKey, where)
+	}
+}
+
+// descriptor checks one descriptor and adds it to parent.
+func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey string, where map[Entry]string) {
+	m := p.fields(y, path, descriptorFields)
+	if m == nil {
+		return
+	}
+	var e Entry
+	keyOK := false
+	if v := m["key"]; v == nil || isNull(v) {
+		p.errorf(y, join(path, "key"), "missing: every descriptor has a key")
+	} else if e.Key, keyOK = p.str(v, join(path, "key")); keyOK && e.Key == "" {
+		p.errorf(v, join(path, "key"), "empty: every descriptor has a key")
+		keyOK = false
+	}
+	valueOK := true
+	if v := m["value"]; v != nil {
+		e.Value, valueOK = p.str(v, join(path, "value"))
+	}
+	if keyOK && valueOK {
+		if first, dup := where[e]; dup {
+			what := fmt.Sprintf("key %q without a value", e.Key)
+			if e.Value != "" {
+				what = fmt.Sprintf("key %q and value %q", e.Key, e.Value)
+			}
+			p.errorf(y, path, "a second descriptor with %s at this level (the first is %s)", what, first)
+			keyOK = false
+		} else {
+			where[e] = path
+		}
+	}
+
+	statKey += "." + e.Key
+	if e.Value != "" {
+		statKey += "_" + e.Value
+	}
+	n := &node{}
+	limits := p.limits(m, path)
+	shadow := p.boolean(m["shadow_mode"], join(path, "shadow_mode"))
+	detailed := p.boolean(m["detailed_metric"], join(path, "detailed_metric"))
+	if len(limits) > 0 {
+		n.rule = &Rule{StatKey: statKey, Limits: limits, ShadowMode: shadow, DetailedMetric: detailed}
+	}
+	p.descriptors(m["descriptors"], join(path, "descriptors"), n, statKey)
+
+	if !keyOK || !valueOK {
+		return
+	}
+	switch {
+	case e.Value == "":
+		if parent.keyOnly == nil {
+			parent.keyOnly = map[string]*node{}
+		}
+		parent.keyOnly[e.Key] = n
+	case strings.HasSuffix(e.Value, "*"):
+		parent.wildcard = append(parent.wildcard, wildcard{key: e.Key, prefix: strings.TrimSuffix(e.Value, "*"), n: n})
+	default:
+		if parent.exact == nil {
+			parent.exact = map[Entry]*node{}
+		}
+		parent.exact[e] = n
+	}
+}
+
+// limits checks a descriptor's rate_limit or rate_limits and returns its
+// limits: none when it has neither, or when they have problems.
+func (p *parser) limits(m map[string]*yaml.Node, path string) []*Limit {
+	one, many := m["rate_limit"], m["rate_limits"]
+	switch {
+	case one != nil && many != nil:
+		p.errorf(many, join(path, "rate_limits"), "a descriptor has rate_limit or rate_limits, not both")
+		return nil
+	case one != nil:
+		if isNull(one) {
+			p.errorf(one, join(path, "rate_limit"), "empty: give unit and requests_per_unit, or unlimited: true")
+			return nil
+		}
+		if l := p.limit(one, join(path, "rate_limit")); l != nil {
+			return []*Limit{l}
+		}
+		return nil
+	case many != nil:
+		items := p.list(many, join(path, "rate_limits"))
+		if len(items) == 0 {
+			if many.Kind != yaml.SequenceNode || len(many.Content) == 0 {
+				p.errorf(many, join(path, "rate_limits"), "empty: list at least one limit")
+			}
+			return nil
+		}
+		limits := make([]*Limit, 0, len(items))
+		ok := true
+		for i, item := range items {
+			ipath := fmt.Sprintf("%s[%d]", join(path, "rate_limits"), i)
+			l := p.limit(item, ipath)
+			if l == nil {
+				ok = false
+				continue
+			}
+			if l.Unlimited && len(items) > 1 {
+				p.errorf(item, join(ipath, "unlimited"), "an unlimited limit is the only limit of its descriptor")
+				ok = false
+				continue
+			}
+			for j, other := range limits {
+				if other.Key == l.Key {
+					p.errorf(item, ipath, "the same limit as rate_limits[%d] (%s)", j, l.Key)
+					ok = false
+				}
+			}
+			limits = append(limits, l)
+		}
+		if !ok {
+			return nil
+		}
+		return limits
+	}
+	return nil
+}
+
+// limit checks one rate_limit block and returns its limit, or nil when it
+// has problems.
+func (p *parser) limit(y *yaml.Node, path string) *Limit {
+	m := p.fields(y, path, limitFields)
+	if m == nil {
+		return nil
+	}
+	nerrs := len(p.errs)
+	l := &Limit{}
+	if v := m["name"]; v != nil {
+		l.Name, _ = p.str(v, join(path, "name"))
+		if l.Name != "" {
+			p.names[l.Name] = true
+		}
+	}
+	l.Unlimited = p.boolean(m["unlimited"], join(path, "unlimited"))
+	for i, r := range p.list(m["replaces"], join(path, "replaces")) {
+		rpath := fmt.Sprintf("%s[%d]", join(path, "replaces"), i)
+		rm := p.fields(r, rpath, replacesFields)
+		if rm == nil {
+			continue
+		}
+		var name string
+		if v := rm["name"]; v != nil {
+			name, _ = p.str(v, join(rpath, "name"))
+		}
+		switch {
+		case name == "":
+			p.errorf(r, join(rpath, "name"), "missing: a replaces entry names the limit it replaces")
+		case name == l.Name:
+			p.errorf(rm["name"], join(rpath, "name"), "a limit cannot replace itself")
+		default:
+			p.replaces = append(p.replaces, replacesRef{name: name, field: join(rpath, "name"), line: rm["name"].Line})
+			l.Replaces = append(l.Replaces, name)
+		}
+	}
+
+	if l.Unlimited {
+		for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter"} {
+			if v := m[f]; v != nil && !isNull(v) {
+				p.errorf(v, join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
+			}
+		}
+		if len(p.errs) > nerrs {
+			return nil
+		}
+		l.Key = unlimitedKey
+		return l
+	}
+
+	if v := m["unit"]; v == nil || isNull(v) {
+		p.errorf(y, join(path, "unit"), "missing (want %s)", unitNames)
+	} else if s, ok := p.str(v, join(path, "unit")); ok {
+		if l.Unit, ok = parseUnit(s); !ok {
+			p.errorf(v, join(path, "unit"), "unknown unit %q (want %s)", s, unitNames)
+		}
+	}
+	var requests int64
+	switch v := m["requests_per_unit"]; {
+	case v == nil || isNull(v):
+		p.errorf(y, join(path, "requests_per_unit"), "missing: how many requests each unit admits")
+	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0":
+		p.errorf(v, join(path, "requests_per_unit"), "0 is not a limit ratelimitd supports (want at least 1; envoyproxy/ratelimit reads 0 as deny every request)")
+	default:
+		requests, _ = p.integer(v, join(path, "requests_per_unit"), 1, algorithms.MaxRequests)
+	}
+	alg := algorithms.FixedWindow
+	if v := m["algorithm"]; v != nil && !isNull(v) {
+		if s, ok := p.str(v, join(path, "algorithm")); ok {
+			a, err := algorithms.ParseAlgorithm(s)
+			if err != nil {
+				p.errorf(v, join(path, "algorithm"), "%v", err)
+			} else {
+				alg = a
+			}
+		}
+	}
+	burst, _ := p.integer(m["burst"], join(path, "burst"), 1, algorithms.MaxRequests)
+	if burst != 0 && (alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow) {
+		p.errorf(m["burst"], join(path, "burst"), "not allowed with algorithm %v (a window admits requests_per_unit per period; burst is for token_bucket, leaky_bucket and leaky_bucket_queue)", alg)
+	}
+	l.UnitMultiplier, _ = p.integer(m["unit_multiplier"], join(path, "unit_multiplier"), 1, math.MaxInt64)
+	if l.UnitMultiplier == 0 {
+		l.UnitMultiplier = 1
+	}
+	if v := m["retry_jitter"]; v != nil && !isNull(v) {
+		if s, ok := p.str(v, join(path, "retry_jitter")); ok {
+			d, err := time.ParseDuration(s)
+			switch {
+			case err != nil:
+				p.errorf(v, join(path, "retry_jitter"), "not a duration: %q (want a Go duration such as 250ms or 1s)", s)
+			case d < 0:
+				p.errorf(v, join(path, "retry_jitter"), "negative: %q", s)
+			default:
+				l.RetryJitter = d
+			}
+		}
+	}
+	if len(p.errs) > nerrs {
+		return nil
+	}
+
+	unit := l.Unit.Duration()
+	if l.UnitMultiplier > int64(algorithms.MaxSpan/unit) {
+		p.errorf(m["unit_multiplier"], join(path, "unit_multiplier"), "%d × %v is longer than the longest period, %v", l.UnitMultiplier, l.Unit, algorithms.MaxSpan)
+		return nil
+	}
+	rate, err := algorithms.NewLimit(alg, requests, time.Duration(l.UnitMultiplier)*unit, burst)
+	if err != nil {
+		p.errorf(y, path, "%v", err)
+		return nil
+	}
+	l.Rate = rate
+	l.Key = limitKey(&l.Rate)
+	return l
+}
+
+// fields returns the values of the mapping y by key, reporting a y that is
+// not a mapping (and returning nil), and keys that are unknown or repeated.
+// A key whose value is null is present with a null value.
+func (p *parser) fields(y *yaml.Node, path string, known []string) map[string]*yaml.Node {
+	y = resolve(y)
+	if y.Kind != yaml.MappingNode {
+		p.errorf(y, path, "want a mapping with %s; got %s", strings.Join(known, ", "), describe(y))
+		return nil
+	}
+	m := make(map[string]*yaml.Node, len(y.Content)/2)
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		k, v := resolve(y.Content[i]), resolve(y.Content[i+1])
+		name := k.Value
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, path, "a key that is %s (want one of %s)", describe(k), strings.Join(known, ", "))
+			continue
+		}
+		if !slices.Contains(known, name) {
+			p.errorf(k, join(path, name), "unknown field (want one of %s)", strings.Join(known, ", "))
+			continue
+		}
+		if prev, dup := m[name]; dup {
+			p.errorf(k, join(path, name), "given twice (first at line %d)", prev.Line)
+			continue
+		}
+		m[name] = v
+	}
+	return m
+}
+
+// list returns the items of the sequence y: none for a missing or null y,
+// and none, with a problem, for a y that is not a sequence.
+func (p *parser) list(y *yaml.Node, path string) []*yaml.Node {
+	if y == nil || isNull(y) {
+		return nil
+	}
+	y = resolve(y)
+	if y.Kind != yaml.SequenceNode {
+		p.errorf(y, path, "want a list; got %s", describe(y))
+		return nil
+	}
+	items := make([]*yaml.Node, len(y.Content))
+	for i, item := range y.Content {
+		items[i] = resolve(item)
+	}
+	return items
+}
+
+// str returns the scalar y as written: like envoyproxy/ratelimit, a string
+// field takes any scalar (value: 200 is the string "200"), and null is "".
+func (p *parser) str(y *yaml.Node, path string) (string, bool) {
+	if isNull(y) {
+		return "", true
+	}
+	if y.Kind != yaml.ScalarNode {
+		p.errorf(y, path, "want a string; got %s", describe(y))
+		return "", false
+	}
+	return y.Value, true
+}
+
+// yaml11Bools are the booleans of YAML 1.1, which envoyproxy/ratelimit's
+// YAML parser (yaml.v2) reads and YAML 1.2 reads as strings.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
+}
+
+// boolean returns the boolean y, false when y is missing or null.
+func (p *parser) boolean(y *yaml.Node, path string) bool {
+	if y == nil || isNull(y) {
+		return false
+	}
+	if y.Kind == yaml.ScalarNode {
+		if y.ShortTag() == "!!bool" {
+			var b bool
+			if y.Decode(&b) == nil {
+				return b
+			}
+		}
+		if b, ok := yaml11Bools[y.Value]; ok && y.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+			return b
+		}
+	}
+	p.errorf(y, path, "want true or false; got %s", describe(y))
+	return false
+}
+
+// integer returns the whole number y, which must be within [min, max]; 0
+// when y is missing or null. ok is false when y has a problem.
+func (p *parser) integer(y *yaml.Node, path string, min, max int64) (n int64, ok bool) {
+	if y == nil || isNull(y) {
+		return 0, true
+	}
+	if y.Kind != yaml.ScalarNode || y.ShortTag() != "!!int" {
+		p.errorf(y, path, "want a whole number; got %s", describe(y))
+		return 0, false
+	}
+	if err := y.Decode(&n); err != nil {
+		p.errorf(y, path, "%s is too large (at most %d)", y.Value, max)
+		return 0, false
+	}
+	switch {
+	case n < min && n < 0:
+		p.errorf(y, path, "negative: %d (want at least %d)", n, min)
+		return 0, false
+	case n < min:
+		p.errorf(y, path, "%d is too small (want at least %d)", n, min)
+		return 0, false
+	case n > max:
+		p.errorf(y, path, "%d is too large (at most %d)", n, max)
+		return 0, false
+	}
+	return n, true
+}
+
+// resolve follows aliases (*name) to the node they name.
+func resolve(y *yaml.Node) *yaml.Node {
+	for y != nil && y.Kind == yaml.AliasNode && y.Alias != nil {
+		y = y.Alias
+	}
+	return y
+}
+
+func isNull(y *yaml.Node) bool {
+	y = resolve(y)
+	return y != nil && y.Kind == yaml.ScalarNode && y.ShortTag() == "!!null"
+}
+
+// describe says what y is, for problems.
+func describe(y *yaml.Node) string {
+	y = resolve(y)
+	if y == nil {
+		return "nothing"
+	}
+	switch y.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch y.ShortTag() {
+		case "!!null":
+			return "nothing"
+		case "!!str":
+			return strconv.Quote(y.Value)
+		}
+		return y.Value
+	}
+	return "something else"
+}
+
+// join returns the path of field name within the field at path.
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
