@@ -78,21 +78,34 @@ type Decision struct {
 // bucket's new state and the decision. now is in integer nanoseconds from a
 // monotonic source (the window algorithms align windows to multiples of the
 // period from 0, so now should count from the Unix epoch for windows to
-// align as Envoy's service aligns them).
+// align as Envoy's service aligns them). A now outside [0, MaxTime] is
+// taken as the nearer end of that range.
 //
 // Cost 0 is a peek: the decision reports Remaining and ResetAfter, Code is
-// Allowed, and the returned state equals s. A cost above Capacity is
-// OverCapacity and leaves s unchanged; so does a denial. A now earlier
-// than one already seen by s never admits more than the later one did.
+// Allowed, and the returned state equals s. A negative cost is a peek too.
+// A cost above Capacity is OverCapacity and leaves s unchanged; so does a
+// denial. Both report Remaining and ResetAfter as a peek would. A now
+// earlier than one already seen by s never admits more than the later one
+// did: each algorithm's doc says how it settles a clock that went back.
 //
-// Decide does not allocate and reads no clock.
+// Decide does not allocate and reads no clock. On the zero Limit every
+// cost above 0 is OverCapacity.
 func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
+	if now < 0 {
+		now = 0
+	} else if now > MaxTime {
+		now = MaxTime
+	}
 	switch l.alg {
 	case FixedWindow:
 		return l.fixedWindow(s, now, cost)
 	case SlidingWindow:
 		return l.slidingWindow(s, now, cost)
-	default:
+	case TokenBucket, LeakyBucket, LeakyBucketQueue:
 		return l.gcra(s, now, cost)
 	}
+	if cost > 0 {
+		return s, Decision{Code: OverCapacity}
+	}
+	return s, Decision{}
 }

@@ -73,8 +73,14 @@ const (
 	// is a uint32, and counts are kept in 32 bits.
 	MaxRequests = math.MaxUint32
 	// MaxSpan bounds Period and the time a full bucket takes to drain
-	// (Capacity × Period / Requests): about 146 years.
+	// (Capacity × Period / Requests): about 146 years. A sliding_window's
+	// Period is at most MaxSpan/2, as its counts take two periods to decay.
 	MaxSpan = time.Duration(1 << 62)
+	// MaxTime is the latest now that Decide distinguishes: 2^62-1 ns after
+	// the Unix epoch, in February 2116. Decide takes a now above MaxTime as
+	// MaxTime and a negative now as 0, so that a time plus any span fits
+	// in an int64.
+	MaxTime = math.MaxInt64 - int64(MaxSpan)
 )
 
 // Limit is one rate limit: an algorithm, a rate of Requests per Period kept
@@ -99,7 +105,8 @@ type Limit struct {
 // algorithms admit requests per window and reject a non-zero burst.
 //
 // requests and burst must be at most MaxRequests; period must be positive
-// and at most MaxSpan, and so must the time a full bucket takes to drain.
+// and at most MaxSpan (MaxSpan/2 for sliding_window), and so must the time
+// a full bucket takes to drain.
 func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) (Limit, error) {
 	switch {
 	case alg < FixedWindow || int(alg) >= len(algorithmNames):
@@ -118,6 +125,8 @@ func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) 
 		return Limit{}, fmt.Errorf("burst must be at most %d", int64(MaxRequests))
 	case burst != 0 && !alg.usesBurst():
 		return Limit{}, fmt.Errorf("burst does not apply to %v (a window admits requests per period)", alg)
+	case alg == SlidingWindow && period > MaxSpan/2:
+		return Limit{}, fmt.Errorf("period of a sliding_window must be at most %v", MaxSpan/2)
 	}
 	capacity := requests
 	if burst != 0 {
@@ -130,7 +139,7 @@ func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) 
 		return Limit{}, fmt.Errorf("a full bucket drains in over %v; lower burst or raise the rate", MaxSpan)
 	}
 	q, r := bits.Div64(hi, lo, uint64(requests))
-	if q > uint64(MaxSpan) {
+	if q > uint64(MaxSpan) || q == uint64(MaxSpan) && r != 0 {
 		return Limit{}, fmt.Errorf("a full bucket drains in over %v; lower burst or raise the rate", MaxSpan)
 	}
 	l.spanNs, l.spanFrac = int64(q), int64(r)

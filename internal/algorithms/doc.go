@@ -1,0 +1,113 @@
+// Package algorithms is the decision arithmetic of ratelimitd. Given a
+// bucket's State, the time now, the cost of a request and the bucket's
+// Limit, Limit.Decide returns the bucket's new State and a Decision. It does
+// no I/O, reads no clock (now is an argument, as in golang.org/x/time/rate's
+// AllowN), starts no goroutine or timer and does not allocate: a bucket is
+// settled lazily, when a request arrives.
+//
+// # Choosing an algorithm
+//
+// L is Requests, P is Period, B is Burst (the capacity of the buckets).
+//
+//	                    burst             at a window edge      RetryAfter: until     choose for
+//	fixed_window        L at once         2L within 2ns         the window ends       parity with envoyproxy/ratelimit;
+//	                                                                                  a quota per calendar period
+//	sliding_window      L at once         L+⌊2L/P⌋ within 2ns   the weighted count    a per-period limit without the
+//	                                                            has room              double burst, in O(1) state
+//	token_bucket        B at once, then   no windows            enough tokens have    APIs: bursts of B allowed, the
+//	                    L per P                                 refilled              average held to L per P
+//	leaky_bucket        same as           no windows            the level has         the same decisions, described as
+//	                    token_bucket                            drained enough        a level draining at L per P
+//	leaky_bucket_queue  none: admitted    no windows            the queue has room    smoothing traffic to a backend;
+//	                    leave P/L apart                                               the caller waits Delay
+//
+// Every State is 24 bytes. The windows keep a window start and one count
+// (fixed) or two (sliding); the buckets keep one exact time.
+//
+// # Exact arithmetic
+//
+// Times are integer nanoseconds. A rate is the exact rational L/P, never a
+// float: the buckets keep times as whole nanoseconds plus a fraction over L,
+// and products that can exceed 64 bits are taken in 128 (math/bits). So
+// there is no drift: "5 per second" and "1 per 200ms" give the same
+// answers, and a token bucket at 7 per 3s with burst B, asked densely (at
+// least every 3s/7) from a rest at time 0, has admitted exactly
+// B + ⌊T·7/3s⌋ by time T, however many decisions that took.
+//
+// # Token bucket and leaky bucket
+//
+// A token bucket holds up to B tokens, starts full, and refills
+// continuously at L per P: a request a third of the way into a period sees
+// a third of a period's refill, exactly. A leaky bucket (a meter) holds a
+// level of up to B that drains continuously at L per P. The level is B
+// minus the tokens, so a token bucket admits cost when it holds cost tokens
+// exactly when a leaky bucket admits cost when level+cost fits B: they are
+// one algorithm, and TokenBucket and LeakyBucket give identical decisions.
+//
+// Both are computed as GCRA (the generic cell rate algorithm), whose state
+// is a single time: the theoretical arrival time TAT at which the bucket is
+// back at rest (full of tokens, empty of level). With I = P/L, the time one
+// request takes to drain, and C = B·I, the backlog d = max(TAT-now, 0) is
+// the level times I. A charge of cost is admitted iff d + cost·I ≤ C, and
+// then TAT becomes now + d + cost·I. For a denial, RetryAfter is
+// d + cost·I - C rounded up to a whole nanosecond: waiting exactly that
+// long admits the same cost, 1ns less does not. Remaining is the whole
+// tokens, ⌊(C-d)/I⌋; ResetAfter is d rounded up.
+//
+// # Leaky bucket as a queue
+//
+// LeakyBucketQueue shapes instead of metering. The same arithmetic admits a
+// request while the queue (the requests admitted but not yet gone, the one
+// leaving now included) stays within B, and the Decision's Delay says how
+// long the request must wait before it proceeds: the backlog ahead of it,
+// rounded up. Admitted requests of cost 1 therefore proceed P/L apart, the
+// first at once; a request is denied only when the queue is full. With
+// B = 1 a request is admitted only when the queue is empty, and never waits.
+//
+// # Fixed window
+//
+// Windows are the half-open intervals [k·P, (k+1)·P), aligned to multiples
+// of P since time 0; with now counted from the Unix epoch that is the
+// alignment of envoyproxy/ratelimit, so its configurations behave the
+// same. Each window admits up to L hits; RetryAfter for a denial is the
+// time to the window's end, when the count starts over.
+//
+// The boundary problem: the count forgets the previous window at once, so
+// L hits just before a boundary and L more just after it are all admitted,
+// 2L within 2ns. Over any interval of length P, up to 2L are admitted.
+//
+// # Sliding window
+//
+// Windows are aligned as for fixed_window. At now = S + e in the window
+// [S, S+P), with n hits counted in it and m in the window before, the hits
+// in the last period are estimated as m·(P-e)/P + n: the previous count
+// weighted by its overlap with the interval (now-P, now]. A charge is
+// admitted iff the estimate with it is at most L, compared exactly in
+// integers. RetryAfter is exact: the earliest moment, in this window or a
+// later one, at which the decaying estimate leaves room for the cost.
+//
+// Accuracy bound: over any interval of length d, 0 < d ≤ P, sliding_window
+// admits at most L + ⌊L·d/P⌋ hits. An interval inside one window admits at
+// most L. One that spans a boundary at S admits x ≤ m before S and, in its
+// part of length d' ≤ d after S, y with m·(P-d')/P + y ≤ L, so
+// x + y ≤ L + m·d'/P ≤ L + L·d/P. Where fixed windows admit 2L within 2ns
+// across a boundary, sliding_window admits at most L + ⌊2L/P⌋ there. The
+// bound is not a guarantee of L per period: an adversary that spends L
+// just before a boundary can still spend close to L more late in the next
+// window, so an interval of length P can see up to 2L-1 (never 2L).
+//
+// # Clocks that go back
+//
+// A now earlier than one a State has seen never admits more than the later
+// now did. For the buckets the backlog TAT-now only grows as now goes back.
+// The windows settle a now before the State's window in that window, with
+// its counts (and, for sliding_window, the previous count at full weight).
+// A now outside [0, MaxTime] is taken as the nearer end of that range.
+//
+// # States of another Limit
+//
+// A State belongs to the Limit that produced it. When a rule changes (a
+// policy reload), applying an old State to the new Limit gives answers that
+// are unspecified but never panic, and Remaining stays within
+// [0, Capacity].
+package algorithms
