@@ -1,0 +1,312 @@
+// Package engine answers rate-limit requests: it matches each descriptor
+// against the policy, charges every matching bucket through the store — all
+// of them or none — and builds one status per descriptor.
+//
+// Both APIs (ratelimit.v1 and Envoy's v3) translate into a Request and out
+// of a Response; every semantic decision is made here once.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+)
+
+// Engine decides requests against the current policy. It is safe for
+// concurrent use.
+type Engine struct {
+	policy atomic.Pointer[config.Policy]
+	store  store.Store
+	bounds Bounds
+	jitter func(max time.Duration) time.Duration
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithBounds sets the request size bounds (default DefaultBounds).
+func WithBounds(b Bounds) Option { return func(e *Engine) { e.bounds = b } }
+
+// WithJitter replaces the source of retry jitter: f(max) must return a
+// duration in [0, max]. The default draws uniformly.
+func WithJitter(f func(max time.Duration) time.Duration) Option {
+	return func(e *Engine) { e.jitter = f }
+}
+
+// New returns an engine deciding with policy p and keeping buckets in s.
+func New(p *config.Policy, s store.Store, opts ...Option) *Engine {
+	e := &Engine{store: s, bounds: DefaultBounds, jitter: uniformJitter}
+	e.policy.Store(p)
+	for _, opt := range opts {
+		opt(e)
+	}
+	return e
+}
+
+func uniformJitter(max time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(max) + 1))
+}
+
+// Policy returns the policy in force.
+func (e *Engine) Policy() *config.Policy { return e.policy.Load() }
+
+// SetPolicy replaces the policy for requests that start after it returns.
+// Buckets whose limits are unchanged (equal config.Limit.Key) keep their
+// state.
+func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
+
+// ShouldRateLimit decides req and writes the answer into resp, reusing
+// resp.Statuses' storage. It returns an *InvalidError for a malformed
+// request, or the store's error if the store failed (then nothing is known
+// to have been charged).
+func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Response) error {
+	if err := e.bounds.validate(req); err != nil {
+		return err
+	}
+	w := workPool.Get().(*work)
+	defer w.release()
+
+	if err := w.plan(e.policy.Load(), req); err != nil {
+		return err
+	}
+	if len(w.charges) > 0 {
+		if err := e.store.Apply(ctx, w.charges, w.decisions); err != nil {
+			return err
+		}
+	}
+	e.respond(w, req, resp)
+	return nil
+}
+
+// work is one request's scratch space, pooled so that a decision does not
+// allocate.
+type work struct {
+	keys      []byte         // every charge's bucket key, back to back
+	keyEnds   []int          // keys[keyEnds[i-1]:keyEnds[i]] is charge i's key
+	charges   []store.Charge // one per distinct bucket
+	decisions []algorithms.Decision
+	uses      []use          // one per (descriptor, limit) pair
+	rules     []*config.Rule // per descriptor; nil when unmatched
+	limits    [][]*config.Limit
+	replaced  map[string]bool // names replaced by a matched limit
+}
+
+// use ties a descriptor's limit to the charge that decides it.
+type use struct {
+	descriptor int
+	limit      *config.Limit
+	charge     int // index in charges; -1 when nothing is charged
+}
+
+var workPool = sync.Pool{New: func() any { return new(work) }}
+
+func (w *work) release() {
+	clear(w.rules)
+	clear(w.limits)
+	clear(w.replaced)
+	for i := range w.charges {
+		w.charges[i] = store.Charge{}
+	}
+	for i := range w.uses {
+		w.uses[i].limit = nil
+	}
+	w.keys, w.keyEnds = w.keys[:0], w.keyEnds[:0]
+	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
+	w.rules, w.limits = w.rules[:0], w.limits[:0]
+	workPool.Put(w)
+}
+
+// plan matches every descriptor and lists the buckets to charge.
+func (w *work) plan(p *config.Policy, req *Request) error {
+	dom := p.Domain(req.Domain)
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		var rule *config.Rule
+		var limits []*config.Limit
+		switch {
+		case d.Limit != nil:
+			l, err := config.NewInlineLimit(d.Limit.Name, d.Limit.Algorithm, d.Limit.Requests, d.Limit.Period, d.Limit.Burst)
+			if err != nil {
+				return invalid(fmt.Sprintf("descriptors[%d].limit", i), "%v", err)
+			}
+			limits = []*config.Limit{l}
+		case dom != nil:
+			if rule = dom.Match(d.Entries); rule != nil {
+				limits = rule.Limits
+			}
+		}
+		w.rules = append(w.rules, rule)
+		w.limits = append(w.limits, limits)
+		for _, l := range limits {
+			for _, name := range l.Replaces {
+				if w.replaced == nil {
+					w.replaced = make(map[string]bool)
+				}
+				w.replaced[name] = true
+			}
+		}
+	}
+
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		cost := costOf(req, d)
+		shadow := w.rules[i] != nil && w.rules[i].ShadowMode
+		for _, l := range w.limits[i] {
+			u := use{descriptor: i, limit: l, charge: -1}
+			if !l.Unlimited && !(l.Name != "" && w.replaced[l.Name]) {
+				u.charge = w.charge(req.Domain, d.Entries, l, cost, shadow)
+			}
+			w.uses = append(w.uses, u)
+		}
+	}
+	// Keys are final only now: appending may have moved w.keys.
+	start := 0
+	for i := range w.charges {
+		w.charges[i].Key = w.keys[start:w.keyEnds[i]]
+		start = w.keyEnds[i]
+	}
+	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
+	return nil
+}
+
+// costOf resolves a descriptor's cost: its own hits, else the request's,
+// where a request's 0 means 1.
+func costOf(req *Request, d *Descriptor) int64 {
+	hits := req.Hits
+	if hits == 0 {
+		hits = 1
+	}
+	if d.Hits != nil {
+		hits = *d.Hits
+	}
+	if hits > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(hits)
+}
+
+// charge adds a charge of cost on the bucket of (domain, entries, limit)
+// and returns its index. Two descriptors naming the same bucket share one
+// charge of their summed cost, so the store sees each bucket once.
+func (w *work) charge(domain string, entries []config.Entry, l *config.Limit, cost int64, shadow bool) int {
+	start := 0
+	if n := len(w.keyEnds); n > 0 {
+		start = w.keyEnds[n-1]
+	}
+	w.keys = appendKey(w.keys, domain, entries, l.Key)
+	key := w.keys[start:]
+	prev := 0
+	for i, end := range w.keyEnds {
+		if bytes.Equal(w.keys[prev:end], key) {
+			w.keys = w.keys[:start]
+			c := &w.charges[i]
+			if c.Cost > math.MaxInt64-cost {
+				c.Cost = math.MaxInt64
+			} else {
+				c.Cost += cost
+			}
+			return i
+		}
+		prev = end
+	}
+	w.keyEnds = append(w.keyEnds, len(w.keys))
+	w.charges = append(w.charges, store.Charge{Limit: &l.Rate, Cost: cost, Shadow: shadow})
+	return len(w.charges) - 1
+}
+
+// appendKey appends the bucket key of (domain, entries, limit key): each
+// part length-prefixed, so distinct inputs never share a key.
+func appendKey(b []byte, domain string, entries []config.Entry, limitKey string) []byte {
+	b = appendPart(b, domain)
+	for _, e := range entries {
+		b = appendPart(b, e.Key)
+		b = appendPart(b, e.Value)
+	}
+	return appendPart(b, limitKey)
+}
+
+func appendPart(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// respond builds resp from the decisions.
+func (e *Engine) respond(w *work, req *Request, resp *Response) {
+	resp.Code, resp.RetryAfter, resp.Never = algorithms.Allowed, 0, false
+	resp.Statuses = resp.Statuses[:0]
+	for i := range req.Descriptors {
+		resp.Statuses = append(resp.Statuses, Status{
+			Matched: w.limits[i] != nil,
+			Rule:    w.rules[i],
+			Shadow:  w.rules[i] != nil && w.rules[i].ShadowMode,
+		})
+	}
+	for _, u := range w.uses {
+		st := &resp.Statuses[u.descriptor]
+		var d algorithms.Decision
+		switch {
+		case u.limit.Unlimited:
+			d = algorithms.Decision{Remaining: UnlimitedRemaining}
+		case u.charge < 0: // replaced
+			continue
+		default:
+			d = w.decisions[u.charge]
+			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
+				d.RetryAfter += e.jitter(u.limit.RetryJitter)
+			}
+		}
+		if st.Limit == nil || decides(d, st) {
+			st.Code, st.Limit = d.Code, u.limit
+			st.Remaining, st.ResetAfter, st.RetryAfter = d.Remaining, d.ResetAfter, d.RetryAfter
+		}
+		st.Delay = max(st.Delay, d.Delay)
+	}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if st.Shadow || st.Code == algorithms.Allowed {
+			continue
+		}
+		resp.Code = algorithms.Denied
+		if st.Code == algorithms.OverCapacity {
+			resp.Never = true
+		}
+		resp.RetryAfter = max(resp.RetryAfter, st.RetryAfter)
+	}
+	if resp.Never {
+		resp.RetryAfter = 0
+	}
+}
+
+// decides reports whether decision d is more restrictive than the one
+// status st holds: over capacity beats denied beats allowed; among denials
+// the longer retry wins, among admissions the fewer remaining.
+func decides(d algorithms.Decision, st *Status) bool {
+	if rank(d.Code) != rank(st.Code) {
+		return rank(d.Code) > rank(st.Code)
+	}
+	if d.Code == algorithms.Denied {
+		return d.RetryAfter > st.RetryAfter
+	}
+	return d.Remaining < st.Remaining
+}
+
+func rank(c algorithms.Code) int {
+	switch c {
+	case algorithms.OverCapacity:
+		return 2
+	case algorithms.Denied:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+)
+
+// Request is one question: may this request, named by its domain and
+// descriptors, go through?
+type Request struct {
+	// Domain selects the policy. Required.
+	Domain string
+	// Descriptors are charged all together or not at all. At least one.
+	Descriptors []Descriptor
+	// Hits is the cost charged to each descriptor without Hits of its own;
+	// 0 means 1.
+	Hits uint64
+}
+
+// Descriptor is one hierarchy of entries, most general first.
+type Descriptor struct {
+	Entries []config.Entry
+	// Hits, when not nil, is this descriptor's cost, overriding the
+	// request's. 0 is a peek: the bucket is reported, not charged.
+	Hits *uint64
+	// Limit, when not nil, decides this descriptor instead of the policy,
+	// in any domain.
+	Limit *InlineLimit
+}
+
+// InlineLimit is a limit carried by the request itself.
+type InlineLimit struct {
+	Name      string
+	Algorithm algorithms.Algorithm
+	Requests  int64
+	Period    time.Duration
+	Burst     int64
+}
+
+// Response is the answer to a Request.
+type Response struct {
+	// Code is Allowed when every non-shadow descriptor was admitted, else
+	// Denied (OverCapacity is reported per status only). When Denied,
+	// nothing was charged anywhere.
+	Code algorithms.Code
+	// RetryAfter, when Denied, is the longest RetryAfter of the denying
+	// non-shadow statuses: after it the same request would be admitted if
+	// nothing else arrived. 0 when Never.
+	RetryAfter time.Duration
+	// Never: a non-shadow descriptor is OverCapacity; no wait admits this
+	// request.
+	Never bool
+	// Statuses holds one status per descriptor, in request order.
+	Statuses []Status
+}
+
+// Status is the decision for one descriptor.
+type Status struct {
+	// Code is what the deciding limit decided; for a shadow rule, what it
+	// would have decided.
+	Code algorithms.Code
+	// Matched is false when neither a rule nor an inline limit applied:
+	// the descriptor is admitted and nothing is charged.
+	Matched bool
+	// Rule is the policy rule that matched; nil when unmatched or inline.
+	Rule *config.Rule
+	// Limit is the limit that decided: the OverCapacity one, else the
+	// denying one with the longest RetryAfter, else the one with the fewest
+	// Remaining. nil when unmatched or when every limit of the rule was
+	// replaced by another rule's.
+	Limit *config.Limit
+	// Remaining, ResetAfter and RetryAfter are the deciding limit's
+	// (RetryAfter with its jitter added). An unlimited limit reports
+	// Remaining = UnlimitedRemaining.
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+	// Delay is the longest queue delay among the descriptor's limits.
+	Delay time.Duration
+	// Shadow: the rule is in shadow mode and never denies the request.
+	Shadow bool
+}
+
+// UnlimitedRemaining is the Remaining reported for an unlimited limit: the
+// largest uint32, as Envoy's rate limit service reports.
+const UnlimitedRemaining = 1<<32 - 1
+
+// Bounds limits the size of a request. A request beyond any bound is
+// rejected with an *InvalidError.
+type Bounds struct {
+	MaxDescriptors int // descriptors per request
+	MaxEntries     int // entries per descriptor
+	MaxKeyBytes    int // bytes in the domain and in each entry key
+	MaxValueBytes  int // bytes in each entry value
+}
+
+// DefaultBounds are generous for gateways and small enough that one
+// request cannot make the daemon build megabytes of bucket keys.
+var DefaultBounds = Bounds{
+	MaxDescriptors: 64,
+	MaxEntries:     16,
+	MaxKeyBytes:    256,
+	MaxValueBytes:  1024,
+}
+
+// InvalidError reports a malformed request: Field names the offending
+// field with the API's names (e.g. "descriptors[2].entries[0].key").
+type InvalidError struct {
+	Field   string
+	Problem string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Problem }
+
+func invalid(field, format string, args ...any) *InvalidError {
+	return &InvalidError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// validate checks req against the bounds.
+func (b *Bounds) validate(req *Request) error {
+	switch {
+	case req.Domain == "":
+		return invalid("domain", "must not be empty")
+	case len(req.Domain) > b.MaxKeyBytes:
+		return invalid("domain", "is %d bytes; the limit is %d", len(req.Domain), b.MaxKeyBytes)
+	case len(req.Descriptors) == 0:
+		return invalid("descriptors", "at least one descriptor is required")
+	case len(req.Descriptors) > b.MaxDescriptors:
+		return invalid("descriptors", "%d descriptors; the limit is %d", len(req.Descriptors), b.MaxDescriptors)
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		switch {
+		case len(d.Entries) == 0:
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required")
+		case len(d.Entries) > b.MaxEntries:
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", len(d.Entries), b.MaxEntries)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case e.Key == "":
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
+			case len(e.Key) > b.MaxKeyBytes:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "is %d bytes; the limit is %d", len(e.Key), b.MaxKeyBytes)
+			case len(e.Value) > b.MaxValueBytes:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "is %d bytes; the limit is %d", len(e.Value), b.MaxValueBytes)
+			}
+		}
+	}
+	return nil
+}
