@@ -42,6 +42,7 @@ func Load(path string) (*Policy, error) {
 	}
 	var (
 		domains []*Domain
+		byName  = map[string]*Domain{}
 		errs    Errors
 	)
 	for _, file := range files {
@@ -56,15 +57,21 @@ func Load(path string) (*Policy, error) {
 		}
 		d, ferrs := parseDomain(file, data)
 		errs = append(errs, ferrs...)
-		if d != nil {
-			domains = append(domains, d)
+		if d == nil {
+			continue
 		}
+		if first, dup := byName[d.Name]; dup {
+			errs = append(errs, &FieldError{File: file, Line: d.line, Field: "domain",
+				Problem: fmt.Sprintf("domain %q is already defined in %s", d.Name, first.Source)})
+			continue
+		}
+		byName[d.Name] = d
+		domains = append(domains, d)
 	}
-	p, derrs := newPolicy(domains)
-	if errs = append(errs, derrs...); len(errs) > 0 {
+	if len(errs) > 0 {
 		return nil, errs
 	}
-	return p, nil
+	return newPolicy(domains), nil
 }
 
 // policyFiles returns the paths of dir's policy files in name order.
@@ -100,29 +107,17 @@ func Parse(source string, data []byte) (*Policy, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	p, errs := newPolicy([]*Domain{d})
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return p, nil
+	return newPolicy([]*Domain{d}), nil
 }
 
-// newPolicy returns the policy of these domains, or a problem for each
-// domain whose name an earlier domain has.
-func newPolicy(domains []*Domain) (*Policy, Errors) {
-	var errs Errors
-	p := &Policy{domains: make(map[string]*Domain, len(domains))}
+// newPolicy returns the policy of these domains, whose names differ.
+func newPolicy(domains []*Domain) *Policy {
+	p := &Policy{domains: make(map[string]*Domain, len(domains)), sorted: domains}
 	for _, d := range domains {
-		if first, ok := p.domains[d.Name]; ok {
-			errs = append(errs, &FieldError{File: d.Source, Line: d.line, Field: "domain",
-				Problem: fmt.Sprintf("domain %q is already defined in %s", d.Name, first.Source)})
-			continue
-		}
 		p.domains[d.Name] = d
-		p.sorted = append(p.sorted, d)
 	}
 	slices.SortFunc(p.sorted, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
-	return p, errs
+	return p
 }
 
 // Fields of each mapping of a policy file.
