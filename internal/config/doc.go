@@ -27,8 +27,10 @@
 // A descriptor with neither a limit nor nested descriptors is allowed, as
 // upstream allows it: it matches nothing, so a request that selects it is
 // unmatched (allowed) rather than falling to a less specific descriptor.
-// Units are case-insensitive; a week is 7 days, a month 30 days and a year
-// 365 days, as upstream counts them.
+// shadow_mode and detailed_metric concern the descriptor's own limits; on a
+// descriptor without limits they do nothing (upstream accepts them there
+// too). Units are case-insensitive; a week is 7 days, a month 30 days and a
+// year 365 days, as upstream counts them.
 //
 // # Extensions
 //
@@ -50,8 +52,8 @@
 // several limits on one descriptor; a request is admitted only when every
 // one admits it. A descriptor has rate_limit or rate_limits, not both; two
 // limits of one descriptor with the same arithmetic are an error, and so is
-// an unlimited limit among others. For example, bursts of 20 a second but
-// at most 600 a minute per user:
+// an unlimited limit among others. For example, per user, bursts of up to
+// 20 refilled at 10 a second, and at most 6000 in any 10 minutes:
 //
 //	domain: api
 //	descriptors:
@@ -113,8 +115,8 @@
 //
 // # Differences from envoyproxy/ratelimit
 //
-// These are deliberate; each rejects or corrects a file that upstream would
-// silently read otherwise.
+// These are deliberate. Most reject a file that upstream reads without
+// complaint but probably not as its author meant.
 //
 //   - requests_per_unit: 0 is an error; upstream denies every request with
 //     it. Missing requests_per_unit (upstream: 0) is an error too.
@@ -132,6 +134,9 @@
 //     first and ignores the rest.
 //   - A domain defined twice is always an error (upstream can merge them
 //     with MERGE_DOMAIN_CONFIG).
+//   - Fields that upstream added in late 2025 (value_to_metric, and
+//     share_threshold for wildcards) are not supported yet: a file using
+//     them is rejected for an unknown field rather than read differently.
 //
 // As upstream's parser (yaml.v2) does, a string field takes any scalar
 // (value: 200 is "200") and a boolean field takes YAML 1.1's yes/no/on/off.

@@ -26,9 +26,10 @@ import (
 // subdirectories are skipped; symbolic links are followed. A directory
 // without a policy file is an error.
 //
-// Load checks every file completely and returns every problem it finds
-// (see Errors), or the policy when there are none. A domain defined in two
-// files is a problem of the second file.
+// Load checks every file completely and returns the policy, or every
+// problem it finds as Errors. A domain defined in two files is a problem of
+// the second file. A path that cannot be read, or a directory without
+// policy files, is reported as a single error of another type.
 func Load(path string) (*Policy, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -148,7 +149,7 @@ type replacesRef struct {
 // by line. The domain is nil when there are problems.
 func parseDomain(file string, data []byte) (*Domain, Errors) {
 	p := &parser{file: file, names: map[string]bool{}}
-	d := p.file1(data)
+	d := p.document(data)
 	for _, r := range p.replaces {
 		if !p.names[r.name] {
 			p.errs = append(p.errs, &FieldError{File: file, Line: r.line, Field: r.field,
@@ -187,8 +188,8 @@ func (p *parser) syntaxError(err error) {
 	p.errs = append(p.errs, &FieldError{File: p.file, Line: line, Problem: "invalid YAML: " + msg})
 }
 
-// file1 checks the file's single YAML document and returns its domain.
-func (p *parser) file1(data []byte) *Domain {
+// document checks the file's single YAML document and returns its domain.
+func (p *parser) document(data []byte) *Domain {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && err != io.EOF {
@@ -322,12 +323,13 @@ func (p *parser) limits(m map[string]*yaml.Node, path string) []*Limit {
 		}
 		return nil
 	case many != nil:
+		if r := resolve(many); isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
+			p.errorf(many, join(path, "rate_limits"), "empty: list at least one limit")
+			return nil
+		}
 		items := p.list(many, join(path, "rate_limits"))
 		if len(items) == 0 {
-			if many.Kind != yaml.SequenceNode || len(many.Content) == 0 {
-				p.errorf(many, join(path, "rate_limits"), "empty: list at least one limit")
-			}
-			return nil
+			return nil // not a list
 		}
 		limits := make([]*Limit, 0, len(items))
 		ok := true

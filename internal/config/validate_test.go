@@ -148,6 +148,7 @@ func TestValidation(t *testing.T) {
 		{"rate_limit not a mapping", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: 5\n", []problem{{4, "descriptors[0].rate_limit", "want a mapping"}}},
 		{"rate_limit and rate_limits", head + "      unit: second\n      requests_per_unit: 1\n    rate_limits:\n      - {unit: second, requests_per_unit: 2}\n",
 			[]problem{{8, "descriptors[0].rate_limits", "rate_limit or rate_limits, not both"}}},
+		{"rate_limits not a list", "domain: d\ndescriptors:\n  - key: k\n    rate_limits: {unit: second, requests_per_unit: 1}\n", []problem{{4, "descriptors[0].rate_limits", "want a list; got a mapping"}}},
 		{"empty rate_limits", "domain: d\ndescriptors:\n  - key: k\n    rate_limits: []\n", []problem{{4, "descriptors[0].rate_limits", "empty"}}},
 		{"null rate_limits", "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n", []problem{{4, "descriptors[0].rate_limits", "empty"}}},
 		{"identical limits", "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: minute, requests_per_unit: 60}\n      - {unit: MINUTE, requests_per_unit: 60, name: again}\n",
