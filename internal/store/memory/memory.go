@@ -17,10 +17,12 @@
 // periodically by one goroutine for the whole store) deletes every bucket at
 // rest and shrinks maps that have emptied.
 //
-// The store holds at most MaxBuckets buckets (split evenly across shards).
-// When a new bucket arrives at a full shard, the store samples up to 16 of
-// the shard's buckets and deletes those at rest; if none is, it evicts the
-// sampled bucket that would come to rest soonest. An evicted bucket starts
+// The store holds at most MaxBuckets buckets. When a new bucket arrives at
+// a full store, the store samples up to 16 of the buckets in the new one's
+// shard and deletes those at rest; if none is, it evicts the sampled bucket
+// that would come to rest soonest. (Only when that shard holds no bucket at
+// all does the insertion go ahead without one leaving, so the bound can be
+// passed by at most one bucket per shard.) An evicted bucket starts
 // over at rest, so its key may briefly be admitted more than its limit: the
 // bound trades that, for keys that have nearly recovered anyway, against a
 // flood of unique keys exhausting memory.
@@ -55,22 +57,25 @@ const (
 
 // Store is the sharded in-memory store. It is safe for concurrent use.
 type Store struct {
-	clock    clock.Clock
-	seed     maphash.Seed
-	shards   []shard
-	mask     uint64
-	perShard int
+	clock      clock.Clock
+	seed       maphash.Seed
+	shards     []shard
+	mask       uint64
+	maxBuckets int64
 
+	buckets   atomic.Int64 // buckets held, across shards
 	evictions atomic.Uint64
 }
 
+// shard keeps its buckets' states in a slab indexed by a map, so that
+// charging an existing bucket writes the slab and allocates nothing (a Go
+// map re-stores a string key on every assignment).
 type shard struct {
-	mu      sync.Mutex
-	buckets map[string]algorithms.State
-	// peak is the most buckets held since the map was last rebuilt; Go
-	// maps do not shrink, so Sweep rebuilds a map that has emptied.
-	peak int
-	_    [40]byte // keep hot shards on separate cache lines
+	mu     sync.Mutex
+	index  map[string]uint32 // key -> position in states
+	states []algorithms.State
+	free   []uint32 // positions in states no key uses
+	_      [24]byte // keep hot shards on separate cache lines
 }
 
 // Option configures a Store.
@@ -82,7 +87,7 @@ type options struct {
 }
 
 // WithMaxBuckets bounds the number of buckets held (default
-// DefaultMaxBuckets). Values below the shard count are raised to it.
+// DefaultMaxBuckets).
 func WithMaxBuckets(n int) Option { return func(o *options) { o.maxBuckets = n } }
 
 // WithShards sets the number of shards, rounded up to a power of two
@@ -99,24 +104,31 @@ func New(c clock.Clock, opts ...Option) *Store {
 	for n < o.shards {
 		n <<= 1
 	}
-	if o.maxBuckets < n {
-		o.maxBuckets = n
-	}
 	s := &Store{
-		clock:    c,
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard, n),
-		mask:     uint64(n - 1),
-		perShard: (o.maxBuckets + n - 1) / n,
+		clock:      c,
+		seed:       maphash.MakeSeed(),
+		shards:     make([]shard, n),
+		mask:       uint64(n - 1),
+		maxBuckets: int64(max(o.maxBuckets, 1)),
 	}
 	for i := range s.shards {
-		s.shards[i].buckets = make(map[string]algorithms.State)
+		s.shards[i].index = make(map[string]uint32)
 	}
 	return s
 }
 
 func (s *Store) shardOf(key []byte) int {
 	return int(maphash.Bytes(s.seed, key) & s.mask)
+}
+
+// absent marks a charge whose bucket the shard does not hold.
+const absent = ^uint32(0)
+
+func (sh *shard) lookup(key []byte) (algorithms.State, uint32) {
+	if i, ok := sh.index[string(key)]; ok {
+		return sh.states[i], i
+	}
+	return algorithms.State{}, absent
 }
 
 // Apply implements store.Store. It never returns an error.
@@ -126,18 +138,14 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		return nil
 	}
 
-	var shardBuf [maxStack]int
+	var shardBuf, orderBuf [maxStack]int
+	var posBuf [maxStack]uint32
 	var stateBuf [maxStack]algorithms.State
-	shardOf, states := shardBuf[:0], stateBuf[:0]
-	if len(charges) > maxStack {
-		shardOf = make([]int, 0, len(charges))
-		states = make([]algorithms.State, 0, len(charges))
-	}
+	shardOf, pos, states := shardBuf[:0], posBuf[:0], stateBuf[:0]
 	for i := range charges {
 		shardOf = append(shardOf, s.shardOf(charges[i].Key))
 	}
 	// Lock each distinct shard once, in ascending order.
-	var orderBuf [maxStack]int
 	lockOrder := append(orderBuf[:0], shardOf...)
 	slices.Sort(lockOrder)
 	lockOrder = slices.Compact(lockOrder)
@@ -147,12 +155,13 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 
 	now := s.clock.Now()
 	for i := range charges {
-		states = append(states, s.shards[shardOf[i]].buckets[string(charges[i].Key)])
+		st, p := s.shards[shardOf[i]].lookup(charges[i].Key)
+		states, pos = append(states, st), append(pos, p)
 	}
 	if store.Settle(charges, states, now, decisions) {
 		for i := range charges {
 			if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed {
-				s.put(&s.shards[shardOf[i]], charges[i].Key, states[i], now)
+				s.put(&s.shards[shardOf[i]], charges[i].Key, pos[i], states[i], now)
 			}
 		}
 	}
@@ -168,73 +177,93 @@ func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
 	sh := &s.shards[s.shardOf(c.Key)]
 	sh.mu.Lock()
 	now := s.clock.Now()
-	next, dec := c.Limit.Decide(sh.buckets[string(c.Key)], now, c.Cost)
+	st, p := sh.lookup(c.Key)
+	next, dec := c.Limit.Decide(st, now, c.Cost)
 	*d = dec
 	if c.Cost != 0 && dec.Code == algorithms.Allowed {
-		s.put(sh, c.Key, next, now)
+		s.put(sh, c.Key, p, next, now)
 	}
 	sh.mu.Unlock()
 }
 
-// put stores a charged state. The shard's lock must be held.
-func (s *Store) put(sh *shard, key []byte, st algorithms.State, now int64) {
-	if _, ok := sh.buckets[string(key)]; ok {
-		sh.buckets[string(key)] = st
+// put stores a charged state at position p, or inserts the bucket when p
+// is absent. The shard's lock must be held.
+func (s *Store) put(sh *shard, key []byte, p uint32, st algorithms.State, now int64) {
+	if p != absent {
+		sh.states[p] = st
 		return
 	}
 	s.makeRoom(sh, now)
-	sh.buckets[string(key)] = st
-	if n := len(sh.buckets); n > sh.peak {
-		sh.peak = n
+	if n := len(sh.free); n > 0 {
+		p, sh.free = sh.free[n-1], sh.free[:n-1]
+		sh.states[p] = st
+	} else {
+		p = uint32(len(sh.states))
+		sh.states = append(sh.states, st)
 	}
+	sh.index[string(key)] = p
+	s.buckets.Add(1)
 }
 
-// makeRoom reclaims buckets at rest among a few others before an insertion,
-// and evicts one if the shard is still full. The shard's lock must be held.
+// remove deletes a bucket. The shard's lock must be held.
+func (s *Store) remove(sh *shard, key string, p uint32) {
+	delete(sh.index, key)
+	sh.states[p] = algorithms.State{}
+	sh.free = append(sh.free, p)
+	s.buckets.Add(-1)
+}
+
+// makeRoom reclaims buckets at rest among a few of the shard's others
+// before an insertion and, when the store is full, evicts one. The shard's
+// lock must be held.
 func (s *Store) makeRoom(sh *shard, now int64) {
-	full := len(sh.buckets) >= s.perShard
+	full := s.buckets.Load() >= s.maxBuckets
 	sample := insertReclaim
 	if full {
 		sample = evictSample
 	}
 	var victim string
-	victimRest := int64(0)
+	var victimPos uint32
 	seen := 0
-	for k, st := range sh.buckets {
+	for k, p := range sh.index {
+		st := sh.states[p]
 		if st.AtRest(now) {
-			delete(sh.buckets, k)
+			s.remove(sh, k, p)
 			full = false
-		} else if victim == "" || st.RestAt() < victimRest {
-			victim, victimRest = k, st.RestAt()
+		} else if victim == "" || st.RestAt() < sh.states[victimPos].RestAt() {
+			victim, victimPos = k, p
 		}
 		if seen++; seen >= sample {
 			break
 		}
 	}
 	if full && victim != "" {
-		delete(sh.buckets, victim)
+		s.remove(sh, victim, victimPos)
 		s.evictions.Add(1)
 	}
 }
 
-// Sweep deletes every bucket at rest and shrinks shards whose maps have
-// emptied to under a quarter of their peak. It locks one shard at a time.
+// Sweep deletes every bucket at rest, and compacts shards that hold under
+// a quarter of the room they have grown, so that memory is returned after
+// a flood of keys. It locks one shard at a time.
 func (s *Store) Sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		now := s.clock.Now()
-		for k, st := range sh.buckets {
-			if st.AtRest(now) {
-				delete(sh.buckets, k)
+		for k, p := range sh.index {
+			if sh.states[p].AtRest(now) {
+				s.remove(sh, k, p)
 			}
 		}
-		if n := len(sh.buckets); sh.peak > 64 && n < sh.peak/4 {
-			fresh := make(map[string]algorithms.State, n)
-			for k, st := range sh.buckets {
-				fresh[k] = st
+		if n := len(sh.index); len(sh.states) > 64 && n < len(sh.states)/4 {
+			index := make(map[string]uint32, n)
+			states := make([]algorithms.State, 0, n)
+			for k, p := range sh.index {
+				index[k] = uint32(len(states))
+				states = append(states, sh.states[p])
 			}
-			sh.buckets, sh.peak = fresh, n
+			sh.index, sh.states, sh.free = index, states, nil
 		}
 		sh.mu.Unlock()
 	}
@@ -256,16 +285,7 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) {
 }
 
 // Len returns the number of buckets held.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.buckets)
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return int(s.buckets.Load()) }
 
 // Evictions returns how many buckets not yet at rest were evicted to keep
 // the store within its bound.

@@ -219,7 +219,7 @@ func TestPeekCreatesNoBucket(t *testing.T) {
 // BenchmarkApply measures one charge on one of many keys.
 func BenchmarkApply(b *testing.B) {
 	s := New(clock.NewMonotonic())
-	l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Second, 0)
+	l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
 	keys := make([][]byte, 1024)
 	for i := range keys {
 		keys[i] = []byte(fmt.Sprintf("domain/path=/orders/user=%06d", i))
