@@ -59,12 +59,22 @@ func parseUnit(s string) (Unit, bool) {
 	return UnitNone, false
 }
 
-// limitKey returns the Key of a limit with the arithmetic r: the algorithm,
-// requests, period and capacity, as in "token_bucket/600/1m0s/800". Two
+// limitKey returns the Key of a limit with the arithmetic r: prefix, then
+// the algorithm, requests, period and capacity, as in
+// "token_bucket/600/1m0s/800". Two
 // limits have the same key exactly when they decide alike. A window's
 // capacity is its requests, so a window's key ends in its requests again.
-func limitKey(r *algorithms.Limit) string {
-	return fmt.Sprintf("%v/%d/%v/%d", r.Algorithm(), r.Requests(), r.Period(), r.Capacity())
+func limitKey(prefix string, r *algorithms.Limit) string {
+	var buf [80]byte
+	b := append(buf[:0], prefix...)
+	b = append(b, r.Algorithm().String()...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, r.Requests(), 10)
+	b = append(b, '/')
+	b = append(b, r.Period().String()...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, r.Capacity(), 10)
+	return string(b)
 }
 
 // unlimitedKey is the Key of every unlimited limit: they keep no bucket.
@@ -89,5 +99,5 @@ func NewInlineLimit(name string, alg algorithms.Algorithm, requests int64, perio
 	if err != nil {
 		return nil, fmt.Errorf("inline limit %q: %w", name, err)
 	}
-	return &Limit{Name: name, Rate: r, Key: inlineKeyPrefix + limitKey(&r)}, nil
+	return &Limit{Name: name, Rate: r, Key: limitKey(inlineKeyPrefix, &r)}, nil
 }

@@ -474,7 +474,7 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 		return nil
 	}
 	l.Rate = rate
-	l.Key = limitKey(&l.Rate)
+	l.Key = limitKey("", &l.Rate)
 	return l
 }
 
