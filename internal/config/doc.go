@@ -84,7 +84,9 @@
 // not a duration or is negative; a period beyond algorithms.MaxSpan or a
 // bucket that takes longer to drain; replaces entries without a name,
 // naming their own limit, or naming no limit of the domain; rate_limit and
-// rate_limits together, or an empty one.
+// rate_limits together, or an empty one. A file with more than 262144
+// descriptors (counting each use of an alias) is rejected, and a file's
+// problems are listed up to 1000, then counted.
 //
 // # Matching
 //

@@ -137,7 +137,17 @@ type parser struct {
 
 	names    map[string]bool // every limit name of the domain
 	replaces []replacesRef   // every replaces entry, checked against names at the end
+
+	descriptorCount int // so far, to stop at maxDescriptors
+	dropped         int // problems beyond maxProblems
 }
+
+// Bounds on one file, so that a file whose aliases (*name) expand
+// exponentially is rejected quickly and with a readable report.
+const (
+	maxDescriptors = 1 << 18
+	maxProblems    = 1000
+)
 
 // replacesRef is a name in a replaces list, and where it is.
 type replacesRef struct {
@@ -152,12 +162,14 @@ func parseDomain(file string, data []byte) (*Domain, Errors) {
 	d := p.document(data)
 	for _, r := range p.replaces {
 		if !p.names[r.name] {
-			p.errs = append(p.errs, &FieldError{File: file, Line: r.line, Field: r.field,
-				Problem: fmt.Sprintf("no limit of this domain is named %q", r.name)})
+			p.errorf(&yaml.Node{Line: r.line}, r.field, "no limit of this domain is named %q", r.name)
 		}
 	}
 	if len(p.errs) > 0 {
 		slices.SortStableFunc(p.errs, func(a, b *FieldError) int { return a.Line - b.Line })
+		if p.dropped > 0 {
+			p.errs = append(p.errs, &FieldError{File: file, Problem: fmt.Sprintf("%d more problems not listed", p.dropped)})
+		}
 		return nil, p.errs
 	}
 	return d, nil
@@ -166,6 +178,10 @@ func parseDomain(file string, data []byte) (*Domain, Errors) {
 // errorf reports a problem with the field at path, whose YAML is n (or, for
 // a missing field, the mapping that lacks it).
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	if len(p.errs) >= maxProblems {
+		p.dropped++
+		return
+	}
 	line := 0
 	if n != nil {
 		line = n.Line
@@ -244,6 +260,13 @@ func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, statKey 
 
 // descriptor checks one descriptor and adds it to parent.
 func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey string, where map[Entry]string) {
+	if p.descriptorCount++; p.descriptorCount > maxDescriptors {
+		if p.descriptorCount == maxDescriptors+1 { // reported even beyond maxProblems
+			p.errs = append(p.errs, &FieldError{File: p.file, Line: y.Line, Field: path,
+				Problem: fmt.Sprintf("more than %d descriptors (aliases expanded); stopped here", maxDescriptors)})
+		}
+		return
+	}
 	m := p.fields(y, path, descriptorFields)
 	if m == nil {
 		return

@@ -2,12 +2,14 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // problem is one expected FieldError of t.yaml.
@@ -399,5 +401,45 @@ func TestLoadErrors(t *testing.T) {
 	missing := filepath.Join(empty, "missing")
 	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load(missing) = %v, want os.ErrNotExist", err)
+	}
+}
+
+// TestBounds: a file whose aliases expand exponentially, or that has very
+// many problems, is reported briefly.
+func TestBounds(t *testing.T) {
+	// Each level holds eight different descriptors that all nest the level
+	// below: 8^20 descriptors once the aliases are expanded, and no
+	// duplicates.
+	var b strings.Builder
+	b.WriteString("domain: d\nx:\n  - &l0 {key: k}\n")
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&b, "  - &l%d {key: k, descriptors: [", i)
+		for _, k := range "abcdefgh" {
+			fmt.Fprintf(&b, "{key: %c, descriptors: [*l%d]}, ", k, i-1)
+		}
+		b.WriteString("]}\n")
+	}
+	b.WriteString("descriptors: [*l20]\n")
+	start := time.Now()
+	_, err := Parse("t.yaml", []byte(b.String()))
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 2 || errs[0].Field != "x" ||
+		errs[1].Problem != fmt.Sprintf("more than %d descriptors (aliases expanded); stopped here", maxDescriptors) {
+		t.Errorf("alias expansion: got\n%v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("alias expansion took %v", d)
+	}
+
+	// 1200 descriptors without a key: 1000 problems, then a count.
+	b.Reset()
+	b.WriteString("domain: d\ndescriptors:\n")
+	for range 1200 {
+		b.WriteString("  - {value: v}\n")
+	}
+	_, err = Parse("t.yaml", []byte(b.String()))
+	if !errors.As(err, &errs) || len(errs) != 1001 || errs[999].Line != 1002 ||
+		errs[1000].Error() != "t.yaml: 200 more problems not listed" {
+		t.Errorf("many problems: got %d, last %v", len(errs), errs[len(errs)-1])
 	}
 }
