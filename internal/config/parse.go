@@ -168,12 +168,19 @@ func parseDomain(file string, data []byte) (*Domain, Errors) {
 	if len(p.errs) > 0 {
 		slices.SortStableFunc(p.errs, func(a, b *FieldError) int { return a.Line - b.Line })
 		if p.dropped > 0 {
-			p.errs = append(p.errs, &FieldError{File: file, Problem: fmt.Sprintf("%d more problems not listed", p.dropped)})
+			more := fmt.Sprintf("%d more problems not listed", p.dropped)
+			if p.dropped == 1 {
+				more = "1 more problem not listed"
+			}
+			p.errs = append(p.errs, &FieldError{File: file, Problem: more})
 		}
 		return nil, p.errs
 	}
 	return d, nil
 }
+
+// problems returns how many problems have been found so far, listed or not.
+func (p *parser) problems() int { return len(p.errs) + p.dropped }
 
 // errorf reports a problem with the field at path, whose YAML is n (or, for
 // a missing field, the mapping that lacks it).
@@ -391,7 +398,7 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	if m == nil {
 		return nil
 	}
-	nerrs := len(p.errs)
+	nerrs := p.problems()
 	l := &Limit{}
 	if v := m["name"]; v != nil {
 		l.Name, _ = p.str(v, join(path, "name"))
@@ -427,7 +434,7 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 				p.errorf(v, join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
 			}
 		}
-		if len(p.errs) > nerrs {
+		if p.problems() > nerrs {
 			return nil
 		}
 		l.Key = unlimitedKey
@@ -482,7 +489,7 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 			}
 		}
 	}
-	if len(p.errs) > nerrs {
+	if p.problems() > nerrs {
 		return nil
 	}
 

@@ -431,6 +431,18 @@ func TestBounds(t *testing.T) {
 		t.Errorf("alias expansion took %v", d)
 	}
 
+	// Problems beyond the first 1000 are counted, and still make their limit
+	// invalid (a limit with an unknown unit must not reach the arithmetic).
+	b.Reset()
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range 1001 {
+		fmt.Fprintf(&b, "  - {key: k%d, rate_limit: {unit: secnd, requests_per_unit: 1}}\n", i)
+	}
+	_, err = Parse("t.yaml", []byte(b.String()))
+	if !errors.As(err, &errs) || len(errs) != 1001 || errs[1000].Error() != "t.yaml: 1 more problem not listed" {
+		t.Errorf("problems beyond the listed: got %d, last %v", len(errs), errs[len(errs)-1])
+	}
+
 	// 1200 descriptors without a key: 1000 problems, then a count.
 	b.Reset()
 	b.WriteString("domain: d\ndescriptors:\n")
