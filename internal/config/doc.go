@@ -120,8 +120,9 @@
 // These are deliberate. Most reject a file that upstream reads without
 // complaint but probably not as its author meant.
 //
-//   - requests_per_unit: 0 is an error; upstream denies every request with
-//     it. Missing requests_per_unit (upstream: 0) is an error too.
+//   - requests_per_unit: 0 denies every request, as upstream; it is
+//     reported as over capacity (no wait admits it). Missing
+//     requests_per_unit (upstream: 0, the same) is an error: write the 0.
 //   - Unknown fields are errors where they stand; upstream accepts a known
 //     field name at any level (unit directly under a descriptor) and ignores
 //     it. An empty rate_limit: is an error; upstream reads it as no limit.

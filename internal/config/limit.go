@@ -80,6 +80,10 @@ func limitKey(prefix string, r *algorithms.Limit) string {
 // unlimitedKey is the Key of every unlimited limit: they keep no bucket.
 const unlimitedKey = "unlimited"
 
+// denyAllKey is the Key of every requests_per_unit: 0 limit: they keep no
+// bucket either.
+const denyAllKey = "deny-all"
+
 // inlineKeyPrefix starts the Key of every inline limit and of no policy
 // limit, so that an inline limit never shares a bucket with a policy limit
 // of the same arithmetic.

@@ -453,7 +453,7 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	case v == nil || isNull(v):
 		p.errorf(y, join(path, "requests_per_unit"), "missing: how many requests each unit admits")
 	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0":
-		p.errorf(v, join(path, "requests_per_unit"), "0 is not a limit ratelimitd supports (want at least 1; envoyproxy/ratelimit reads 0 as deny every request)")
+		l.DenyAll = true
 	default:
 		requests, _ = p.integer(v, join(path, "requests_per_unit"), 1, algorithms.MaxRequests)
 	}
@@ -489,8 +489,15 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 			}
 		}
 	}
+	if l.DenyAll && (m["burst"] != nil || m["algorithm"] != nil) {
+		p.errorf(y, join(path, "requests_per_unit"), "0 denies every request; algorithm and burst do not apply")
+	}
 	if p.problems() > nerrs {
 		return nil
+	}
+	if l.DenyAll {
+		l.Key = denyAllKey
+		return l
 	}
 
 	unit := l.Unit.Duration()

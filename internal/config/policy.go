@@ -53,10 +53,14 @@ type Limit struct {
 	Name string
 	// Unlimited: the limit always admits and keeps no bucket.
 	Unlimited bool
+	// DenyAll: requests_per_unit is 0, which envoyproxy/ratelimit reads as
+	// "deny every request". Every charge is over capacity (no wait admits
+	// it), a peek reports 0 remaining; the limit keeps no bucket.
+	DenyAll bool
 	// Replaces names other limits that this one replaces when both match
 	// the same request.
 	Replaces []string
-	// Rate is the decision arithmetic. Zero when Unlimited.
+	// Rate is the decision arithmetic. Zero when Unlimited or DenyAll.
 	Rate algorithms.Limit
 	// Unit and UnitMultiplier are the period as the policy wrote it:
 	// Period = UnitMultiplier × Unit's length. An inline limit given as a

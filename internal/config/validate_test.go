@@ -86,7 +86,7 @@ func TestValidation(t *testing.T) {
 		{"unit unknown in envoy's enum", head + "      unit: unknown\n      requests_per_unit: 1\n", []problem{{5, "descriptors[0].rate_limit.unit", "unknown unit"}}},
 
 		// requests_per_unit.
-		{"requests 0", head + "      unit: second\n      requests_per_unit: 0\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "0 is not a limit"}}},
+		{"requests 0 with an algorithm", head + "      unit: second\n      requests_per_unit: 0\n      algorithm: token_bucket\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; algorithm and burst do not apply"}}},
 		{"requests negative", head + "      unit: second\n      requests_per_unit: -5\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "negative: -5"}}},
 		{"requests fractional", head + "      unit: second\n      requests_per_unit: 1.5\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "want a whole number; got 1.5"}}},
 		{"requests quoted", head + "      unit: second\n      requests_per_unit: '10'\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", `want a whole number; got "10"`}}},
@@ -172,7 +172,7 @@ descriptors:
   - key: a
     rate_limit: {unit: secnd, requests_per_unit: 1}
   - key: b
-    rate_limit: {unit: second, requests_per_unit: 0}
+    rate_limit: {unit: second, requests_per_unit: -1}
   - value: orphan
   - key: a
     descriptors:
@@ -180,7 +180,7 @@ descriptors:
         rate_limit: {unlimited: true, burst: 3, replaces: [{name: ghost}]}
 `, []problem{
 			{4, "descriptors[0].rate_limit.unit", "unknown unit"},
-			{6, "descriptors[1].rate_limit.requests_per_unit", "0 is not a limit"},
+			{6, "descriptors[1].rate_limit.requests_per_unit", "negative: -1"},
 			{7, "descriptors[2].key", "missing"},
 			{8, "descriptors[3]", `a second descriptor with key "a"`},
 			{11, "descriptors[3].descriptors[0].rate_limit.burst", "not allowed with unlimited"},

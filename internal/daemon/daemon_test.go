@@ -223,6 +223,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, name: shadowed}
   - key: free
     rate_limit: {unlimited: true, name: free}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0, name: blocked}
   - key: api
     rate_limits:
       - {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 5, name: burst}
@@ -317,6 +319,25 @@ func TestSeveralLimitsOnOneDescriptor(t *testing.T) {
 	want := time.Minute - 1300*time.Millisecond
 	if s := r.Statuses[0]; s.Code != rl.Code_CODE_OVER_LIMIT || s.Rule.GetName() != "sustained" || r.RetryAfter.AsDuration() != want {
 		t.Fatalf("want denied by sustained with retry %v, got %v", want, r)
+	}
+}
+
+// TestDenyAll: requests_per_unit 0 denies every request for good, as
+// envoyproxy/ratelimit reads it, and charges nothing elsewhere.
+func TestDenyAll(t *testing.T) {
+	h := start(t, tiersPolicy)
+	r := h.call(t, req("tiers", desc("wide", "k"), desc("blocked", "x")))
+	if r.OverallCode != rl.Code_CODE_OVER_LIMIT || r.RetryAfter != nil {
+		t.Fatalf("want OVER_LIMIT without retry_after: %v", r)
+	}
+	if s := r.Statuses[1]; s.Code != rl.Code_CODE_OVER_CAPACITY || s.Rule.GetName() != "blocked" {
+		t.Fatalf("blocked status: %v", s)
+	}
+	if s := r.Statuses[0]; s.Code != rl.Code_CODE_OK || s.Remaining != 10 {
+		t.Fatalf("wide should be reported uncharged (10 remaining): %v", s)
+	}
+	if s := h.call(t, req("tiers", peek(desc("blocked", "x")))).Statuses[0]; s.Code != rl.Code_CODE_OK || s.Remaining != 0 {
+		t.Fatalf("peek at a deny-all rule: %v", s)
 	}
 }
 

@@ -106,7 +106,9 @@ type work struct {
 type use struct {
 	descriptor int
 	limit      *config.Limit
-	charge     int // index in charges; -1 when nothing is charged
+	cost       int64
+	replaced   bool // another matched limit replaces this one
+	charge     int  // index in charges; -1 when nothing is charged
 }
 
 var workPool = sync.Pool{New: func() any { return new(work) }}
@@ -158,23 +160,33 @@ func (w *work) plan(p *config.Policy, req *Request) error {
 		}
 	}
 
+	denied := false
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
 		shadow := w.rules[i] != nil && w.rules[i].ShadowMode
 		for _, l := range w.limits[i] {
-			u := use{descriptor: i, limit: l, charge: -1}
-			if !l.Unlimited && !(l.Name != "" && w.replaced[l.Name]) {
+			u := use{descriptor: i, limit: l, cost: cost, charge: -1}
+			u.replaced = l.Name != "" && w.replaced[l.Name]
+			if !u.replaced && l.DenyAll && cost > 0 && !shadow {
+				denied = true
+			}
+			if !u.replaced && !l.Unlimited && !l.DenyAll {
 				u.charge = w.charge(req.Domain, d.Entries, l, cost, shadow)
 			}
 			w.uses = append(w.uses, u)
 		}
 	}
-	// Keys are final only now: appending may have moved w.keys.
+	// Keys are final only now: appending may have moved w.keys. A request
+	// that a deny-all limit denies outright charges nothing: its other
+	// buckets are only peeked, for their statuses.
 	start := 0
 	for i := range w.charges {
 		w.charges[i].Key = w.keys[start:w.keyEnds[i]]
 		start = w.keyEnds[i]
+		if denied {
+			w.charges[i].Cost = 0
+		}
 	}
 	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
 	return nil
@@ -256,10 +268,14 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 		st := &resp.Statuses[u.descriptor]
 		var d algorithms.Decision
 		switch {
+		case u.replaced:
+			continue
 		case u.limit.Unlimited:
 			d = algorithms.Decision{Remaining: UnlimitedRemaining}
-		case u.charge < 0: // replaced
-			continue
+		case u.limit.DenyAll:
+			if u.cost > 0 {
+				d.Code = algorithms.OverCapacity
+			}
 		default:
 			d = w.decisions[u.charge]
 			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {

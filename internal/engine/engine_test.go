@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+)
+
+const t0 = int64(1_700_000_040) * int64(time.Second)
+
+func newEngine(t *testing.T, policy string, opts ...Option) *Engine {
+	t.Helper()
+	p, err := config.Parse("test.yaml", []byte(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(p, memory.New(clock.NewFake(t0)), opts...)
+}
+
+func decide(t *testing.T, e *Engine, req *Request) *Response {
+	t.Helper()
+	var resp Response
+	if err := e.ShouldRateLimit(context.Background(), req, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return &resp
+}
+
+func entries(kv ...string) []config.Entry {
+	var es []config.Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		es = append(es, config.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return es
+}
+
+func TestRetryJitterIsAddedWithinItsBound(t *testing.T) {
+	const policy = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1, retry_jitter: 250ms}
+`
+	var asked []time.Duration
+	e := newEngine(t, policy, WithJitter(func(max time.Duration) time.Duration {
+		asked = append(asked, max)
+		return max / 5
+	}))
+	req := &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k", "v")}}}
+	if r := decide(t, e, req); r.Code != algorithms.Allowed {
+		t.Fatalf("first call: %+v", r)
+	}
+	r := decide(t, e, req)
+	if r.Code != algorithms.Denied || r.RetryAfter != time.Second+50*time.Millisecond {
+		t.Fatalf("want denied with retry 1s + 50ms of jitter, got %v %v", r.Code, r.RetryAfter)
+	}
+	if len(asked) != 1 || asked[0] != 250*time.Millisecond {
+		t.Fatalf("jitter asked for %v, want once with the rule's 250ms", asked)
+	}
+
+	// The default source stays within [0, jitter].
+	e = newEngine(t, policy)
+	decide(t, e, req)
+	for range 100 {
+		r := decide(t, e, req)
+		if r.RetryAfter < time.Second || r.RetryAfter > time.Second+250*time.Millisecond {
+			t.Fatalf("retry_after %v outside [1s, 1.25s]", r.RetryAfter)
+		}
+	}
+}
+
+// TestSameBucketTwice: two descriptors naming one bucket are one charge of
+// their summed cost, decided together.
+func TestSameBucketTwice(t *testing.T) {
+	e := newEngine(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`)
+	two := &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k", "v")}, {Entries: entries("k", "v")}}}
+	r := decide(t, e, two)
+	if r.Code != algorithms.Allowed || r.Statuses[0].Remaining != 1 || r.Statuses[1].Remaining != 1 {
+		t.Fatalf("first pair: %+v", r)
+	}
+	r = decide(t, e, two)
+	if r.Code != algorithms.Denied || r.Statuses[0].Remaining != 1 {
+		t.Fatalf("second pair needs 2 of the 1 left: %+v", r)
+	}
+}
