@@ -30,6 +30,7 @@ type Engine struct {
 	store  store.Store
 	bounds Bounds
 	jitter func(max time.Duration) time.Duration
+	shadow bool // WithShadowMode
 }
 
 // Option configures an Engine.
@@ -43,6 +44,14 @@ func WithBounds(b Bounds) Option { return func(e *Engine) { e.bounds = b } }
 func WithJitter(f func(max time.Duration) time.Duration) Option {
 	return func(e *Engine) { e.jitter = f }
 }
+
+// WithShadowMode sets global shadow mode (off by default), as
+// envoyproxy/ratelimit's SHADOW_MODE: every limit is charged as a
+// shadow_mode rule's is — a bucket that admits its charge is charged, one
+// that denies it is not — and a request that would have been denied is
+// admitted: Response.Code is Allowed and Response.Shadowed is true. Statuses
+// are unchanged: each still says what its limit decided.
+func WithShadowMode(on bool) Option { return func(e *Engine) { e.shadow = on } }
 
 // New returns an engine deciding with policy p and keeping buckets in s.
 func New(p *config.Policy, s store.Store, opts ...Option) *Engine {
@@ -77,7 +86,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	w := workPool.Get().(*work)
 	defer w.release()
 
-	if err := w.plan(e.policy.Load(), req); err != nil {
+	if err := w.plan(e.policy.Load(), req, e.shadow); err != nil {
 		return err
 	}
 	if len(w.charges) > 0 {
@@ -129,8 +138,9 @@ func (w *work) release() {
 	workPool.Put(w)
 }
 
-// plan matches every descriptor and lists the buckets to charge.
-func (w *work) plan(p *config.Policy, req *Request) error {
+// plan matches every descriptor and lists the buckets to charge; with
+// shadowAll, every charge is a shadow charge (global shadow mode).
+func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 	dom := p.Domain(req.Domain)
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -142,7 +152,9 @@ func (w *work) plan(p *config.Policy, req *Request) error {
 			if err != nil {
 				return invalid(fmt.Sprintf("descriptors[%d].limit", i), "%v", err)
 			}
-			limits = []*config.Limit{l}
+			if dom != nil || !req.InlineNeedsDomain {
+				limits = []*config.Limit{l}
+			}
 		case dom != nil:
 			if rule = dom.Match(d.Entries); rule != nil {
 				limits = rule.Limits
@@ -164,7 +176,7 @@ func (w *work) plan(p *config.Policy, req *Request) error {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
-		shadow := w.rules[i] != nil && w.rules[i].ShadowMode
+		shadow := shadowAll || w.rules[i] != nil && w.rules[i].ShadowMode
 		for _, l := range w.limits[i] {
 			u := use{descriptor: i, limit: l, cost: cost, charge: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
@@ -255,7 +267,7 @@ func appendPart(b []byte, s string) []byte {
 
 // respond builds resp from the decisions.
 func (e *Engine) respond(w *work, req *Request, resp *Response) {
-	resp.Code, resp.RetryAfter, resp.Never = algorithms.Allowed, 0, false
+	resp.Code, resp.RetryAfter, resp.Never, resp.Shadowed = algorithms.Allowed, 0, false, false
 	resp.Statuses = resp.Statuses[:0]
 	for i := range req.Descriptors {
 		resp.Statuses = append(resp.Statuses, Status{
@@ -301,6 +313,9 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 	}
 	if resp.Never {
 		resp.RetryAfter = 0
+	}
+	if e.shadow && resp.Code != algorithms.Allowed {
+		resp.Code, resp.RetryAfter, resp.Never, resp.Shadowed = algorithms.Allowed, 0, false, true
 	}
 }
 

@@ -18,6 +18,12 @@ type Request struct {
 	// Hits is the cost charged to each descriptor without Hits of its own;
 	// 0 means 1.
 	Hits uint64
+	// InlineNeedsDomain: a descriptor's Limit applies only when the policy
+	// has Domain. In an unknown domain such a descriptor is unmatched, as
+	// every other descriptor there is (Envoy's rate limit service honours a
+	// descriptor's limit override only in a domain it knows). The Limit is
+	// validated either way.
+	InlineNeedsDomain bool
 }
 
 // Descriptor is one hierarchy of entries, most general first.
@@ -53,6 +59,11 @@ type Response struct {
 	// Never: a non-shadow descriptor is OverCapacity; no wait admits this
 	// request.
 	Never bool
+	// Shadowed: the engine is in global shadow mode (WithShadowMode) and
+	// admitted a request that it would otherwise have denied. Code is then
+	// Allowed, RetryAfter 0 and Never false; the statuses still show which
+	// descriptors would have denied it.
+	Shadowed bool
 	// Statuses holds one status per descriptor, in request order.
 	Statuses []Status
 }
@@ -82,6 +93,29 @@ type Status struct {
 	Delay time.Duration
 	// Shadow: the rule is in shadow mode and never denies the request.
 	Shadow bool
+}
+
+// MostRestrictive returns the index of the status whose limit binds this
+// request hardest, or -1 when no status has a limit that binds at all.
+//
+// Only statuses whose Limit is set, is not unlimited and is not a shadow
+// rule's compete (unmatched and fully replaced descriptors have no Limit).
+// Among them the order is the one that picks a status's deciding limit:
+// over capacity before denied before admitted; among denials the longest
+// RetryAfter, among admissions the fewest Remaining. On a tie the first in
+// request order wins.
+func (r *Response) MostRestrictive() int {
+	best := -1
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		if st.Limit == nil || st.Limit.Unlimited || st.Shadow {
+			continue
+		}
+		if best < 0 || decides(algorithms.Decision{Code: st.Code, Remaining: st.Remaining, RetryAfter: st.RetryAfter}, &r.Statuses[best]) {
+			best = i
+		}
+	}
+	return best
 }
 
 // UnlimitedRemaining is the Remaining reported for an unlimited limit: the
