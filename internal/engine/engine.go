@@ -30,7 +30,8 @@ type Engine struct {
 	store  store.Store
 	bounds Bounds
 	jitter func(max time.Duration) time.Duration
-	shadow bool // WithShadowMode
+	shadow bool     // WithShadowMode
+	seen   Observer // WithObserver; nil for none
 }
 
 // Option configures an Engine.
@@ -52,6 +53,23 @@ func WithJitter(f func(max time.Duration) time.Duration) Option {
 // admitted: Response.Code is Allowed and Response.Shadowed is true. Statuses
 // are unchanged: each still says what its limit decided.
 func WithShadowMode(on bool) Option { return func(e *Engine) { e.shadow = on } }
+
+// Observer is told about each request the engine decides. It is called
+// once per call of ShouldRateLimit that returns nil, after resp is
+// complete and before ShouldRateLimit returns, on the caller's goroutine:
+// it adds to every decision's latency, so it should be quick, and it must
+// not modify req or resp nor keep them, or anything they point to except
+// the policy's *config.Rule and *config.Limit values, after it returns.
+// took is the real time the decision took, from the start of
+// ShouldRateLimit to the end of building resp (validation, matching, the
+// store and the response); it is measured only when an Observer is set.
+// Requests rejected as invalid and store failures are not observed.
+type Observer func(req *Request, resp *Response, took time.Duration)
+
+// WithObserver sets the engine's observer (none by default), the hook that
+// metrics use so that they count what the engine decided rather than
+// decide anything again.
+func WithObserver(o Observer) Option { return func(e *Engine) { e.seen = o } }
 
 // New returns an engine deciding with policy p and keeping buckets in s.
 func New(p *config.Policy, s store.Store, opts ...Option) *Engine {
@@ -80,6 +98,10 @@ func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 // request, or the store's error if the store failed (then nothing is known
 // to have been charged).
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Response) error {
+	var start time.Time
+	if e.seen != nil {
+		start = time.Now()
+	}
 	if err := e.bounds.validate(req); err != nil {
 		return err
 	}
@@ -95,6 +117,9 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 		}
 	}
 	e.respond(w, req, resp)
+	if e.seen != nil {
+		e.seen(req, resp, time.Since(start))
+	}
 	return nil
 }
 
@@ -271,6 +296,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 	resp.Statuses = resp.Statuses[:0]
 	for i := range req.Descriptors {
 		resp.Statuses = append(resp.Statuses, Status{
+			Cost:    costOf(req, &req.Descriptors[i]),
 			Matched: w.limits[i] != nil,
 			Rule:    w.rules[i],
 			Shadow:  w.rules[i] != nil && w.rules[i].ShadowMode,

@@ -93,6 +93,13 @@ type Status struct {
 	Delay time.Duration
 	// Shadow: the rule is in shadow mode and never denies the request.
 	Shadow bool
+	// Cost is the descriptor's cost: its own Hits when set, else the
+	// request's Hits, where 0 means 1 (0 only for a peek). When the
+	// response's Code is Allowed, each of the descriptor's buckets that
+	// admitted it was charged Cost; otherwise nothing was charged and Cost
+	// is what it asked for. It is set for unmatched descriptors too.
+	// Metrics count hits with it, as Envoy's service does.
+	Cost int64
 }
 
 // MostRestrictive returns the index of the status whose limit binds this
