@@ -1,0 +1,298 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+// DefaultTimeout is the per-call deadline when WithTimeout is not given.
+const DefaultTimeout = 100 * time.Millisecond
+
+// DefaultFailClosedRetryAfter is the RetryAfter of a fail-closed denial when
+// WithFailClosed is given 0 or less.
+const DefaultFailClosedRetryAfter = time.Second
+
+// Client asks a ratelimitd service whether requests may go through. It is
+// safe for concurrent use; make one per service address and share it.
+type Client struct {
+	conn    *grpc.ClientConn
+	service ratelimitv1.RateLimitServiceClient
+
+	timeout    time.Duration
+	failClosed bool
+	closedWait time.Duration
+	onFailure  func(error, Decision)
+	logger     *slog.Logger
+	clock      Clock
+	local      *localDeny
+	dialOpts   []grpc.DialOption
+
+	failures atomic.Int64 // consecutive failures, for the state-change log
+}
+
+// An Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout sets the deadline of each call to the service (default
+// DefaultTimeout). A call that takes longer is abandoned and decided by the
+// failure policy. A caller's context with an earlier deadline still ends
+// the call first, and that is the caller's error, not a failure.
+// d <= 0 leaves the default.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// WithFailOpen admits requests the service could not decide. It is the
+// default.
+func WithFailOpen() Option {
+	return func(c *Client) { c.failClosed = false }
+}
+
+// WithFailClosed denies requests the service could not decide, with
+// retryAfter as their RetryAfter (DefaultFailClosedRetryAfter when
+// retryAfter <= 0).
+func WithFailClosed(retryAfter time.Duration) Option {
+	return func(c *Client) {
+		if retryAfter <= 0 {
+			retryAfter = DefaultFailClosedRetryAfter
+		}
+		c.failClosed, c.closedWait = true, retryAfter
+	}
+}
+
+// WithFailureHook calls hook for every request the service could not
+// decide, with the error and the decision the failure policy made, before
+// Check returns. Count them in a metric here. hook must be safe for
+// concurrent use and quick: it runs on the request's path.
+func WithFailureHook(hook func(err error, d Decision)) Option {
+	return func(c *Client) { c.onFailure = hook }
+}
+
+// WithLogger sets where the client logs (default slog.Default()). It logs
+// state changes only, never once per request: a warning at the first
+// failure after a success, with the error and the failure policy, and a
+// notice when the service answers again, with the number of failures.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *Client) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithLocalDeny turns on the local short-circuit, remembering at most
+// maxKeys denied descriptors (maxKeys <= 0 turns it off, the default).
+//
+// When the service denies a descriptor with a retry_after R, a request that
+// names the same descriptor (same domain, entries and inline limit) at the
+// same cost or more is denied locally, without a call, until R has passed
+// on the client's Clock, counted from when the denied call was sent. Such a
+// decision has Source SourceLocal, RetryAfter what is left of R, and the
+// same Policy. Peeks (WithHits(0)) and smaller costs are always asked.
+// Shadow-mode denials are not remembered. A policy change that raises a
+// limit reaches a remembered descriptor only once its R has passed.
+//
+// When maxKeys descriptors are remembered, recording one more first drops
+// the expired ones, then the one that expires first. Memory is a few dozen
+// bytes per key plus the key's entries.
+func WithLocalDeny(maxKeys int) Option {
+	return func(c *Client) {
+		c.local = nil
+		if maxKeys > 0 {
+			c.local = newLocalDeny(maxKeys)
+		}
+	}
+}
+
+// WithClock sets the client's Clock (default the system clock): tests pass
+// a fake one.
+func WithClock(clk Clock) Option {
+	return func(c *Client) {
+		if clk != nil {
+			c.clock = clk
+		}
+	}
+}
+
+// WithDialOptions adds gRPC dial options, after the client's own (plain
+// text transport credentials): a grpc.WithTransportCredentials here
+// replaces them, interceptors add to them.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *Client) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// New returns a Client of the ratelimitd service at target, in gRPC's
+// naming syntax ("127.0.0.1:8081", "dns:///ratelimitd.internal:8081"). It
+// does not connect: the connection is made on the first call and remade
+// when lost, so New fails only for a malformed target or options.
+func New(target string, opts ...Option) (*Client, error) {
+	c := &Client{
+		timeout: DefaultTimeout,
+		logger:  slog.Default(),
+		clock:   realClock{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.dialOpts...)
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit client for %q: %w", target, err)
+	}
+	c.conn = conn
+	c.service = ratelimitv1.NewRateLimitServiceClient(conn)
+	return c, nil
+}
+
+// Close closes the connection. Calls after Close fail and are decided by
+// the failure policy.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Clock returns the client's Clock, for code that waits on its decisions
+// (a Decision's Delay) on the same time.
+func (c *Client) Clock() Clock { return c.clock }
+
+// Check asks whether a request named by domain and descriptors may go
+// through, and charges it when it may: all descriptors or, when any
+// denies, none. Each descriptor costs 1 unless given WithHits.
+//
+// Check returns an error only when ctx ends before a decision (the
+// caller's deadline or cancellation: the caller is gone, so no failure
+// policy applies). Everything else yields a Decision:
+//
+//   - the service's answer (SourceService);
+//   - a local denial (SourceLocal), when WithLocalDeny is on and a
+//     descriptor is still denied from an earlier answer;
+//   - when the service cannot decide — unreachable, slower than the
+//     timeout, or answering with an error (an invalid request included) —
+//     the failure policy's: allowed (SourceFailOpen, the default) or denied
+//     for the fail-closed wait (SourceFailClosed), with the cause in Err.
+//     Such a decision is reported to the failure hook and, at the change
+//     from working to failing, to the log.
+func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	sent := c.clock.Now()
+	if c.local != nil {
+		if wait, policy, ok := c.local.check(sent, domain, descriptors); ok {
+			return Decision{Source: SourceLocal, RetryAfter: wait, Policy: policy}, nil
+		}
+	}
+	req := &ratelimitv1.ShouldRateLimitRequest{
+		Domain:      domain,
+		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
+	}
+	for i, d := range descriptors {
+		req.Descriptors[i] = d.proto()
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	resp, err := c.service.ShouldRateLimit(callCtx, req)
+	cancel()
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return Decision{}, ctxErr
+		}
+		return c.fail(err), nil
+	}
+	c.recovered()
+	d := decide(resp, descriptors)
+	if !d.Allowed && c.local != nil {
+		c.local.remember(sent, domain, descriptors, resp)
+	}
+	return d, nil
+}
+
+// decide reads the service's answer.
+func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision {
+	d := Decision{
+		Allowed:  resp.GetOverallCode() != ratelimitv1.Code_CODE_OVER_LIMIT,
+		Source:   SourceService,
+		Response: resp,
+	}
+	if d.Allowed {
+		for _, st := range resp.GetStatuses() {
+			d.Delay = max(d.Delay, st.GetDelay().AsDuration())
+		}
+		return d
+	}
+	d.RetryAfter = resp.GetRetryAfter().AsDuration()
+	// The policy that decided: a descriptor over capacity, else the denier
+	// with the longest retry_after, the first of equals.
+	var best *ratelimitv1.DescriptorStatus
+	bestAt := -1
+	for i, st := range resp.GetStatuses() {
+		if st.GetShadow() {
+			continue
+		}
+		switch st.GetCode() {
+		case ratelimitv1.Code_CODE_OVER_CAPACITY:
+			if !d.Never {
+				d.Never, best, bestAt = true, st, i
+			}
+		case ratelimitv1.Code_CODE_OVER_LIMIT:
+			if !d.Never && (best == nil || st.GetRetryAfter().AsDuration() > best.GetRetryAfter().AsDuration()) {
+				best, bestAt = st, i
+			}
+		}
+	}
+	if d.Never {
+		d.RetryAfter = 0
+	}
+	if best != nil {
+		var desc Descriptor
+		if bestAt < len(ds) {
+			desc = ds[bestAt]
+		}
+		d.Policy = policyName(best, desc)
+	}
+	return d
+}
+
+// policyName is the name of the rule that decided st, or the descriptor's
+// entries when the rule has none.
+func policyName(st *ratelimitv1.DescriptorStatus, d Descriptor) string {
+	if name := st.GetRule().GetName(); name != "" {
+		return name
+	}
+	return d.String()
+}
+
+// fail applies the failure policy to err and reports it.
+func (c *Client) fail(err error) Decision {
+	d := Decision{Allowed: true, Source: SourceFailOpen, Err: err}
+	if c.failClosed {
+		d = Decision{Source: SourceFailClosed, RetryAfter: c.closedWait, Err: err}
+	}
+	if c.failures.Add(1) == 1 {
+		c.logger.Warn("ratelimit: service cannot decide; applying the failure policy",
+			"policy", d.Source.String(), "code", status.Code(err).String(), "error", err)
+	}
+	if c.onFailure != nil {
+		c.onFailure(err, d)
+	}
+	return d
+}
+
+// recovered notes an answer, logging the end of a run of failures.
+func (c *Client) recovered() {
+	if c.failures.Load() == 0 {
+		return
+	}
+	if n := c.failures.Swap(0); n > 0 {
+		c.logger.Info("ratelimit: service answering again", "failures", n)
+	}
+}

@@ -1,0 +1,117 @@
+package client
+
+import (
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+// Descriptor names one thing to charge: entries (key/value pairs) most
+// general first, as [path=/orders, user=alice], and optionally its own cost
+// and an inline limit. Build one with NewDescriptor and its With methods:
+//
+//	client.NewDescriptor("path", "/orders").With("user", "alice")
+//
+// A Descriptor is a value: each With method returns a new one and leaves
+// the receiver unchanged, so a common prefix can be shared safely. The zero
+// Descriptor has no entries; the service rejects it (InvalidArgument).
+type Descriptor struct {
+	entries []entry
+	hits    uint32
+	hasHits bool
+	limit   *Limit
+}
+
+type entry struct{ key, value string }
+
+// NewDescriptor returns a descriptor of one entry. The key must not be
+// empty; the value may be.
+func NewDescriptor(key, value string) Descriptor {
+	return Descriptor{entries: []entry{{key, value}}}
+}
+
+// With returns d with one more entry, one level deeper.
+func (d Descriptor) With(key, value string) Descriptor {
+	// The full slice expression makes append copy: descriptors built from
+	// the same prefix never share a backing array.
+	d.entries = append(d.entries[:len(d.entries):len(d.entries)], entry{key, value})
+	return d
+}
+
+// WithHits returns d with its own cost, overriding the default of 1.
+// WithHits(0) is a peek: the service reports the bucket and charges
+// nothing, and the local short-circuit never denies it.
+func (d Descriptor) WithHits(n uint32) Descriptor {
+	d.hits, d.hasHits = n, true
+	return d
+}
+
+// WithLimit returns d decided by l instead of the service's policy, in any
+// domain: for callers without a policy file.
+func (d Descriptor) WithLimit(l Limit) Descriptor {
+	d.limit = &l
+	return d
+}
+
+// String returns the entries as "key=value, key=value".
+func (d Descriptor) String() string {
+	var b strings.Builder
+	for i, e := range d.entries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e.key)
+		b.WriteByte('=')
+		b.WriteString(e.value)
+	}
+	return b.String()
+}
+
+// cost is the number of hits the descriptor charges.
+func (d Descriptor) cost() uint32 {
+	if d.hasHits {
+		return d.hits
+	}
+	return 1
+}
+
+func (d Descriptor) proto() *ratelimitv1.Descriptor {
+	out := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.entries))}
+	for i, e := range d.entries {
+		out.Entries[i] = &ratelimitv1.Entry{Key: e.key, Value: e.value}
+	}
+	if d.hasHits {
+		h := d.hits
+		out.Hits = &h
+	}
+	if l := d.limit; l != nil {
+		out.Limit = &ratelimitv1.Limit{
+			Algorithm: l.Algorithm,
+			Requests:  l.Requests,
+			Period:    durationpb.New(l.Period),
+			Burst:     l.Burst,
+			Name:      l.Name,
+		}
+	}
+	return out
+}
+
+// Limit is an inline limit: Requests per Period, decided by Algorithm, for
+// a descriptor that the service's policy does not cover. The service
+// validates it (InvalidArgument when malformed).
+type Limit struct {
+	// Algorithm; unset means fixed window.
+	Algorithm ratelimitv1.Algorithm
+	// Requests admitted per Period; at least 1.
+	Requests uint32
+	// Period; positive.
+	Period time.Duration
+	// Burst is the capacity of the bucket algorithms (0: Requests); it must
+	// be 0 for the window algorithms.
+	Burst uint32
+	// Name is reported back as the policy that decided.
+	Name string
+}

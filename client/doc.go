@@ -1,0 +1,40 @@
+// Package client asks a ratelimitd service, over gRPC, whether requests may
+// go through. Its subpackages put it in front of handlers: httplimit is
+// net/http middleware, grpclimit holds gRPC server interceptors.
+//
+// A request is named by a domain and descriptors, each a list of entries
+// from the most general to the most specific:
+//
+//	c, err := client.New("127.0.0.1:8081")
+//	...
+//	orders := client.NewDescriptor("path", "/orders")
+//	d, err := c.Check(ctx, "default",
+//		client.NewDescriptor("generic_key", "global"),
+//		orders,
+//		orders.With("user", "alice"))
+//	if err != nil {
+//		return err // ctx ended before a decision
+//	}
+//	if !d.Allowed {
+//		return fmt.Errorf("%v", d) // throttled by policy 'per-user-per-endpoint'; retry after 100 ms
+//	}
+//
+// The service charges every descriptor or, when any denies, none.
+//
+// # When the service cannot decide
+//
+// Each call has a deadline (WithTimeout). A service that is unreachable,
+// slower than that, or answering with an error does not fail the request:
+// the failure policy decides it — admitted by default (fail open), denied
+// with WithFailClosed — and the Decision says so in its Source and Err. Such
+// decisions are never silent: each is passed to the WithFailureHook hook
+// (count them there), and the log says when the service stops and starts
+// answering.
+//
+// # Local short-circuit
+//
+// With WithLocalDeny, a descriptor the service denied with a retry time is
+// denied by the client itself, without a call, until that time has passed:
+// during a flood from one client most of its requests cost the service
+// nothing. It is off by default and bounded in size.
+package client
