@@ -62,3 +62,23 @@ func (d *Daemon) Stop() {
 	d.stopped = true
 	d.Shutdown(context.Background())
 }
+
+// SmallTiers is the default policy's three tiers with a small user tier
+// (2 at once, then one every 120ms: 500 a minute), and a queue: 10 a
+// second through a queue of 3, so admitted requests leave 100ms apart.
+const SmallTiers = `
+domain: default
+descriptors:
+  - key: generic_key
+    value: global
+    rate_limit: {name: global, algorithm: token_bucket, unit: minute, requests_per_unit: 6000, burst: 7000}
+  - key: path
+    rate_limit: {name: per-endpoint, algorithm: token_bucket, unit: minute, requests_per_unit: 3000, burst: 4000}
+    descriptors:
+      - key: user
+        rate_limit: {name: per-user-per-endpoint, algorithm: token_bucket, unit: minute, requests_per_unit: 500, burst: 2}
+  - key: queue
+    rate_limit: {name: smooth, algorithm: leaky_bucket_queue, unit: second, requests_per_unit: 10, burst: 3}
+  - key: export
+    rate_limit: {name: exports, algorithm: token_bucket, unit: hour, requests_per_unit: 2}
+`

@@ -1,0 +1,167 @@
+// Package httplimit is net/http middleware that asks ratelimitd about each
+// request before its handler runs.
+//
+//	c, _ := client.New("127.0.0.1:8081")
+//	mux := http.NewServeMux()
+//	mux.HandleFunc("GET /orders", listOrders)
+//	route := httplimit.Pattern(mux)
+//	user := httplimit.FirstOf(httplimit.Header("Authorization"), httplimit.ClientAddr())
+//	limit := httplimit.New(c, "default", httplimit.Tiers(
+//		httplimit.Global(),                     // [generic_key=global]
+//		httplimit.PerRoute(route),              // [path=GET /orders]
+//		httplimit.PerUserPerRoute(route, user), // [path=GET /orders, user=...]
+//	))
+//	http.ListenAndServe(addr, limit.Wrap(mux))
+//
+// What a client sees:
+//
+//   - Admitted: the handler's response, with RateLimit-Policy and RateLimit
+//     headers (below). A request admitted into a leaky_bucket_queue waits
+//     its delay first; if its context ends while waiting, the handler does
+//     not run and the answer is 503.
+//   - Denied: 429 Too Many Requests, the handler not run, with Retry-After
+//     in whole seconds rounded up (RFC 9110: "Retry-After: 1" for 120ms),
+//     the RateLimit headers, and a plain-text body naming the policy and
+//     the wait: "throttled by policy 'per-user-per-endpoint'; retry after
+//     120 ms". A request that costs more than a limit's capacity gets no
+//     Retry-After: no wait would admit it.
+//   - The service cannot decide: the client's failure policy. Fail open
+//     (the default): the handler runs, without RateLimit headers. Fail
+//     closed: 503 Service Unavailable with Retry-After and the body "rate
+//     limit service unavailable, failing closed; retry after 1 s" — a 503,
+//     not a 429, because the client did nothing wrong.
+//
+// The RateLimit headers follow the IETF httpapi draft "RateLimit header
+// fields for HTTP": for each descriptor whose rule matched (unlimited and
+// shadow-mode rules left out), RateLimit-Policy has `"name";q=R;w=P` (R
+// requests per period P, in whole seconds rounded up) and RateLimit has
+// `"name";r=N;t=S` (N requests left now, S whole seconds, rounded up, until
+// the bucket is back at rest). A rule without a name is named by its
+// descriptor's entries. A local denial (client.WithLocalDeny) has only
+// RateLimit, `"name";r=0;t=S` with S its Retry-After.
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/client"
+)
+
+// Middleware limits the requests of the handlers it wraps. Make one with
+// New; it is safe for concurrent use.
+type Middleware struct {
+	client   *client.Client
+	domain   string
+	describe DescribeFunc
+
+	tarpit  time.Duration
+	maxHeld int64
+	held    atomic.Int64
+}
+
+// An Option configures a Middleware.
+type Option func(*Middleware)
+
+// WithTarpit holds each 429 for hold before answering it, for clients that
+// retry at once whatever Retry-After says: each such client then has at
+// most one request in flight per hold. At most maxHeld answers are held at
+// a time (each holds a goroutine and a connection); denials beyond that
+// are answered at once. A held answer's Retry-After and body give the wait
+// left after the hold (0 when the hold outlasted it). If the request's
+// context ends during the hold, nothing is written. hold <= 0 or
+// maxHeld <= 0 turns the tarpit off, the default.
+func WithTarpit(hold time.Duration, maxHeld int) Option {
+	return func(m *Middleware) {
+		m.tarpit, m.maxHeld = 0, 0
+		if hold > 0 && maxHeld > 0 {
+			m.tarpit, m.maxHeld = hold, int64(maxHeld)
+		}
+	}
+}
+
+// New returns middleware that checks each request with c in domain, named
+// by describe. A request for which describe returns no descriptors goes
+// through without a call.
+func New(c *client.Client, domain string, describe DescribeFunc, opts ...Option) *Middleware {
+	m := &Middleware{client: c, domain: domain, describe: describe}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Wrap returns next behind the limit.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ds := m.describe(r)
+		if len(ds) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := r.Context()
+		d, err := m.client.Check(ctx, m.domain, ds...)
+		if err != nil {
+			// The request's context ended: the client is gone or the
+			// server's own deadline passed.
+			http.Error(w, "request ended before a rate limit decision", http.StatusServiceUnavailable)
+			return
+		}
+		switch {
+		case d.Allowed:
+			setRateLimit(w.Header(), d, ds)
+			if d.Delay > 0 {
+				select {
+				case <-m.client.Clock().After(d.Delay):
+				case <-ctx.Done():
+					http.Error(w, "request ended while queued by the rate limit", http.StatusServiceUnavailable)
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		case d.Source == client.SourceFailClosed:
+			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+			http.Error(w, d.String(), http.StatusServiceUnavailable)
+		default:
+			m.deny(w, r, d, ds)
+		}
+	})
+}
+
+// deny answers 429, after the tarpit's hold when there is one.
+func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, d client.Decision, ds []client.Descriptor) {
+	if m.tarpit > 0 {
+		if m.held.Add(1) <= m.maxHeld {
+			clock := m.client.Clock()
+			start := clock.Now()
+			select {
+			case <-clock.After(m.tarpit):
+				m.held.Add(-1)
+			case <-r.Context().Done():
+				m.held.Add(-1)
+				return
+			}
+			if !d.Never {
+				d.RetryAfter = max(0, d.RetryAfter-clock.Now().Sub(start))
+			}
+		} else {
+			m.held.Add(-1)
+		}
+	}
+	h := w.Header()
+	if !d.Never {
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+	}
+	setRateLimit(h, d, ds)
+	http.Error(w, d.String(), http.StatusTooManyRequests)
+}
+
+// ceilSeconds is d in whole seconds, rounded up: 0 for d <= 0, 1 for 1ns.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1
+}
