@@ -1,0 +1,376 @@
+// Package metrics is ratelimitd's Prometheus instrumentation, on a
+// registry of its own served by Handler:
+//
+//   - per rule, the hits it decided, fed by the engine's observer
+//     (Observe), so that no decision is made twice;
+//   - the latency of decisions and the count of them by outcome;
+//   - the memory store's buckets and evictions (WatchStore);
+//   - policy and certificate reloads (PolicyLoaded, PolicyReloaded,
+//     CertificateLoaded);
+//   - gRPC server requests by method and code, with latency, from
+//     go-grpc-middleware's Prometheus provider (UnaryServerInterceptor,
+//     StreamServerInterceptor);
+//   - the Go runtime's and the process's standard metrics.
+//
+// # Per-rule hits
+//
+// Every status of a decided request whose descriptor matched a policy rule
+// (engine.Status.Rule) counts its hits — its engine.Status.Cost, so a
+// request of cost 5 counts 5 and a peek counts nothing — on the rule's
+// series, as envoyproxy/ratelimit counts them:
+//
+//	ratelimitd_rule_hits_total               every hit
+//	ratelimitd_rule_within_limit_hits_total  hits of a status its rule admitted
+//	ratelimitd_rule_near_limit_hits_total    of those, the hits charged beyond the near-limit ratio
+//	ratelimitd_rule_over_limit_hits_total    hits of a status its rule denied (over capacity included)
+//	ratelimitd_rule_shadow_mode_hits_total   of those, the hits not denied: a shadow_mode rule, or global shadow mode
+//
+// so hits = within_limit + over_limit. A status is counted by its own
+// rule's verdict: in a request denied by another descriptor, a descriptor
+// its rule admitted counts as within_limit although, the request being
+// denied, it was charged nothing.
+//
+// near_limit follows envoyproxy/ratelimit: with capacity C (the deciding
+// limit's burst, or requests for a window) and ratio r, the threshold is
+// T = floor(r·C); after a request that was admitted and charged, with
+// used = C − remaining, the hits beyond T are near-limit hits:
+// min(cost, used − T) when used > T, else none. With C = 10 and r = 0.8,
+// the 9th and 10th hits of a window are near-limit. Unlimited and deny-all
+// limits are never near their limit.
+//
+// Labels: domain; rule, the rule's Rule.StatKey without the domain (the
+// descriptor path as the policy wrote it: "path_/orders.user"), which is
+// bounded by the policy; and descriptor, empty except for a rule with
+// detailed_metric: true, whose hits are counted per request value instead,
+// under the request's entries as key_value joined by dots
+// ("path_/orders.user_alice"). That is as many series as there are
+// values, which is why a policy has to ask for it. Descriptors that matched
+// no rule, and inline limits, which a request names itself, are counted in
+// the decision totals only.
+package metrics
+
+import (
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/engine"
+)
+
+// namespace prefixes every metric of ratelimitd's own.
+const namespace = "ratelimitd"
+
+// DefaultNearLimitRatio is the near-limit ratio of envoyproxy/ratelimit.
+const DefaultNearLimitRatio = 0.8
+
+// DecisionBuckets are the upper bounds, in seconds, of the decision
+// latency histogram: 1µs to 10ms, as an in-process decision takes well
+// under a microsecond to a few.
+var DecisionBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2}
+
+// GRPCBuckets are the upper bounds, in seconds, of the gRPC handling
+// latency histogram: 50µs to 1s.
+var GRPCBuckets = []float64{5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1}
+
+// Metrics holds the daemon's metrics. It is safe for concurrent use.
+type Metrics struct {
+	reg       *prometheus.Registry
+	nearRatio float64
+
+	hits, within, near, over, shadow *prometheus.CounterVec
+	rules                            atomic.Pointer[sync.Map] // *config.Rule -> *ruleCounters
+
+	latency      prometheus.Histogram
+	allowed      prometheus.Counter
+	denied       prometheus.Counter
+	reloads      *prometheus.CounterVec
+	lastReload   prometheus.Gauge
+	lastReloadOK prometheus.Gauge
+	tlsReloads   *prometheus.CounterVec
+	certExpiry   prometheus.Gauge
+	grpc         *grpcprom.ServerMetrics
+	storeOnce    sync.Once
+	tlsOnce      sync.Once
+}
+
+// Option configures Metrics.
+type Option func(*Metrics)
+
+// WithNearLimitRatio sets the near-limit ratio r (default 0.8), which must
+// be in (0, 1]: hits that take a bucket beyond r of its capacity are
+// near-limit hits.
+func WithNearLimitRatio(r float64) Option { return func(m *Metrics) { m.nearRatio = r } }
+
+// New returns the daemon's metrics, registered on a new registry.
+func New(opts ...Option) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), nearRatio: DefaultNearLimitRatio}
+	for _, opt := range opts {
+		opt(m)
+	}
+	m.rules.Store(new(sync.Map))
+
+	ruleLabels := []string{"domain", "rule", "descriptor"}
+	ruleCounter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "rule", Name: name, Help: help}, ruleLabels)
+	}
+	m.hits = ruleCounter("hits_total", "Hits (request cost) on descriptors that matched the rule.")
+	m.within = ruleCounter("within_limit_hits_total", "Hits of descriptors the rule admitted.")
+	m.near = ruleCounter("near_limit_hits_total", "Hits admitted and charged beyond the near-limit ratio of the deciding limit's capacity.")
+	m.over = ruleCounter("over_limit_hits_total", "Hits of descriptors the rule denied (over capacity included).")
+	m.shadow = ruleCounter("shadow_mode_hits_total", "Hits the rule denied that were let through: a shadow_mode rule, or global shadow mode.")
+
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "decision_duration_seconds",
+		Help:    "Time the engine took to decide a request: validation, matching, the store and the response.",
+		Buckets: DecisionBuckets,
+	})
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "decisions_total",
+		Help: `Requests decided, by overall code: "ok" or "over_limit".`,
+	}, []string{"code"})
+	m.allowed, m.denied = decisions.WithLabelValues("ok"), decisions.WithLabelValues("over_limit")
+
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "policy", Name: "reloads_total",
+		Help: `Policy reloads after the first load, by result: "success" or "failure" (the previous policy kept serving).`,
+	}, []string{"result"})
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "policy", Name: "last_reload_success_timestamp_seconds",
+		Help: "When the policy in force was loaded (the first load or the last successful reload), in seconds since the Unix epoch.",
+	})
+	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "policy", Name: "last_reload_successful",
+		Help: "1 when the last load or reload of the policy succeeded, 0 when it failed.",
+	})
+	m.tlsReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "tls", Name: "reloads_total",
+		Help: `Reloads of the gRPC server's certificate, key and client CAs after the first load, by result: "success" or "failure" (the previous ones kept serving).`,
+	}, []string{"result"})
+	m.certExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "tls", Name: "certificate_expiry_timestamp_seconds",
+		Help: "When the gRPC server's certificate in use expires (its NotAfter), in seconds since the Unix epoch.",
+	})
+
+	m.grpc = grpcprom.NewServerMetrics(
+		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace(namespace)),
+		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace), grpcprom.WithHistogramBuckets(GRPCBuckets)),
+	)
+
+	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.latency, decisions,
+		m.reloads, m.lastReload, m.lastReloadOK, m.grpc,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry returns the registry the metrics are on, so that more
+// collectors can join them.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// UnaryServerInterceptor counts and times unary gRPC calls:
+// ratelimitd_grpc_server_started_total, ratelimitd_grpc_server_handled_total
+// (with grpc_code) and ratelimitd_grpc_server_handling_seconds, labelled by
+// grpc_type, grpc_service and grpc_method.
+func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return m.grpc.UnaryServerInterceptor()
+}
+
+// StreamServerInterceptor does for streams what UnaryServerInterceptor does
+// for unary calls, and counts their messages
+// (ratelimitd_grpc_server_msg_received_total, _msg_sent_total).
+func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return m.grpc.StreamServerInterceptor()
+}
+
+// Store is what WatchStore reads: the memory store's size and evictions.
+type Store interface {
+	Len() int
+	Evictions() uint64
+}
+
+// WatchStore adds the bucket store's metrics, read at each scrape:
+// ratelimitd_buckets (held now), ratelimitd_buckets_max (the bound, max)
+// and ratelimitd_bucket_evictions_total (buckets not yet at rest evicted
+// to stay within the bound). Only the first call has an effect.
+func (m *Metrics) WatchStore(s Store, max int) {
+	m.storeOnce.Do(func() {
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets", Help: "Buckets held in memory."},
+				func() float64 { return float64(s.Len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets_max", Help: "The most buckets held before buckets are evicted (--max-buckets)."},
+				func() float64 { return float64(max) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "bucket_evictions_total", Help: "Buckets not yet at rest evicted to keep the store within its bound."},
+				func() float64 { return float64(s.Evictions()) }),
+		)
+	})
+}
+
+// PolicyLoaded records the first load of the policy, at time at: it sets
+// the last-success time and the last-reload-successful gauge, and counts no
+// reload.
+func (m *Metrics) PolicyLoaded(at time.Time) {
+	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
+	m.lastReloadOK.Set(1)
+}
+
+// PolicyReloaded records a reload of the policy at time at that failed with
+// err, or succeeded when err is nil. After a success the rules of the
+// previous policy are forgotten (their series stay, and continue where a
+// rule is unchanged, as series are named by domain and descriptor path).
+func (m *Metrics) PolicyReloaded(at time.Time, err error) {
+	if err != nil {
+		m.reloads.WithLabelValues("failure").Inc()
+		m.lastReloadOK.Set(0)
+		return
+	}
+	m.rules.Store(new(sync.Map))
+	m.reloads.WithLabelValues("success").Inc()
+	m.PolicyLoaded(at)
+}
+
+// CertificateLoaded records a load of the gRPC server's certificate: the
+// first (reload false), or a reload that failed with err or succeeded. The
+// certificate in use expires at notAfter.
+func (m *Metrics) CertificateLoaded(reload bool, notAfter time.Time, err error) {
+	m.tlsOnce.Do(func() { // a daemon without TLS does not export these
+		m.tlsReloads.WithLabelValues("success")
+		m.tlsReloads.WithLabelValues("failure")
+		m.reg.MustRegister(m.tlsReloads, m.certExpiry)
+	})
+	switch {
+	case reload && err != nil:
+		m.tlsReloads.WithLabelValues("failure").Inc()
+	case reload:
+		m.tlsReloads.WithLabelValues("success").Inc()
+	}
+	if err == nil {
+		m.certExpiry.Set(float64(notAfter.Unix()))
+	}
+}
+
+// Observe counts one decided request; it is the engine's Observer
+// (engine.WithObserver(m.Observe)). It allocates nothing for requests
+// whose rules have been seen before, except for detailed_metric rules.
+func (m *Metrics) Observe(req *engine.Request, resp *engine.Response, took time.Duration) {
+	m.latency.Observe(took.Seconds())
+	charged := resp.Code == algorithms.Allowed
+	if charged {
+		m.allowed.Inc()
+	} else {
+		m.denied.Inc()
+	}
+	var rules *sync.Map
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if st.Rule == nil || st.Cost == 0 {
+			continue
+		}
+		if rules == nil {
+			rules = m.rules.Load()
+		}
+		c := m.ruleCounters(rules, req.Domain, st.Rule)
+		if st.Rule.DetailedMetric {
+			c = m.detailedCounters(c, req.Descriptors[i].Entries)
+		}
+		cost := float64(st.Cost)
+		c.hits.Add(cost)
+		if st.Code == algorithms.Allowed {
+			c.within.Add(cost)
+			if n := nearHits(st, charged, m.nearRatio); n > 0 {
+				c.near.Add(float64(n))
+			}
+			continue
+		}
+		c.over.Add(cost)
+		if st.Shadow || resp.Shadowed {
+			c.shadow.Add(cost)
+		}
+	}
+}
+
+// nearHits returns how many of a status's hits were charged beyond the
+// near-limit threshold (see the package documentation).
+func nearHits(st *engine.Status, charged bool, ratio float64) int64 {
+	l := st.Limit
+	if !charged || l == nil || l.Unlimited || l.DenyAll {
+		return 0
+	}
+	capacity := l.Rate.Capacity()
+	threshold := int64(math.Floor(float64(capacity) * ratio))
+	used := capacity - st.Remaining
+	if used <= threshold {
+		return 0
+	}
+	return min(st.Cost, used-threshold)
+}
+
+// ruleCounters are one series of each per-rule counter.
+type ruleCounters struct {
+	hits, within, near, over, shadow prometheus.Counter
+
+	domain, rule string
+	detailed     sync.Map // descriptor label -> *ruleCounters, for detailed_metric
+}
+
+func (m *Metrics) counters(domain, rule, descriptor string) *ruleCounters {
+	return &ruleCounters{
+		hits:   m.hits.WithLabelValues(domain, rule, descriptor),
+		within: m.within.WithLabelValues(domain, rule, descriptor),
+		near:   m.near.WithLabelValues(domain, rule, descriptor),
+		over:   m.over.WithLabelValues(domain, rule, descriptor),
+		shadow: m.shadow.WithLabelValues(domain, rule, descriptor),
+		domain: domain, rule: rule,
+	}
+}
+
+// ruleCounters returns the series of rule r, resolving them on the rule's
+// first use under the current policy.
+func (m *Metrics) ruleCounters(rules *sync.Map, domain string, r *config.Rule) *ruleCounters {
+	if c, ok := rules.Load(r); ok {
+		return c.(*ruleCounters)
+	}
+	name := strings.TrimPrefix(r.StatKey, domain+".")
+	c := &ruleCounters{domain: domain, rule: name}
+	if !r.DetailedMetric { // a detailed rule counts per descriptor only
+		c = m.counters(domain, name, "")
+	}
+	v, _ := rules.LoadOrStore(r, c)
+	return v.(*ruleCounters)
+}
+
+// detailedCounters returns the series of a detailed_metric rule for the
+// request's entries.
+func (m *Metrics) detailedCounters(c *ruleCounters, entries []config.Entry) *ruleCounters {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		b.WriteString(e.Value)
+	}
+	descriptor := b.String()
+	if d, ok := c.detailed.Load(descriptor); ok {
+		return d.(*ruleCounters)
+	}
+	d, _ := c.detailed.LoadOrStore(descriptor, m.counters(c.domain, c.rule, descriptor))
+	return d.(*ruleCounters)
+}

@@ -1,0 +1,291 @@
+package metrics_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+)
+
+const t0 = int64(1_700_000_040) * int64(time.Second)
+
+const policy = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: heavy
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: narrow
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /orders
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: free
+    rate_limit: {unlimited: true}
+`
+
+// scrape returns every sample of the exposition, keyed by its series as
+// written ("name{label="value",...}").
+func scrape(t *testing.T, m *metrics.Metrics) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	return samples
+}
+
+// rule returns the series names of one rule's counters.
+func rule(name, r, descriptor string) string {
+	return `ratelimitd_rule_` + name + `{descriptor="` + descriptor + `",domain="d",rule="` + r + `"}`
+}
+
+type call struct {
+	descriptors [][]string // each: key, value, key, value…
+	hits        uint64     // request hits (0 means 1)
+	times       int
+}
+
+func send(t *testing.T, e *engine.Engine, calls []call) {
+	t.Helper()
+	for _, c := range calls {
+		req := &engine.Request{Domain: "d", Hits: c.hits}
+		for _, kv := range c.descriptors {
+			var d engine.Descriptor
+			for i := 0; i+1 < len(kv); i += 2 {
+				d.Entries = append(d.Entries, config.Entry{Key: kv[i], Value: kv[i+1]})
+			}
+			req.Descriptors = append(req.Descriptors, d)
+		}
+		for range max(c.times, 1) {
+			var resp engine.Response
+			if err := e.ShouldRateLimit(context.Background(), req, &resp); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func newEngine(t *testing.T, m *metrics.Metrics, extra ...engine.Option) *engine.Engine {
+	t.Helper()
+	p, err := config.Parse("d.yaml", []byte(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.New(p, memory.New(clock.NewFake(t0)), append([]engine.Option{engine.WithObserver(m.Observe)}, extra...)...)
+}
+
+func TestRuleCounters(t *testing.T) {
+	m := metrics.New()
+	e := newEngine(t, m)
+	peek := uint64(0)
+	send(t, e, []call{
+		{descriptors: [][]string{{"k", "a"}}, times: 11},                          // 10 admitted, the 9th and 10th near, 1 over
+		{descriptors: [][]string{{"heavy", "a"}}, hits: 5, times: 2},              // 5 then 10 used: 2 of the second 5 near
+		{descriptors: [][]string{{"heavy", "a"}}, hits: 5},                        // over: 5 hits
+		{descriptors: [][]string{{"wide", "a"}, {"narrow", "a"}}, times: 2},       // the second is denied by narrow
+		{descriptors: [][]string{{"shadowed", "a"}}, times: 2},                    // the second would be denied
+		{descriptors: [][]string{{"path", "/orders", "user", "alice"}}, times: 3}, // detailed: per user
+		{descriptors: [][]string{{"path", "/orders", "user", "bob"}}},             //
+		{descriptors: [][]string{{"free", "a"}}, times: 3},                        // unlimited: never near
+		{descriptors: [][]string{{"nothing", "a"}}},                               // unmatched
+		{descriptors: [][]string{{"path", "/orders"}}},                            // shallower than the rule: unmatched
+	})
+	var r engine.Response
+	e.ShouldRateLimit(context.Background(), &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{
+		{Entries: []config.Entry{{Key: "k", Value: "a"}}, Hits: &peek}}}, &r) // a peek counts no hit
+
+	want := map[string]float64{
+		rule("hits_total", "k", ""):              11,
+		rule("within_limit_hits_total", "k", ""): 10,
+		rule("near_limit_hits_total", "k", ""):   2,
+		rule("over_limit_hits_total", "k", ""):   1,
+		rule("shadow_mode_hits_total", "k", ""):  0,
+
+		rule("hits_total", "heavy", ""):              15,
+		rule("within_limit_hits_total", "heavy", ""): 10,
+		rule("near_limit_hits_total", "heavy", ""):   2,
+		rule("over_limit_hits_total", "heavy", ""):   5,
+
+		// wide admitted both times; the second request was denied by
+		// narrow, so wide was charged once: 1 of 5 used, never near.
+		rule("hits_total", "wide", ""):                2,
+		rule("within_limit_hits_total", "wide", ""):   2,
+		rule("near_limit_hits_total", "wide", ""):     0,
+		rule("over_limit_hits_total", "wide", ""):     0,
+		rule("hits_total", "narrow", ""):              2,
+		rule("within_limit_hits_total", "narrow", ""): 1,
+		rule("near_limit_hits_total", "narrow", ""):   1, // 1 of 1 is beyond floor(0.8)
+		rule("over_limit_hits_total", "narrow", ""):   1,
+
+		rule("hits_total", "shadowed", ""):              2,
+		rule("within_limit_hits_total", "shadowed", ""): 1,
+		rule("over_limit_hits_total", "shadowed", ""):   1,
+		rule("shadow_mode_hits_total", "shadowed", ""):  1,
+
+		rule("hits_total", "path_/orders.user", "path_/orders.user_alice"):              3,
+		rule("within_limit_hits_total", "path_/orders.user", "path_/orders.user_alice"): 2,
+		rule("near_limit_hits_total", "path_/orders.user", "path_/orders.user_alice"):   1,
+		rule("over_limit_hits_total", "path_/orders.user", "path_/orders.user_alice"):   1,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_bob"):                1,
+		rule("near_limit_hits_total", "path_/orders.user", "path_/orders.user_bob"):     0,
+
+		rule("hits_total", "free", ""):              3,
+		rule("within_limit_hits_total", "free", ""): 3,
+		rule("near_limit_hits_total", "free", ""):   0,
+
+		`ratelimitd_decisions_total{code="ok"}`:         10 + 2 + 1 + 2 + 2 + 1 + 3 + 1 + 1 + 1, // the peek last
+		`ratelimitd_decisions_total{code="over_limit"}`: 1 + 1 + 1 + 1,
+		`ratelimitd_decision_duration_seconds_count`:    28,
+	}
+	got := scrape(t, m)
+	for series, v := range want {
+		if got[series] != v {
+			t.Errorf("%s = %v, want %v", series, got[series], v)
+		}
+	}
+	// A detailed rule has no series without a descriptor; an unmatched
+	// descriptor has none at all.
+	for series := range got {
+		if strings.Contains(series, `rule="path_/orders.user"`) && strings.Contains(series, `descriptor=""`) ||
+			strings.Contains(series, `rule="nothing"`) {
+			t.Errorf("unexpected series %s", series)
+		}
+	}
+}
+
+func TestNearLimitRatio(t *testing.T) {
+	tests := []struct {
+		ratio    float64
+		wantNear float64
+	}{
+		{0.8, 2}, // threshold 8: hits 9 and 10
+		{0.5, 5}, // threshold 5: hits 6 to 10
+		{1, 0},   // threshold 10: never
+		{0.05, 10},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.FormatFloat(tt.ratio, 'g', -1, 64), func(t *testing.T) {
+			m := metrics.New(metrics.WithNearLimitRatio(tt.ratio))
+			send(t, newEngine(t, m), []call{{descriptors: [][]string{{"k", "a"}}, times: 12}})
+			if got := scrape(t, m)[rule("near_limit_hits_total", "k", "")]; got != tt.wantNear {
+				t.Errorf("near-limit hits %v, want %v", got, tt.wantNear)
+			}
+		})
+	}
+}
+
+// TestGlobalShadowMode: what the engine let through in global shadow mode
+// is counted as over limit and shadow mode.
+func TestGlobalShadowMode(t *testing.T) {
+	m := metrics.New()
+	send(t, newEngine(t, m, engine.WithShadowMode(true)), []call{{descriptors: [][]string{{"narrow", "a"}}, times: 3}})
+	got := scrape(t, m)
+	if got[rule("over_limit_hits_total", "narrow", "")] != 2 || got[rule("shadow_mode_hits_total", "narrow", "")] != 2 ||
+		got[`ratelimitd_decisions_total{code="ok"}`] != 3 {
+		t.Errorf("got over %v shadow %v ok %v, want 2 2 3", got[rule("over_limit_hits_total", "narrow", "")],
+			got[rule("shadow_mode_hits_total", "narrow", "")], got[`ratelimitd_decisions_total{code="ok"}`])
+	}
+}
+
+// TestReloadKeepsSeries: after a reload, an unchanged rule counts on in
+// the same series.
+func TestReloadKeepsSeries(t *testing.T) {
+	m := metrics.New()
+	e := newEngine(t, m)
+	send(t, e, []call{{descriptors: [][]string{{"k", "a"}}, times: 3}})
+	p, _ := config.Parse("d.yaml", []byte(policy))
+	e.SetPolicy(p)
+	m.PolicyReloaded(time.Unix(1_800_000_000, 0), nil)
+	send(t, e, []call{{descriptors: [][]string{{"k", "a"}}, times: 2}})
+	if got := scrape(t, m)[rule("hits_total", "k", "")]; got != 5 {
+		t.Errorf("hits %v, want 5", got)
+	}
+}
+
+type fakeStore struct{}
+
+func (fakeStore) Len() int          { return 42 }
+func (fakeStore) Evictions() uint64 { return 7 }
+
+func TestOperationalMetrics(t *testing.T) {
+	m := metrics.New()
+	m.WatchStore(fakeStore{}, 1000)
+	m.PolicyLoaded(time.Unix(1_800_000_000, 0))
+	want := map[string]float64{
+		`ratelimitd_buckets`:                                      42,
+		`ratelimitd_buckets_max`:                                  1000,
+		`ratelimitd_bucket_evictions_total`:                       7,
+		`ratelimitd_policy_reloads_total{result="success"}`:       0,
+		`ratelimitd_policy_reloads_total{result="failure"}`:       0,
+		`ratelimitd_policy_last_reload_success_timestamp_seconds`: 1.8e9,
+		`ratelimitd_policy_last_reload_successful`:                1,
+	}
+	check := func(step string) {
+		t.Helper()
+		got := scrape(t, m)
+		for series, v := range want {
+			if got[series] != v {
+				t.Errorf("%s: %s = %v, want %v", step, series, got[series], v)
+			}
+		}
+	}
+	check("loaded")
+	if _, ok := scrape(t, m)[`ratelimitd_tls_reloads_total{result="success"}`]; ok {
+		t.Error("TLS metrics exported without TLS")
+	}
+
+	m.PolicyReloaded(time.Unix(1_800_000_100, 0), errors.New("bad"))
+	want[`ratelimitd_policy_reloads_total{result="failure"}`] = 1
+	want[`ratelimitd_policy_last_reload_successful`] = 0
+	check("failed reload")
+
+	m.PolicyReloaded(time.Unix(1_800_000_200, 0), nil)
+	want[`ratelimitd_policy_reloads_total{result="success"}`] = 1
+	want[`ratelimitd_policy_last_reload_successful`] = 1
+	want[`ratelimitd_policy_last_reload_success_timestamp_seconds`] = 1_800_000_200
+	check("reload")
+
+	m.CertificateLoaded(false, time.Unix(1_900_000_000, 0), nil)
+	want[`ratelimitd_tls_reloads_total{result="success"}`] = 0
+	want[`ratelimitd_tls_reloads_total{result="failure"}`] = 0
+	want[`ratelimitd_tls_certificate_expiry_timestamp_seconds`] = 1.9e9
+	check("certificate")
+	m.CertificateLoaded(true, time.Time{}, errors.New("bad key"))
+	m.CertificateLoaded(true, time.Unix(1_950_000_000, 0), nil)
+	want[`ratelimitd_tls_reloads_total{result="success"}`] = 1
+	want[`ratelimitd_tls_reloads_total{result="failure"}`] = 1
+	want[`ratelimitd_tls_certificate_expiry_timestamp_seconds`] = 1.95e9
+	check("certificate reloads")
+}
