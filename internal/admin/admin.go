@@ -1,0 +1,70 @@
+// Package admin serves ratelimitd's administrative HTTP endpoints: the
+// policy in force, and Go's profiler.
+//
+//	GET /policies        the policy in force as JSON, with where each domain came from
+//	GET /debug/pprof/    net/http/pprof's index and profiles (when enabled)
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/config"
+)
+
+// Loaded is the policy in force, and where and when it was loaded.
+type Loaded struct {
+	Policy *config.Policy
+	// Path is the --config path it was loaded from; "" for the embedded
+	// default policy.
+	Path string
+	// At is when it was loaded: at start, or by the last successful
+	// reload.
+	At time.Time
+}
+
+// Options says what to serve.
+type Options struct {
+	// Policy returns the policy in force; it is called for each request
+	// to /policies.
+	Policy func() Loaded
+	// Pprof serves /debug/pprof/. Profiles show the daemon's internals
+	// and cost CPU while they run: serve them only on an address that
+	// only operators reach.
+	Pprof bool
+}
+
+// Register adds the endpoints to mux.
+func Register(mux *http.ServeMux, o Options) {
+	mux.HandleFunc("GET /policies", func(w http.ResponseWriter, _ *http.Request) {
+		l := o.Policy()
+		body := Policies{Config: l.Path, LoadedAt: l.At.UTC(), PolicyView: l.Policy.View()}
+		if body.Config == "" {
+			body.Config = "embedded default"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(body)
+	})
+	if o.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+}
+
+// Policies is the JSON body of /policies.
+type Policies struct {
+	// Config is the --config path, or "embedded default".
+	Config string `json:"config"`
+	// LoadedAt is when the policy was loaded, in UTC.
+	LoadedAt time.Time `json:"loaded_at"`
+	// The domains, each with its source file and rule tree.
+	config.PolicyView
+}
