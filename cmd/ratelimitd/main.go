@@ -56,6 +56,8 @@ Flags:
 	fs.IntVar(&b.MaxEntries, "max-entries", b.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")
 	fs.IntVar(&b.MaxValueBytes, "max-value-bytes", b.MaxValueBytes, "longest entry value, in bytes")
+	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
+	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -1,6 +1,6 @@
 // Package daemon assembles ratelimitd: the policy, the store, the engine,
-// the gRPC server (ratelimit.v1, health, reflection) and the HTTP server
-// (health), and runs them until stopped.
+// the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3, health,
+// reflection) and the HTTP server (health), and runs them until stopped.
 package daemon
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
@@ -42,6 +43,12 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Bounds limits request sizes (zero value: engine.DefaultBounds).
 	Bounds engine.Bounds
+	// ShadowMode is global shadow mode (engine.WithShadowMode): no request
+	// is denied, on either API.
+	ShadowMode bool
+	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
+	// value: none).
+	ResponseHeaders envoyapi.Headers
 	// Clock is the decision clock (nil: the real monotonic clock).
 	Clock clock.Clock
 	// Logger receives the daemon's logs (nil: slog.Default()).
@@ -98,7 +105,7 @@ func Start(cfg Config) (*Daemon, error) {
 		health: health.NewServer(),
 		served: make(chan error, 2),
 	}
-	d.engine = engine.New(policy, d.store, engine.WithBounds(cfg.Bounds))
+	d.engine = engine.New(policy, d.store, engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode))
 
 	d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -112,6 +119,7 @@ func Start(cfg Config) (*Daemon, error) {
 
 	d.grpc = grpc.NewServer()
 	grpcapi.Register(d.grpc, d.engine)
+	envoyapi.Register(d.grpc, d.engine, envoyapi.WithHeaders(cfg.ResponseHeaders))
 	healthpb.RegisterHealthServer(d.grpc, d.health)
 	reflection.Register(d.grpc)
 	d.setServing(healthpb.HealthCheckResponse_SERVING)
@@ -134,7 +142,8 @@ func Start(cfg Config) (*Daemon, error) {
 	}()
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
-		"policy", policySource(cfg.ConfigPath), "domains", len(policy.Domains()))
+		"policy", policySource(cfg.ConfigPath), "domains", len(policy.Domains()),
+		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String())
 	return d, nil
 }
 
@@ -156,6 +165,7 @@ func policySource(path string) string {
 func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 	d.health.SetServingStatus("", s)
 	d.health.SetServingStatus(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, s)
+	d.health.SetServingStatus(envoyapi.ServiceName, s)
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
