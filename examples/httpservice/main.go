@@ -1,0 +1,112 @@
+// Command httpservice is a small HTTP API behind ratelimitd: every request
+// to /orders is checked against the default policy's three tiers (global,
+// per route, per user per route) before its handler runs.
+//
+//	go run ./cmd/ratelimitd &                       # the daemon on 127.0.0.1:8081
+//	go run ./examples/httpservice                   # this service on 127.0.0.1:8090
+//	curl -i -H 'Authorization: Bearer alice' 127.0.0.1:8090/orders
+//
+// Alice's 801st request within a few seconds is answered 429, with
+// Retry-After, RateLimit headers and the body "throttled by policy
+// 'per-user-per-endpoint'; retry after 100 ms", after a one-second
+// tarpit. /healthz and /debug/vars (expvar, with a count of the requests
+// ratelimitd could not decide) are not limited.
+package main
+
+import (
+	"context"
+	"errors"
+	"expvar"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/client/httplimit"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8090", "address to serve HTTP on")
+	target := flag.String("ratelimitd", "127.0.0.1:8081", "ratelimitd's gRPC address")
+	domain := flag.String("domain", "default", "the policy domain to ask in")
+	failClosed := flag.Bool("fail-closed", false, "deny requests (503) while ratelimitd cannot decide, instead of admitting them")
+	flag.Parse()
+
+	if err := run(*addr, *target, *domain, *failClosed); err != nil {
+		fmt.Fprintln(os.Stderr, "httpservice:", err)
+		os.Exit(1)
+	}
+}
+
+// undecided counts the requests decided by the failure policy; expvar
+// serves it at /debug/vars.
+var undecided = expvar.NewInt("ratelimit_undecided_requests")
+
+func run(addr, target, domain string, failClosed bool) error {
+	opts := []client.Option{
+		client.WithTimeout(50 * time.Millisecond),
+		client.WithLocalDeny(10_000),
+		// Count the requests ratelimitd could not decide (the client also
+		// logs when it stops and starts answering).
+		client.WithFailureHook(func(error, client.Decision) { undecided.Add(1) }),
+	}
+	if failClosed {
+		opts = append(opts, client.WithFailClosed(time.Second))
+	}
+	c, err := client.New(target, opts...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	srv := &http.Server{Addr: addr, Handler: newHandler(c, domain), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	slog.Info("httpservice serving", "addr", addr, "ratelimitd", target, "domain", domain)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newHandler is the service: its routes behind the rate limit.
+func newHandler(c *client.Client, domain string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /orders", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, `[{"id": 1}, {"id": 2}]`)
+	})
+	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "{\"id\": %q}\n", r.PathValue("id"))
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /debug/vars", expvar.Handler())
+
+	route := httplimit.Pattern(mux) // "GET /orders/{id}", not every id its own route
+	user := httplimit.FirstOf(httplimit.Header("Authorization"), httplimit.ClientAddr())
+	tiers := httplimit.Tiers(
+		httplimit.Global(),
+		httplimit.PerRoute(route),
+		httplimit.PerUserPerRoute(route, user),
+	)
+	describe := func(r *http.Request) []client.Descriptor {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/debug/vars" {
+			return nil // not limited
+		}
+		return tiers(r)
+	}
+	limit := httplimit.New(c, domain, describe, httplimit.WithTarpit(time.Second, 100))
+	return limit.Wrap(mux)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
+)
+
+func TestServiceIsLimited(t *testing.T) {
+	d, err := daemon.Start(daemon.Config{
+		GRPCAddr: "127.0.0.1:0",
+		HTTPAddr: "127.0.0.1:0",
+		Logger:   slog.New(slog.DiscardHandler),
+		Clock:    clock.NewFake(time.Now().UnixNano()), // remaining counts do not refill mid-test
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	c, err := client.New(d.GRPCAddr(), client.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	srv := httptest.NewServer(newHandler(c, "default"))
+	t.Cleanup(srv.Close)
+
+	tests := []struct {
+		path          string
+		wantBody      string
+		wantRateLimit string
+	}{
+		{"/orders", "[{\"id\": 1}, {\"id\": 2}]\n",
+			`"global";r=6999;t=1, "per-endpoint";r=3999;t=1, "per-user-per-endpoint";r=799;t=1`},
+		{"/orders/7", "{\"id\": \"7\"}\n",
+			`"global";r=6998;t=1, "per-endpoint";r=3999;t=1, "per-user-per-endpoint";r=799;t=1`},
+		{"/healthz", "ok\n", ""},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest("GET", srv.URL+tt.path, nil)
+		req.Header.Set("Authorization", "Bearer alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != tt.wantBody || resp.Header.Get("RateLimit") != tt.wantRateLimit {
+			t.Errorf("%s: %d %q RateLimit %q, want 200 %q %q", tt.path, resp.StatusCode, body, resp.Header.Get("RateLimit"), tt.wantBody, tt.wantRateLimit)
+		}
+	}
+}
