@@ -31,14 +31,26 @@
 //     limit service unavailable, failing closed; retry after 1 s" — a 503,
 //     not a 429, because the client did nothing wrong.
 //
-// The RateLimit headers follow the IETF httpapi draft "RateLimit header
-// fields for HTTP": for each descriptor whose rule matched (unlimited and
-// shadow-mode rules left out), RateLimit-Policy has `"name";q=R;w=P` (R
-// requests per period P, in whole seconds rounded up) and RateLimit has
-// `"name";r=N;t=S` (N requests left now, S whole seconds, rounded up, until
-// the bucket is back at rest). A rule without a name is named by its
-// descriptor's entries. A local denial (client.WithLocalDeny) has only
-// RateLimit, `"name";r=0;t=S` with S its Retry-After.
+// The RateLimit headers are those of the IETF httpapi draft "RateLimit
+// header fields for HTTP" (draft 11, structured fields), chosen and written
+// as the daemon's Envoy adapter writes them (--response-headers=draft), so
+// a client sees the same headers behind Envoy or behind this middleware.
+// They describe one limit, the most restrictive of the request: a limit
+// the request costs more than, else the denial with the longest wait, else
+// the limit with the fewest requests left (unlimited and shadow-mode rules
+// never count):
+//
+//	RateLimit-Policy: "per-user-per-endpoint";q=800;w=80
+//	RateLimit: "per-user-per-endpoint";r=799;t=1
+//
+// q is the capacity (a bucket's burst, or a window's requests) and w the
+// seconds an empty bucket or window takes to refill it (capacity × period
+// / requests); r is how many requests of cost 1 would be admitted now and
+// t the seconds until the bucket is back at rest. Seconds are whole, rounded
+// up. The name is the rule's, else the descriptor's entries, else (not
+// printable ASCII) "default". A local denial (client.WithLocalDeny) has
+// only RateLimit, with r=0 and t its Retry-After. Decisions of the failure
+// policy have neither.
 package httplimit
 
 import (

@@ -130,7 +130,8 @@ func (s *service) waitForTimers(t *testing.T, n int) {
 }
 
 const (
-	policyHeader = `"global";q=6000;w=60, "per-endpoint";q=3000;w=60, "per-user-per-endpoint";q=500;w=60`
+	// The user tier: 2 at once, an empty bucket full again in 240ms.
+	policyHeader = `"per-user-per-endpoint";q=2;w=1`
 	throttled    = "throttled by policy 'per-user-per-endpoint'; retry after 120 ms\n"
 )
 
@@ -149,7 +150,7 @@ func TestTiers(t *testing.T) {
 			wantStatus: 200, wantBody: "served /orders\n",
 			wantHeaders: map[string]string{
 				"RateLimit-Policy": policyHeader,
-				"RateLimit":        `"global";r=6999;t=1, "per-endpoint";r=3999;t=1, "per-user-per-endpoint";r=1;t=1`,
+				"RateLimit":        `"per-user-per-endpoint";r=1;t=1`,
 				"Retry-After":      "",
 			},
 		},
@@ -160,7 +161,7 @@ func TestTiers(t *testing.T) {
 			wantHeaders: map[string]string{
 				"Retry-After":      "1",
 				"RateLimit-Policy": policyHeader,
-				"RateLimit":        `"global";r=6998;t=1, "per-endpoint";r=3998;t=1, "per-user-per-endpoint";r=0;t=1`,
+				"RateLimit":        `"per-user-per-endpoint";r=0;t=1`,
 				"Content-Type":     "text/plain; charset=utf-8",
 			},
 		},
