@@ -1,6 +1,11 @@
 // Package daemon assembles ratelimitd: the policy, the store, the engine,
 // the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3, health,
-// reflection) and the HTTP server (health), and runs them until stopped.
+// reflection; TLS optional) and the HTTP server (health, metrics, admin), and
+// runs them until stopped.
+//
+// While it runs, the daemon reloads the policy when the files at
+// Config.ConfigPath change (Reload), and the TLS files when they change.
+// Shutdown drains it.
 package daemon
 
 import (
@@ -10,20 +15,27 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/admin"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/reload"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
 
 // Config is what the daemon is started with.
@@ -41,6 +53,18 @@ type Config struct {
 	// ShutdownGrace is how long in-flight requests may take to finish on
 	// shutdown before they are cut off (0: 10s).
 	ShutdownGrace time.Duration
+	// ShutdownDelay is how long, on shutdown, the daemon goes on deciding
+	// new calls with health already NOT_SERVING, so that load balancers
+	// polling health move away before calls are refused (0: none).
+	ShutdownDelay time.Duration
+	// NearLimitRatio is the per-rule metrics' near-limit ratio, in (0, 1]
+	// (0: metrics.DefaultNearLimitRatio, 0.8).
+	NearLimitRatio float64
+	// Pprof serves /debug/pprof/ on the HTTP address.
+	Pprof bool
+	// TLS, when TLS.Cert is set, serves gRPC over TLS, and mutual TLS when
+	// TLS.ClientCA is set too. The files are loaded again when they change.
+	TLS tlsconfig.Files
 	// Bounds limits request sizes (zero value: engine.DefaultBounds).
 	Bounds engine.Bounds
 	// ShadowMode is global shadow mode (engine.WithShadowMode): no request
@@ -68,12 +92,20 @@ type Daemon struct {
 	store    *memory.Store
 	stopJobs context.CancelFunc
 	served   chan error
+
+	metrics   *metrics.Metrics
+	tls       *tlsconfig.Server // nil without TLS
+	loaded    atomic.Pointer[admin.Loaded]
+	reloading sync.Mutex    // held by Reload
+	drain     chan struct{} // closed when new calls start being refused
+	shutdown  sync.Once
 }
 
-// Start loads the policy, binds both listeners and starts serving. It fails
-// without serving anything when the policy is invalid or an address cannot
-// be bound.
-func Start(cfg Config) (*Daemon, error) {
+// Start loads the policy (and the TLS files), binds both listeners and
+// starts serving, with health SERVING. It fails without serving anything
+// when the policy or the TLS files are invalid, or an address cannot be
+// bound.
+func Start(cfg Config) (d *Daemon, err error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.NewMonotonic()
 	}
@@ -89,23 +121,74 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
+	if cfg.NearLimitRatio == 0 {
+		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
+	}
+	if !(cfg.NearLimitRatio > 0 && cfg.NearLimitRatio <= 1) {
+		return nil, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
+	}
+	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
+		return nil, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
+	}
+
+	// Watch files before reading them, so that no change in between is
+	// missed. Every watcher is closed if Start fails.
+	var watchers []*reload.Watcher
+	defer func() {
+		if err != nil {
+			for _, w := range watchers {
+				w.Close()
+			}
+		}
+	}()
+	var policyWatch, tlsWatch *reload.Watcher
+	if cfg.ConfigPath != "" {
+		if policyWatch, err = reload.New([]string{cfg.ConfigPath}); err != nil {
+			return nil, fmt.Errorf("watching %s: %w", cfg.ConfigPath, err)
+		}
+		watchers = append(watchers, policyWatch)
+	}
 	policy, err := loadPolicy(cfg.ConfigPath)
 	if err != nil {
 		return nil, err
+	}
+	m := metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio))
+	loadedAt := time.Now()
+	m.PolicyLoaded(loadedAt)
+
+	var tlsServer *tlsconfig.Server
+	if cfg.TLS.Cert != "" {
+		if tlsWatch, err = reload.New(cfg.TLS.Paths()); err != nil {
+			return nil, fmt.Errorf("watching the TLS files: %w", err)
+		}
+		watchers = append(watchers, tlsWatch)
+		if tlsServer, err = tlsconfig.New(cfg.TLS); err != nil {
+			return nil, err
+		}
+		m.CertificateLoaded(false, tlsServer.NotAfter(), nil)
 	}
 
 	var storeOpts []memory.Option
 	if cfg.MaxBuckets > 0 {
 		storeOpts = append(storeOpts, memory.WithMaxBuckets(cfg.MaxBuckets))
 	}
-	d := &Daemon{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		store:  memory.New(cfg.Clock, storeOpts...),
-		health: health.NewServer(),
-		served: make(chan error, 2),
+	d = &Daemon{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		store:   memory.New(cfg.Clock, storeOpts...),
+		health:  health.NewServer(),
+		served:  make(chan error, 2),
+		metrics: m,
+		tls:     tlsServer,
+		drain:   make(chan struct{}),
 	}
-	d.engine = engine.New(policy, d.store, engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode))
+	d.loaded.Store(&admin.Loaded{Policy: policy, Path: cfg.ConfigPath, At: loadedAt})
+	maxBuckets := cfg.MaxBuckets
+	if maxBuckets <= 0 {
+		maxBuckets = memory.DefaultMaxBuckets
+	}
+	m.WatchStore(d.store, maxBuckets)
+	d.engine = engine.New(policy, d.store, engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(m.Observe))
 
 	d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -117,21 +200,36 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("http listener: %w", err)
 	}
 
-	d.grpc = grpc.NewServer()
+	grpcOpts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(m.StreamServerInterceptor()),
+	}
+	if tlsServer != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsServer.Config())))
+	}
+	d.grpc = grpc.NewServer(grpcOpts...)
 	grpcapi.Register(d.grpc, d.engine)
 	envoyapi.Register(d.grpc, d.engine, envoyapi.WithHeaders(cfg.ResponseHeaders))
-	healthpb.RegisterHealthServer(d.grpc, d.health)
+	healthpb.RegisterHealthServer(d.grpc, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(d.grpc)
 	d.setServing(healthpb.HealthCheckResponse_SERVING)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.Handle("GET /metrics", m.Handler())
+	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: cfg.Pprof})
 	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	jobs, stop := context.WithCancel(context.Background())
 	d.stopJobs = stop
 	go d.store.Run(jobs, cfg.SweepInterval)
+	if policyWatch != nil {
+		go policyWatch.Run(jobs, func() { d.Reload() })
+	}
+	if tlsWatch != nil {
+		go tlsWatch.Run(jobs, d.reloadTLS)
+	}
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
 	go func() {
 		err := d.http.Serve(d.httpLis)
@@ -143,7 +241,8 @@ func Start(cfg Config) (*Daemon, error) {
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
 		"policy", policySource(cfg.ConfigPath), "domains", len(policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String())
+		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
+		"tls", tlsMode(tlsServer))
 	return d, nil
 }
 
@@ -152,6 +251,16 @@ func loadPolicy(path string) (*config.Policy, error) {
 		return config.Default(), nil
 	}
 	return config.Load(path)
+}
+
+func tlsMode(s *tlsconfig.Server) string {
+	switch {
+	case s == nil:
+		return "off"
+	case s.MutualTLS():
+		return "mutual"
+	}
+	return "on"
 }
 
 func policySource(path string) string {
@@ -190,11 +299,39 @@ func (d *Daemon) Engine() *engine.Engine { return d.engine }
 // unexpectedly.
 func (d *Daemon) Done() <-chan error { return d.served }
 
-// Shutdown drains the daemon: health turns NOT_SERVING, new calls are
-// refused, in-flight calls may finish until the grace period (or ctx) ends,
-// then everything stops.
+// Shutdown drains the daemon and stops it:
+//
+//  1. health turns NOT_SERVING, for good: the gRPC health service for the
+//     server ("") and every service, and /readyz (503);
+//  2. for Config.ShutdownDelay, new calls are still decided, so that load
+//     balancers polling health move away first;
+//  3. new calls are refused (the gRPC listener closes, and clients are told
+//     to go away; a call that arrives now fails with Unavailable), health
+//     Watch streams end once they have reported NOT_SERVING, and calls in
+//     flight finish;
+//  4. if calls are still in flight when Config.ShutdownGrace has passed
+//     since step 3, they are cut off (and a warning logged);
+//  5. the HTTP server, the file watchers and the bucket sweeper stop.
+//
+// ctx's end cuts steps 2 and 3 short. Calls after the first wait for it to
+// finish and do nothing more.
 func (d *Daemon) Shutdown(ctx context.Context) {
-	d.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	d.shutdown.Do(func() { d.drainAndStop(ctx) })
+}
+
+func (d *Daemon) drainAndStop(ctx context.Context) {
+	d.health.Shutdown()
+	d.log.Info("draining: health is NOT_SERVING", "delay", d.cfg.ShutdownDelay, "grace", d.cfg.ShutdownGrace)
+	if d.cfg.ShutdownDelay > 0 {
+		t := time.NewTimer(d.cfg.ShutdownDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+
+	close(d.drain)
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownGrace)
 	defer cancel()
 	stopped := make(chan struct{})
@@ -207,7 +344,11 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 	case <-ctx.Done():
 		d.log.Warn("shutdown grace period over; cutting off in-flight calls")
 		d.grpc.Stop()
+		<-stopped
 	}
-	d.http.Shutdown(ctx)
+	if err := d.http.Shutdown(ctx); err != nil {
+		d.http.Close()
+	}
 	d.stopJobs()
+	d.log.Info("stopped")
 }

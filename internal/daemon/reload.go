@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/admin"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+)
+
+// Reload reads the policy at Config.ConfigPath again. A valid policy is
+// put in force for every request that starts after Reload returns
+// (requests already deciding finish under the old one; none is dropped),
+// and buckets whose limits it leaves unchanged keep their state. An invalid
+// one is rejected: Reload logs every problem and returns them, the failure
+// is counted (ratelimitd_policy_reloads_total{result="failure"}), and the
+// previous policy goes on serving.
+//
+// The daemon calls Reload itself when the files at Config.ConfigPath
+// change; cmd/ratelimitd calls it on SIGHUP. With the embedded default
+// policy there is nothing to read: Reload logs so and returns nil.
+// Reloads never run concurrently.
+func (d *Daemon) Reload() error {
+	path := d.cfg.ConfigPath
+	if path == "" {
+		d.log.Info("policy reload asked for; the embedded default policy has nothing to reload")
+		return nil
+	}
+	d.reloading.Lock()
+	defer d.reloading.Unlock()
+	p, err := config.Load(path)
+	now := time.Now()
+	if err != nil {
+		d.metrics.PolicyReloaded(now, err)
+		d.log.Error("policy reload failed; the previous policy goes on serving", "config", path, "error", err)
+		return err
+	}
+	d.engine.SetPolicy(p)
+	d.loaded.Store(&admin.Loaded{Policy: p, Path: path, At: now})
+	d.metrics.PolicyReloaded(now, nil)
+	d.log.Info("policy reloaded", "config", path, "domains", len(p.Domains()))
+	return nil
+}
+
+// loadedPolicy returns the policy in force, for /policies.
+func (d *Daemon) loadedPolicy() admin.Loaded { return *d.loaded.Load() }
+
+// reloadTLS loads the gRPC server's certificate files again, after they
+// changed; on failure the previous ones stay in use.
+func (d *Daemon) reloadTLS() {
+	err := d.tls.Reload()
+	d.metrics.CertificateLoaded(true, d.tls.NotAfter(), err)
+	if err != nil {
+		d.log.Error("TLS certificate reload failed; the previous certificate goes on serving", "error", err)
+		return
+	}
+	d.log.Info("TLS certificate reloaded", "cert", d.cfg.TLS.Cert, "not_after", d.tls.NotAfter())
+}
