@@ -136,8 +136,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // New returns a Client of the ratelimitd service at target, in gRPC's
 // naming syntax ("127.0.0.1:8081", "dns:///ratelimitd.internal:8081"). It
-// does not connect: the connection is made on the first call and remade
-// when lost, so New fails only for a malformed target or options.
+// starts connecting in the background and returns at once; the connection
+// is remade when lost. New fails only for a malformed target or options,
+// never because the service is down.
 func New(target string, opts ...Option) (*Client, error) {
 	c := &Client{
 		timeout: DefaultTimeout,
@@ -152,6 +153,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit client for %q: %w", target, err)
 	}
+	conn.Connect() // so that the first call does not pay for the handshake
 	c.conn = conn
 	c.service = ratelimitv1.NewRateLimitServiceClient(conn)
 	return c, nil

@@ -8,8 +8,8 @@
 //
 // Alice's 801st request within a few seconds is answered 429, with
 // Retry-After, RateLimit headers and the body "throttled by policy
-// 'per-user-per-endpoint'; retry after 100 ms", after a one-second
-// tarpit. /healthz and /debug/vars (expvar, with a count of the requests
+// 'per-user-per-endpoint'; retry after 100 ms" (with -tarpit, after the
+// hold, and with the wait left after it). /healthz and /debug/vars (expvar, with a count of the requests
 // ratelimitd could not decide) are not limited.
 package main
 
@@ -35,9 +35,10 @@ func main() {
 	target := flag.String("ratelimitd", "127.0.0.1:8081", "ratelimitd's gRPC address")
 	domain := flag.String("domain", "default", "the policy domain to ask in")
 	failClosed := flag.Bool("fail-closed", false, "deny requests (503) while ratelimitd cannot decide, instead of admitting them")
+	tarpit := flag.Duration("tarpit", 0, "hold each 429 this long before answering it (0: off)")
 	flag.Parse()
 
-	if err := run(*addr, *target, *domain, *failClosed); err != nil {
+	if err := run(*addr, *target, *domain, *failClosed, *tarpit); err != nil {
 		fmt.Fprintln(os.Stderr, "httpservice:", err)
 		os.Exit(1)
 	}
@@ -47,7 +48,7 @@ func main() {
 // serves it at /debug/vars.
 var undecided = expvar.NewInt("ratelimit_undecided_requests")
 
-func run(addr, target, domain string, failClosed bool) error {
+func run(addr, target, domain string, failClosed bool, tarpit time.Duration) error {
 	opts := []client.Option{
 		client.WithTimeout(50 * time.Millisecond),
 		client.WithLocalDeny(10_000),
@@ -64,7 +65,7 @@ func run(addr, target, domain string, failClosed bool) error {
 	}
 	defer c.Close()
 
-	srv := &http.Server{Addr: addr, Handler: newHandler(c, domain), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: newHandler(c, domain, httplimit.WithTarpit(tarpit, 100)), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -81,7 +82,7 @@ func run(addr, target, domain string, failClosed bool) error {
 }
 
 // newHandler is the service: its routes behind the rate limit.
-func newHandler(c *client.Client, domain string) http.Handler {
+func newHandler(c *client.Client, domain string, opts ...httplimit.Option) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, `[{"id": 1}, {"id": 2}]`)
@@ -107,6 +108,6 @@ func newHandler(c *client.Client, domain string) http.Handler {
 		}
 		return tiers(r)
 	}
-	limit := httplimit.New(c, domain, describe, httplimit.WithTarpit(time.Second, 100))
+	limit := httplimit.New(c, domain, describe, opts...)
 	return limit.Wrap(mux)
 }
