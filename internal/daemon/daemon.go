@@ -154,7 +154,7 @@ func Start(cfg Config) (d *Daemon, err error) {
 	}
 	m := metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio))
 	loadedAt := time.Now()
-	m.PolicyLoaded(loadedAt)
+	m.PolicyLoaded(policy, loadedAt)
 
 	var tlsServer *tlsconfig.Server
 	if cfg.TLS.Cert != "" {

@@ -30,13 +30,13 @@ func (d *Daemon) Reload() error {
 	p, err := config.Load(path)
 	now := time.Now()
 	if err != nil {
-		d.metrics.PolicyReloaded(now, err)
+		d.metrics.PolicyReloaded(nil, now, err)
 		d.log.Error("policy reload failed; the previous policy goes on serving", "config", path, "error", err)
 		return err
 	}
 	d.engine.SetPolicy(p)
 	d.loaded.Store(&admin.Loaded{Policy: p, Path: path, At: now})
-	d.metrics.PolicyReloaded(now, nil)
+	d.metrics.PolicyReloaded(p, now, nil)
 	d.log.Info("policy reloaded", "config", path, "domains", len(p.Domains()))
 	return nil
 }

@@ -222,19 +222,35 @@ func (m *Metrics) WatchStore(s Store, max int) {
 	})
 }
 
-// PolicyLoaded records the first load of the policy, at time at: it sets
-// the last-success time and the last-reload-successful gauge, and counts no
-// reload.
-func (m *Metrics) PolicyLoaded(at time.Time) {
+// PolicyLoaded records the first load of policy p, at time at: it sets the
+// last-success time and the last-reload-successful gauge, counts no
+// reload, and creates the per-rule series of p's rules at 0 (but those of
+// detailed_metric rules, which exist per request value), so that they are
+// there before the first hit.
+func (m *Metrics) PolicyLoaded(p *config.Policy, at time.Time) {
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
 	m.lastReloadOK.Set(1)
+	for _, d := range p.View().Domains {
+		m.initRules(d.Domain, d.Descriptors)
+	}
 }
 
-// PolicyReloaded records a reload of the policy at time at that failed with
-// err, or succeeded when err is nil. After a success the rules of the
-// previous policy are forgotten (their series stay, and continue where a
-// rule is unchanged, as series are named by domain and descriptor path).
-func (m *Metrics) PolicyReloaded(at time.Time, err error) {
+func (m *Metrics) initRules(domain string, descriptors []config.DescriptorView) {
+	for _, dv := range descriptors {
+		if dv.StatKey != "" && !dv.DetailedMetric {
+			m.counters(domain, strings.TrimPrefix(dv.StatKey, domain+"."), "")
+		}
+		m.initRules(domain, dv.Descriptors)
+	}
+}
+
+// PolicyReloaded records a reload at time at that failed with err, or that
+// put policy p in force when err is nil. After a success the rules of the
+// previous policy are forgotten, and p's series are created as
+// PolicyLoaded does; the series of rules that p no longer has stay, and
+// an unchanged rule counts on in its series, as series are named by domain
+// and descriptor path.
+func (m *Metrics) PolicyReloaded(p *config.Policy, at time.Time, err error) {
 	if err != nil {
 		m.reloads.WithLabelValues("failure").Inc()
 		m.lastReloadOK.Set(0)
@@ -242,7 +258,7 @@ func (m *Metrics) PolicyReloaded(at time.Time, err error) {
 	}
 	m.rules.Store(new(sync.Map))
 	m.reloads.WithLabelValues("success").Inc()
-	m.PolicyLoaded(at)
+	m.PolicyLoaded(p, at)
 }
 
 // CertificateLoaded records a load of the gRPC server's certificate: the

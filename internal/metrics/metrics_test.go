@@ -227,7 +227,7 @@ func TestReloadKeepsSeries(t *testing.T) {
 	send(t, e, []call{{descriptors: [][]string{{"k", "a"}}, times: 3}})
 	p, _ := config.Parse("d.yaml", []byte(policy))
 	e.SetPolicy(p)
-	m.PolicyReloaded(time.Unix(1_800_000_000, 0), nil)
+	m.PolicyReloaded(p, time.Unix(1_800_000_000, 0), nil)
 	send(t, e, []call{{descriptors: [][]string{{"k", "a"}}, times: 2}})
 	if got := scrape(t, m)[rule("hits_total", "k", "")]; got != 5 {
 		t.Errorf("hits %v, want 5", got)
@@ -242,7 +242,7 @@ func (fakeStore) Evictions() uint64 { return 7 }
 func TestOperationalMetrics(t *testing.T) {
 	m := metrics.New()
 	m.WatchStore(fakeStore{}, 1000)
-	m.PolicyLoaded(time.Unix(1_800_000_000, 0))
+	m.PolicyLoaded(config.Default(), time.Unix(1_800_000_000, 0))
 	want := map[string]float64{
 		`ratelimitd_buckets`:                                      42,
 		`ratelimitd_buckets_max`:                                  1000,
@@ -251,13 +251,16 @@ func TestOperationalMetrics(t *testing.T) {
 		`ratelimitd_policy_reloads_total{result="failure"}`:       0,
 		`ratelimitd_policy_last_reload_success_timestamp_seconds`: 1.8e9,
 		`ratelimitd_policy_last_reload_successful`:                1,
+		// The policy's rules have series before their first hit.
+		`ratelimitd_rule_hits_total{descriptor="",domain="default",rule="path.user"}`:                     0,
+		`ratelimitd_rule_over_limit_hits_total{descriptor="",domain="default",rule="generic_key_global"}`: 0,
 	}
 	check := func(step string) {
 		t.Helper()
 		got := scrape(t, m)
 		for series, v := range want {
-			if got[series] != v {
-				t.Errorf("%s: %s = %v, want %v", step, series, got[series], v)
+			if g, ok := got[series]; !ok || g != v {
+				t.Errorf("%s: %s = %v (present: %v), want %v", step, series, g, ok, v)
 			}
 		}
 	}
@@ -266,12 +269,12 @@ func TestOperationalMetrics(t *testing.T) {
 		t.Error("TLS metrics exported without TLS")
 	}
 
-	m.PolicyReloaded(time.Unix(1_800_000_100, 0), errors.New("bad"))
+	m.PolicyReloaded(nil, time.Unix(1_800_000_100, 0), errors.New("bad"))
 	want[`ratelimitd_policy_reloads_total{result="failure"}`] = 1
 	want[`ratelimitd_policy_last_reload_successful`] = 0
 	check("failed reload")
 
-	m.PolicyReloaded(time.Unix(1_800_000_200, 0), nil)
+	m.PolicyReloaded(config.Default(), time.Unix(1_800_000_200, 0), nil)
 	want[`ratelimitd_policy_reloads_total{result="success"}`] = 1
 	want[`ratelimitd_policy_last_reload_successful`] = 1
 	want[`ratelimitd_policy_last_reload_success_timestamp_seconds`] = 1_800_000_200
