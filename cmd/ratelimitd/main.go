@@ -2,6 +2,9 @@
 //
 //	ratelimitd [flags]                 serve (embedded default policy without --config)
 //	ratelimitd check-config PATH       validate a policy file or directory
+//
+// Signals: SIGHUP reloads the policy; SIGTERM and SIGINT drain and stop the
+// daemon (see daemon.Daemon.Shutdown), which then exits 0.
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
@@ -46,12 +50,18 @@ Flags:
 	}
 	var cfg daemon.Config
 	b := engine.DefaultBounds
-	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy)")
+	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address`")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /debug/pprof/)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory; past it, idle buckets are reclaimed and then those nearest rest evicted")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
+	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long to go on deciding with health NOT_SERVING before refusing new calls")
+	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
+	fs.BoolVar(&cfg.Pprof, "pprof", true, "serve /debug/pprof/ on --http-addr (--pprof=false to disable)")
+	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
+	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
+	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")
 	fs.IntVar(&b.MaxDescriptors, "max-descriptors", b.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&b.MaxEntries, "max-entries", b.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")
@@ -71,21 +81,29 @@ Flags:
 	cfg.Bounds = b
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	select {
-	case <-ctx.Done():
-		cfg.Logger.Info("shutting down")
-		d.Shutdown(context.Background())
-		return 0
-	case err := <-d.Done():
-		fmt.Fprintf(stderr, "ratelimitd: server stopped: %v\n", err)
-		return 1
+	for {
+		select {
+		case <-hup:
+			d.Reload() // logs its outcome; a bad policy leaves the old one serving
+		case <-ctx.Done():
+			cfg.Logger.Info("shutting down")
+			d.Shutdown(context.Background())
+			return 0
+		case err := <-d.Done():
+			fmt.Fprintf(stderr, "ratelimitd: server stopped: %v\n", err)
+			return 1
+		}
 	}
 }
 

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+// binary builds ratelimitd once into a temporary directory.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "ratelimitd-test-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "ratelimitd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", errors.New("go build: " + err.Error() + "\n" + string(out))
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin, err := binary(); err == nil {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// process is a running ratelimitd.
+type process struct {
+	cmd        *exec.Cmd
+	grpc, http string
+	logs       *syncBuffer
+	exited     chan struct{}
+	exitErr    error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var serving = regexp.MustCompile(`msg="ratelimitd serving" grpc=(\S+) http=(\S+)`)
+
+// startProcess runs the built daemon on free loopback ports and waits for
+// its "serving" log line, which names the bound addresses.
+func startProcess(t *testing.T, args ...string) *process {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	p := &process{cmd: exec.Command(bin, args...), logs: &syncBuffer{}, exited: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", p.logs)
+		}
+	})
+	addrs := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.Write([]byte(line + "\n"))
+			if m := serving.FindStringSubmatch(line); m != nil {
+				addrs <- m[1:]
+			}
+		}
+		p.exitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case a := <-addrs:
+		p.grpc, p.http = a[0], a[1]
+	case <-p.exited:
+		t.Fatalf("ratelimitd exited before serving: %v\n%s", p.exitErr, p.logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("ratelimitd did not report serving:\n%s", p.logs)
+	}
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *process) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("ratelimitd did not exit")
+	}
+	var exit *exec.ExitError
+	if errors.As(p.exitErr, &exit) {
+		return exit.ExitCode()
+	}
+	if p.exitErr != nil {
+		t.Fatal(p.exitErr)
+	}
+	return 0
+}
+
+// TestSIGTERMFinishesCallsInFlight keeps calls flowing from several
+// goroutines, sends SIGTERM, and checks that every call either got its
+// decision or was refused cleanly (Unavailable), that the daemon cut
+// nothing off, and that it exits 0.
+func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
+	p := startProcess(t, "--shutdown-grace", "30s")
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rl.NewRateLimitServiceClient(conn)
+
+	const callers = 8
+	var decided, refused atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var unexpected []error
+	stop := time.Now().Add(60 * time.Second) // a bound; the daemon's exit ends the loop long before
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{
+				{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}},
+				{Entries: []*rl.Entry{{Key: "path", Value: "/orders"}, {Key: "user", Value: "u" + strconv.Itoa(i)}}},
+			}}
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				resp, err := client.ShouldRateLimit(ctx, r)
+				cancel()
+				switch {
+				case err == nil && len(resp.Statuses) == 2:
+					decided.Add(1)
+				case status.Code(err) == codes.Unavailable:
+					refused.Add(1)
+					return // the daemon is going or gone
+				default:
+					mu.Lock()
+					unexpected = append(unexpected, errors.Join(err, errors.New(resp.String())))
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for decided.Load() < 500 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t)
+	wg.Wait()
+
+	if code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("calls that neither got a decision nor were refused: %v", unexpected)
+	}
+	if decided.Load() < 500 || refused.Load() != callers {
+		t.Errorf("%d decided, %d refused; want at least 500 decided and each of the %d callers refused once the daemon left", decided.Load(), refused.Load(), callers)
+	}
+	logs := p.logs.String()
+	if strings.Contains(logs, "cutting off") || !strings.Contains(logs, `msg=stopped`) {
+		t.Errorf("the daemon did not drain cleanly:\n%s", logs)
+	}
+}
+
+// TestSIGHUPReloads: SIGHUP reloads the policy even when nothing changed
+// (the file watcher only reacts to changes).
+func TestSIGHUPReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shop.yaml")
+	if err := os.WriteFile(path, []byte("domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, "--config", path)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.logs.String(), `msg="policy reloaded"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload logged after SIGHUP:\n%s", p.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "ratelimitd_policy_reloads_total{result=\"success\"} 1\n") {
+		t.Errorf("reload not counted:\n%s", body)
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit status %d after SIGINT, want 0", code)
+	}
+}
+
+// TestREADMEListsEveryFlag keeps the README's flag list true to --help.
+func TestREADMEListsEveryFlag(t *testing.T) {
+	var help bytes.Buffer
+	if code := run([]string{"--help"}, io.Discard, &help); code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help.String(), -1)
+	if len(flags) < 10 {
+		t.Fatalf("found only %d flags in --help:\n%s", len(flags), help.String())
+	}
+	for _, f := range flags {
+		if !strings.Contains(string(readme), "`--"+f[1]) {
+			t.Errorf("README.md does not mention --%s", f[1])
+		}
+	}
+}
