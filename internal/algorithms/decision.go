@@ -23,7 +23,9 @@ type State struct {
 }
 
 // AtRest reports whether the bucket is back at rest at now: deleting it
-// then loses nothing, as a new bucket starts from the same answers.
+// then loses nothing, as State{} decides from now on exactly as s would
+// (should the clock later go back before now, s would have been the
+// stricter of the two).
 func (s State) AtRest(now int64) bool { return now >= s.restAt }
 
 // RestAt returns when the bucket is back at rest if nothing else arrives.
@@ -59,10 +61,14 @@ func (c Code) String() string {
 type Decision struct {
 	Code Code
 	// Remaining is how many further requests of cost 1 would be admitted
-	// right now, after this decision's charge (if admitted).
+	// right now, after this decision's charge if it was admitted: a cost
+	// of Remaining would be admitted now, Remaining+1 would not. Between 0
+	// and the limit's Capacity.
 	Remaining int64
 	// ResetAfter is how long until the bucket is back at rest — full for
-	// the buckets, empty of hits for the windows — if nothing else arrives.
+	// the buckets, empty of hits for the windows — if nothing else arrives:
+	// then Remaining is Capacity again. For sliding_window that takes until
+	// both windows' counts have passed. 0 for a bucket at rest.
 	ResetAfter time.Duration
 	// RetryAfter, for a denial, is the shortest wait after which the same
 	// cost would be admitted if nothing else arrived: waiting exactly
@@ -70,7 +76,8 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Delay, for LeakyBucketQueue, is how long an admitted request must wait
 	// before it proceeds so that admitted requests leave at the constant
-	// rate. 0 for the other algorithms and for denials.
+	// rate: the backlog ahead of it, rounded up to a nanosecond, 0 when the
+	// queue is empty. 0 for the other algorithms, peeks and denials.
 	Delay time.Duration
 }
 
