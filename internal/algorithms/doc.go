@@ -30,19 +30,20 @@
 // float: the buckets keep times as whole nanoseconds plus a fraction over L,
 // and products that can exceed 64 bits are taken in 128 (math/bits). So
 // there is no drift: "5 per second" and "1 per 200ms" give the same
-// answers, and a token bucket at 7 per 3s with burst B, asked densely (at
-// least every 3s/7) from a rest at time 0, has admitted exactly
-// B + ⌊T·7/3s⌋ by time T, however many decisions that took.
+// answers, and a token bucket at 7 per 3s with a burst of 4, full at first
+// and then asked for one request at a time at least every 3s/7, has
+// admitted exactly 4 + ⌊T·7/3s⌋ after a time T, however many decisions
+// that took.
 //
 // # Token bucket and leaky bucket
 //
 // A token bucket holds up to B tokens, starts full, and refills
 // continuously at L per P: a request a third of the way into a period sees
 // a third of a period's refill, exactly. A leaky bucket (a meter) holds a
-// level of up to B that drains continuously at L per P. The level is B
-// minus the tokens, so a token bucket admits cost when it holds cost tokens
-// exactly when a leaky bucket admits cost when level+cost fits B: they are
-// one algorithm, and TokenBucket and LeakyBucket give identical decisions.
+// level of up to B that drains continuously at L per P. The level is always
+// B minus the tokens, so "cost tokens are there" and "level + cost fits B"
+// are one condition: the two are one algorithm, and TokenBucket and
+// LeakyBucket give identical decisions.
 //
 // Both are computed as GCRA (the generic cell rate algorithm), whose state
 // is a single time: the theoretical arrival time TAT at which the bucket is
