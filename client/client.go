@@ -100,7 +100,8 @@ func WithLogger(l *slog.Logger) Option {
 // names the same descriptor (same domain, entries and inline limit) at the
 // same cost or more is denied locally, without a call, until R has passed
 // on the client's Clock, counted from when the denied call was sent. Such a
-// decision has Source SourceLocal, RetryAfter what is left of R, and the
+// decision has Source SourceLocal, RetryAfter what is left of R (for a
+// higher cost than the one denied, the true wait may be longer), and the
 // same Policy. Peeks (WithHits(0)) and smaller costs are always asked.
 // Shadow-mode denials are not remembered. A policy change that raises a
 // limit reaches a remembered descriptor only once its R has passed.

@@ -47,8 +47,8 @@ type Decision struct {
 	Source Source
 	// RetryAfter, for a denial, is the shortest wait after which the same
 	// request would be admitted if nothing else arrived: the service's
-	// retry_after, what is left of it for a local denial, or the fail-closed
-	// wait. 0 when allowed and when Never.
+	// retry_after, what is left of it for a local denial (at least that
+	// long), or the fail-closed wait. 0 when allowed and when Never.
 	RetryAfter time.Duration
 	// Never reports a denial that no wait can turn into an admission: a
 	// descriptor costs more than its limit's capacity.
