@@ -25,7 +25,9 @@
 //	ratelimitd_rule_over_limit_hits_total    hits of a status its rule denied (over capacity included)
 //	ratelimitd_rule_shadow_mode_hits_total   of those, the hits not denied: a shadow_mode rule, or global shadow mode
 //
-// so hits = within_limit + over_limit. A status is counted by its own
+// so hits = within_limit + over_limit. A descriptor whose rule's limits
+// were all replaced (rate_limit.replaces) by another matched rule's counts
+// nothing, as nothing of its rule decided it. A status is counted by its own
 // rule's verdict: in a request denied by another descriptor, a descriptor
 // its rule admitted counts as within_limit although, the request being
 // denied, it was charged nothing.
@@ -295,8 +297,8 @@ func (m *Metrics) Observe(req *engine.Request, resp *engine.Response, took time.
 	var rules *sync.Map
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if st.Rule == nil || st.Cost == 0 {
-			continue
+		if st.Rule == nil || st.Limit == nil || st.Cost == 0 {
+			continue // no rule, every limit replaced, or a peek
 		}
 		if rules == nil {
 			rules = m.rules.Load()

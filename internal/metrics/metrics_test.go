@@ -41,6 +41,10 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 2}
   - key: free
     rate_limit: {unlimited: true}
+  - key: svc
+    rate_limit: {unit: minute, requests_per_unit: 10, name: svc}
+  - key: vip
+    rate_limit: {unit: minute, requests_per_unit: 100, name: vip, replaces: [{name: svc}]}
 `
 
 // scrape returns every sample of the exposition, keyed by its series as
@@ -121,6 +125,7 @@ func TestRuleCounters(t *testing.T) {
 		{descriptors: [][]string{{"free", "a"}}, times: 3},                        // unlimited: never near
 		{descriptors: [][]string{{"nothing", "a"}}},                               // unmatched
 		{descriptors: [][]string{{"path", "/orders"}}},                            // shallower than the rule: unmatched
+		{descriptors: [][]string{{"svc", "a"}, {"vip", "b"}}},                     // svc's limit replaced by vip's
 	})
 	var r engine.Response
 	e.ShouldRateLimit(context.Background(), &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{
@@ -165,9 +170,12 @@ func TestRuleCounters(t *testing.T) {
 		rule("within_limit_hits_total", "free", ""): 3,
 		rule("near_limit_hits_total", "free", ""):   0,
 
-		`ratelimitd_decisions_total{code="ok"}`:         10 + 2 + 1 + 2 + 2 + 1 + 3 + 1 + 1 + 1, // the peek last
+		rule("hits_total", "svc", ""): 0, // replaced: counts nothing
+		rule("hits_total", "vip", ""): 1,
+
+		`ratelimitd_decisions_total{code="ok"}`:         10 + 2 + 1 + 2 + 2 + 1 + 3 + 1 + 1 + 1 + 1, // the peek last
 		`ratelimitd_decisions_total{code="over_limit"}`: 1 + 1 + 1 + 1,
-		`ratelimitd_decision_duration_seconds_count`:    28,
+		`ratelimitd_decision_duration_seconds_count`:    29,
 	}
 	got := scrape(t, m)
 	for series, v := range want {
