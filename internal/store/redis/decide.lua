@@ -1,0 +1,241 @@
+-- decide.lua: internal/algorithms' Limit.Decide, line for line, on bignums
+-- (bignum.lua). Each function names the Go function it mirrors; read them
+-- side by side. Times are bignums of nanoseconds; counts, fractions,
+-- Requests, Capacity and costs are below 2^33 and kept as plain numbers,
+-- which are exact.
+--
+-- A limit is {alg, r = Requests, p = Period (bignum), cap = Capacity, rb =
+-- small(r)}. A state is {t = bignum, n, m}; the zero State is {t = {}, n =
+-- 0, m = 0}. A decision is {code, rem, reset, retry, delay}, durations as
+-- bignums; decide returns the next state (nil when unchanged) and the
+-- decision.
+
+local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
+local ALLOWED, DENIED, OVER = 0, 1, 2
+local ZERO, ONE = {}, { 1 }
+-- math.MaxInt64 = 2^63 - 1, and MaxTime = 2^62 - 1.
+local MAXINT64 = sub(small(2 ^ 63), ONE)
+local MAXTIME = sub(small(2 ^ 62), ONE)
+
+-- times mirrors Limit.times: n·P/R as whole nanoseconds and a remainder
+-- over R (a plain number).
+local function times(l, n)
+  local q, rem = divmod(mul(small(n), l.p), l.rb)
+  return q, num(rem)
+end
+
+-- ceilNs mirrors ceilNs: ns + frac/R rounded up, saturating at MaxInt64.
+local function ceilNs(ns, frac)
+  if frac > 0 and cmp(ns, MAXINT64) < 0 then
+    return add(ns, ONE)
+  end
+  return ns
+end
+
+-- gcraRemaining mirrors Limit.gcraRemaining: floor((C-d)·R/P), or 0 when
+-- the backlog d = dNs + dFrac/R exceeds the capacity span C.
+local function gcraRemaining(l, dNs, dFrac)
+  local c = cmp(l.spanNs, dNs)
+  if c < 0 or c == 0 and l.spanFrac < dFrac then
+    return 0
+  end
+  local ns, frac = sub(l.spanNs, dNs), l.spanFrac - dFrac
+  if frac < 0 then
+    ns, frac = sub(ns, ONE), frac + l.r
+  end
+  local q = divmod(add(mul(ns, l.rb), small(frac)), l.p)
+  return num(q)
+end
+
+-- gcra mirrors Limit.gcra.
+local function gcra(l, s, now, cost)
+  local r = l.r
+  local frac = s.n
+  if frac >= r then frac = r - 1 end
+  local dNs, dFrac = ZERO, 0
+  if cmp(s.t, now) >= 0 then
+    dNs, dFrac = sub(s.t, now), frac
+  end
+
+  if cost <= 0 or cost > l.cap then
+    local d = { code = ALLOWED, rem = gcraRemaining(l, dNs, dFrac), reset = ceilNs(dNs, dFrac), retry = ZERO, delay = ZERO }
+    if cost > 0 then d.code = OVER end
+    return nil, d
+  end
+
+  -- k = cost·I and a = C - k. Go computes a as spanNs/spanFrac minus k
+  -- with a borrow; (Capacity-cost)·P/R is the same rational, and a
+  -- rational has one such form with 0 ≤ frac < R.
+  local kNs, kFrac = times(l, cost)
+  local aNs, aFrac = times(l, l.cap - cost)
+  local c = cmp(dNs, aNs)
+  if c > 0 or c == 0 and dFrac > aFrac then
+    local wNs, wFrac = sub(dNs, aNs), dFrac - aFrac
+    if wFrac < 0 then
+      wNs, wFrac = sub(wNs, ONE), wFrac + r
+    end
+    return nil, {
+      code = DENIED,
+      rem = gcraRemaining(l, dNs, dFrac),
+      reset = ceilNs(dNs, dFrac),
+      retry = ceilNs(wNs, wFrac),
+      delay = ZERO,
+    }
+  end
+
+  local delay = ZERO
+  if l.alg == QUEUE then
+    delay = ceilNs(dNs, dFrac)
+  end
+  dNs, dFrac = add(dNs, kNs), dFrac + kFrac
+  if dFrac >= r then
+    dNs, dFrac = add(dNs, ONE), dFrac - r
+  end
+  local tat = add(now, dNs)
+  local reset = ceilNs(dNs, dFrac)
+  return { restAt = add(now, reset), t = tat, n = dFrac, m = 0 }, {
+    code = ALLOWED,
+    rem = gcraRemaining(l, dNs, dFrac),
+    reset = reset,
+    retry = ZERO,
+    delay = delay,
+  }
+end
+
+-- windowStart is now - now%P.
+local function windowStart(l, now)
+  local _, rem = divmod(now, l.p)
+  return sub(now, rem)
+end
+
+-- fixedWindow mirrors Limit.fixedWindow.
+local function fixedWindow(l, s, now, cost)
+  local start = windowStart(l, now)
+  local count = s.n
+  if cmp(start, s.t) > 0 then
+    count = 0
+  else
+    start = s.t
+  end
+  local stop = add(start, l.p)
+
+  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
+  if count > 0 then
+    d.reset = csub(stop, now)
+  end
+  if cost <= 0 or cost > l.cap then
+    d.rem = math.max(l.cap - count, 0)
+    if cost > 0 then d.code = OVER end
+    return nil, d
+  end
+  if count + cost > l.cap then
+    d.code = DENIED
+    d.rem = math.max(l.cap - count, 0)
+    d.retry = csub(stop, now)
+    return nil, d
+  end
+  count = count + cost
+  d.rem = l.cap - count
+  d.reset = csub(stop, now)
+  return { restAt = stop, t = start, n = count, m = 0 }, d
+end
+
+-- slidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
+local function slidingRemaining(l, cur, prev, e, w)
+  local weight = prev
+  if #e > 0 and prev > 0 then
+    local q, rem = divmod(w, l.p)
+    weight = num(q)
+    if #rem > 0 then weight = weight + 1 end
+  end
+  return math.max(l.cap - cur - weight, 0)
+end
+
+-- slidingRetry mirrors Limit.slidingRetry.
+local function slidingRetry(l, start, now, cur, prev, k, cost)
+  if k >= 0 and prev > 0 then
+    local q = divmod(mul(small(k), l.p), small(prev))
+    if #q > 0 then
+      return csub(add(start, l.p), add(q, now))
+    end
+  end
+  local e2 = ZERO
+  local room = l.cap - cost
+  if cur > room then
+    local q = divmod(mul(small(room), l.p), small(cur))
+    e2 = sub(l.p, q)
+  end
+  return csub(add(add(start, l.p), e2), now)
+end
+
+-- slidingWindow mirrors Limit.slidingWindow.
+local function slidingWindow(l, s, now, cost)
+  local p = l.p
+  local start = windowStart(l, now)
+  local cur, prev = s.n, s.m
+  local e
+  if cmp(start, s.t) <= 0 then
+    start = s.t
+    e = csub(now, start)
+  elseif cmp(sub(start, s.t), add(p, p)) < 0 then
+    prev, cur = cur, 0
+    e = sub(now, start)
+  else
+    prev, cur = 0, 0
+    e = sub(now, start)
+  end
+
+  local w = mul(small(prev), csub(p, e))
+
+  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
+  if cur > 0 then
+    d.reset = csub(add(start, add(p, p)), now)
+  elseif prev > 0 then
+    d.reset = csub(add(start, p), now)
+  end
+  if cost <= 0 or cost > l.cap then
+    d.rem = slidingRemaining(l, cur, prev, e, w)
+    if cost > 0 then d.code = OVER end
+    return nil, d
+  end
+
+  local k = l.cap - cur - cost
+  local kP = ZERO
+  if k > 0 then kP = mul(small(k), p) end
+  if k < 0 or cmp(w, kP) > 0 then
+    d.code = DENIED
+    d.rem = slidingRemaining(l, cur, prev, e, w)
+    d.retry = slidingRetry(l, start, now, cur, prev, k, cost)
+    return nil, d
+  end
+  cur = cur + cost
+  d.rem = slidingRemaining(l, cur, prev, e, w)
+  local restAt = add(start, add(p, p))
+  d.reset = csub(restAt, now)
+  return { restAt = restAt, t = start, n = cur, m = prev }, d
+end
+
+-- decide mirrors Limit.Decide; now is already within [0, MaxTime].
+local function decide(l, s, now, cost)
+  local alg = l.alg
+  if alg == FIXED then
+    return fixedWindow(l, s, now, cost)
+  elseif alg == SLIDING then
+    return slidingWindow(l, s, now, cost)
+  elseif alg == TOKEN or alg == LEAKY or alg == QUEUE then
+    return gcra(l, s, now, cost)
+  end
+  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
+  if cost > 0 then d.code = OVER end
+  return nil, d
+end
+
+-- newLimit builds a limit from its parts and precomputes the capacity span
+-- C = Capacity·P/R of the buckets, as NewLimit does.
+local function newLimit(alg, r, p, cap)
+  local l = { alg = alg, r = r, rb = small(r), p = p, cap = cap }
+  if alg == TOKEN or alg == LEAKY or alg == QUEUE then
+    l.spanNs, l.spanFrac = times(l, cap)
+  end
+  return l
+end

@@ -1,0 +1,73 @@
+package redis
+
+import (
+	"encoding/binary"
+)
+
+// redisKey returns the Redis key of a bucket: the prefix, the hash tag
+// {domain} unless spread, then the bucket key as the engine made it.
+//
+// The engine's bucket keys start with the request's domain, length-prefixed
+// (a uvarint, then the bytes: see internal/engine); TestDomainOfEngineKeys
+// holds the two packages to that. With the tag, Redis Cluster hashes only
+// the domain, so every bucket of one domain, and so every charge of one
+// request, is in one hash slot. A domain holding a '}' still tags every key
+// of that domain alike (Redis hashes up to the first '}'); an empty domain
+// makes an empty tag, and then Redis hashes the whole key.
+func redisKey(buf []byte, prefix string, key []byte, spread bool) []byte {
+	buf = append(buf, prefix...)
+	if !spread {
+		buf = append(buf, '{')
+		buf = append(buf, domainOf(key)...)
+		buf = append(buf, '}')
+	}
+	return append(buf, key...)
+}
+
+// domainOf returns the domain at the start of an engine bucket key, or nil
+// if the key does not start with a length-prefixed part.
+func domainOf(key []byte) []byte {
+	n, w := binary.Uvarint(key)
+	if w <= 0 || n > uint64(len(key)-w) {
+		return nil
+	}
+	return key[w : w+int(n)]
+}
+
+// slotOf returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag — the bytes between the first '{' and the first '}' after it,
+// when there are any — or of the whole key, modulo 16384.
+func slotOf(key []byte) int {
+	for i, c := range key {
+		if c != '{' {
+			continue
+		}
+		for j := i + 1; j < len(key); j++ {
+			if key[j] == '}' {
+				if j > i+1 {
+					key = key[i+1 : j]
+				}
+				return int(crc16(key) & 16383)
+			}
+		}
+		break
+	}
+	return int(crc16(key) & 16383)
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
+// of the Redis Cluster specification.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
