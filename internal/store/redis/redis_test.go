@@ -1,0 +1,313 @@
+package redis_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+)
+
+const t0 = int64(1_767_225_600_000_000_000)
+
+func mustLimit(t testing.TB, alg algorithms.Algorithm, requests int64, period time.Duration, burst int64) *algorithms.Limit {
+	t.Helper()
+	l, err := algorithms.NewLimit(alg, requests, period, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &l
+}
+
+func apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.Decision {
+	t.Helper()
+	d := make([]algorithms.Decision, len(charges))
+	if err := s.Apply(context.Background(), charges, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// engineKey is a bucket key as the engine makes it: length-prefixed
+// domain, entries and limit key.
+func engineKey(domain string, parts ...string) []byte {
+	var b []byte
+	for _, p := range append([]string{domain}, parts...) {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// TestOneRoundTripPerApply: a request costs one round trip to Redis
+// whatever its number of charges — and still one when Redis has lost the
+// script, since EVAL on NOSCRIPT is the second of two only then.
+func TestOneRoundTripPerApply(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newTestStore(t, redis.Config{Addr: srv.Addr()}, nil)
+	l := mustLimit(t, algorithms.TokenBucket, 1000, time.Hour, 0)
+	charges := func(n int) []store.Charge {
+		var cs []store.Charge
+		for i := range n {
+			cs = append(cs, store.Charge{Key: engineKey("shop", "user", fmt.Sprint(i)), Limit: l, Cost: 1})
+		}
+		return cs
+	}
+	apply(t, s, charges(1)...) // the first loads the script (EVALSHA, NOSCRIPT, EVAL)
+	for _, n := range []int{1, 2, 5, 16, 40} {
+		before := s.RoundTrips()
+		apply(t, s, charges(n)...)
+		if got := s.RoundTrips() - before; got != 1 {
+			t.Errorf("a request of %d charges took %d round trips, want 1", n, got)
+		}
+	}
+	if _, err := srv.Command("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	before := s.RoundTrips()
+	if d := apply(t, s, charges(3)...); d[0].Code != algorithms.Allowed || d[0].Remaining != 993 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, want allowed with 993 remaining", d[0])
+	}
+	if got := s.RoundTrips() - before; got != 2 {
+		t.Errorf("after SCRIPT FLUSH the request took %d round trips, want 2 (EVALSHA, then EVAL)", got)
+	}
+}
+
+// TestRedisTime: without an injected clock the script decides on Redis
+// TIME, sets each charged key to expire when its bucket is back at rest,
+// and stores nothing for a peek.
+func TestRedisTime(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "rt:"}, nil)
+	hour := mustLimit(t, algorithms.TokenBucket, 5, time.Hour, 0) // one per 12 minutes
+	key := engineKey("shop", "user", "alice")
+
+	if d := apply(t, s, store.Charge{Key: key, Limit: hour, Cost: 0}); d[0] != (algorithms.Decision{Remaining: 5}) {
+		t.Fatalf("peek of a new bucket: %+v", d[0])
+	}
+	if n, _ := srv.Command("EXISTS", "rt:{shop}"+string(key)); n != ":0" {
+		t.Fatalf("a peek stored a key (EXISTS: %s)", n)
+	}
+	for i := range 5 {
+		if d := apply(t, s, store.Charge{Key: key, Limit: hour, Cost: 1}); d[0].Code != algorithms.Allowed || d[0].Remaining != int64(4-i) {
+			t.Fatalf("charge %d: %+v", i, d[0])
+		}
+	}
+	d := apply(t, s, store.Charge{Key: key, Limit: hour, Cost: 1})
+	if d[0].Code != algorithms.Denied || d[0].RetryAfter <= 11*time.Minute || d[0].RetryAfter > 12*time.Minute {
+		t.Fatalf("sixth charge: %+v, want denied with about 12 minutes to wait", d[0])
+	}
+	// The bucket is at rest an hour after the first charge: its key expires then.
+	pttl, err := srv.Command("PTTL", "rt:{shop}"+string(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := strconv.Atoi(strings.TrimPrefix(pttl, ":")); ms < int(59*time.Minute/time.Millisecond) || ms > int(time.Hour/time.Millisecond) {
+		t.Fatalf("PTTL %s, want about an hour (when the bucket is back at rest)", pttl)
+	}
+
+	// A bucket that is back at rest 50ms later is gone then.
+	short := mustLimit(t, algorithms.FixedWindow, 1, 50*time.Millisecond, 0)
+	apply(t, s, store.Charge{Key: engineKey("shop", "short"), Limit: short, Cost: 1})
+	time.Sleep(120 * time.Millisecond)
+	if n, _ := srv.Command("DBSIZE"); n != ":1" {
+		t.Fatalf("DBSIZE %s after the short bucket came to rest, want 1 (alice's)", n)
+	}
+}
+
+// TestOneClock: two stores sharing a Redis decide on its clock, whatever
+// their own: a daemon whose clock is a day off still agrees.
+func TestOneClock(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:"}
+	a := newTestStore(t, cfg, nil)
+	b := newTestStore(t, cfg, nil)
+	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
+	key := engineKey("shop", "path", "/")
+	apply(t, a, store.Charge{Key: key, Limit: l, Cost: 6})
+	d := apply(t, b, store.Charge{Key: key, Limit: l, Cost: 5})
+	if d[0].Code != algorithms.Denied || d[0].Remaining != 4 {
+		t.Fatalf("second daemon: %+v, want denied with 4 remaining", d[0])
+	}
+	d = apply(t, b, store.Charge{Key: key, Limit: l, Cost: 4})
+	if d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
+		t.Fatalf("second daemon: %+v, want allowed with 0 remaining", d[0])
+	}
+	// Both report the same window end: Redis's hour, not theirs.
+	da := apply(t, a, store.Charge{Key: key, Limit: l})
+	db := apply(t, b, store.Charge{Key: key, Limit: l})
+	if diff := da[0].ResetAfter - db[0].ResetAfter; diff > 50*time.Millisecond || diff < 0 {
+		t.Fatalf("reset after %v and %v: the stores disagree on the window", da[0].ResetAfter, db[0].ResetAfter)
+	}
+}
+
+// TestFailureModes: with Redis stopped, each mode decides as it says, the
+// store reports itself down, and when Redis is back (empty, without the
+// script) the store decides from Redis again, by itself.
+func TestFailureModes(t *testing.T) {
+	l := mustLimit(t, algorithms.FixedWindow, 3, time.Hour, 0)
+	key := engineKey("shop", "user", "bob")
+	tests := []struct {
+		mode redis.FailureMode
+		want []algorithms.Decision // for costs 1, 0 and 4 while Redis is down
+	}{
+		{redis.FailOpen, []algorithms.Decision{{Remaining: 2, ResetAfter: time.Hour}, {Remaining: 3}, {Code: algorithms.OverCapacity, Remaining: 3}}},
+		{redis.FailClosed, []algorithms.Decision{{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}, {}, {Code: algorithms.OverCapacity}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			var mu sync.Mutex
+			var changes []bool
+			c := clock.NewFake(t0)
+			s := newTestStore(t, redis.Config{
+				Addr: srv.Addr(), Timeout: 200 * time.Millisecond, FailureMode: tt.mode,
+				OnHealth: func(up bool, err error) { mu.Lock(); changes = append(changes, up); mu.Unlock() },
+			}, c)
+			apply(t, s, store.Charge{Key: key, Limit: l, Cost: 3})
+
+			srv.Stop()
+			for i, cost := range []int64{1, 0, 4} {
+				if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: cost}); d[0] != tt.want[i] {
+					t.Errorf("Redis down, cost %d: %+v, want %+v", cost, d[0], tt.want[i])
+				}
+			}
+			if up, why := s.Healthy(); up || why == "" {
+				t.Errorf("Healthy() = %v, %q with Redis down", up, why)
+			}
+
+			srv.Restart()
+			waitFor(t, func() bool { return s.Ping(context.Background()) == nil })
+			// Redis restarted empty: the bucket starts over, from Redis.
+			if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 3}); d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
+				t.Errorf("after restart: %+v, want allowed with 0 remaining", d[0])
+			}
+			if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1}); d[0].Code != algorithms.Denied {
+				t.Errorf("after restart, over the limit: %+v, want denied", d[0])
+			}
+			if up, _ := s.Healthy(); !up {
+				t.Error("Healthy() false after Redis came back")
+			}
+			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) == 2 })
+			if changes[0] || !changes[1] {
+				t.Errorf("OnHealth saw %v, want [false true]", changes)
+			}
+		})
+	}
+}
+
+// TestTimeout: Redis that answers later than the timeout is a failure: the
+// request is decided by the failure mode in about the timeout.
+func TestTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), Timeout: 100 * time.Millisecond, FailureMode: redis.FailClosed}, clock.NewFake(t0))
+	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
+	key := engineKey("shop", "slow")
+	apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1})
+	if _, err := srv.Command("CLIENT", "PAUSE", "1000", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1})
+	if took := time.Since(start); took > 600*time.Millisecond {
+		t.Errorf("a request to a paused Redis took %v; the timeout is 100ms", took)
+	}
+	if d[0].Code != algorithms.Denied || d[0].RetryAfter != redis.FailClosedRetryAfter {
+		t.Errorf("paused Redis, failing closed: %+v", d[0])
+	}
+	if up, _ := s.Healthy(); up {
+		t.Error("Healthy() true after a timeout")
+	}
+	waitFor(t, func() bool { return s.Ping(context.Background()) == nil })
+}
+
+// TestCallerContext: when the caller gives up first, Apply returns its
+// error rather than a failure-mode decision.
+func TestCallerContext(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newTestStore(t, redis.Config{Addr: srv.Addr()}, clock.NewFake(t0))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
+	err := s.Apply(ctx, []store.Charge{{Key: engineKey("shop"), Limit: l, Cost: 1}}, make([]algorithms.Decision, 1))
+	if err == nil {
+		t.Fatal("Apply with a canceled context returned no error")
+	}
+	if up, _ := s.Healthy(); !up {
+		t.Error("a caller's cancellation marked Redis down")
+	}
+}
+
+// TestDenyCache: once a bucket denies, requests that charge it again are
+// denied without asking Redis, with the exact wait left, until that wait
+// has passed; shadow charges and peeks are never answered from the cache.
+func TestDenyCache(t *testing.T) {
+	srv := redistest.Start(t)
+	c := clock.NewFake(t0)
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), DenyCache: 100}, c)
+	l := mustLimit(t, algorithms.TokenBucket, 1, time.Second, 2)
+	other := mustLimit(t, algorithms.FixedWindow, 100, time.Minute, 0)
+	attacker := engineKey("shop", "ip", "10.0.0.66")
+	page := engineKey("shop", "path", "/")
+	req := func(cost int64) []store.Charge {
+		return []store.Charge{{Key: page, Limit: other, Cost: 1}, {Key: attacker, Limit: l, Cost: cost}}
+	}
+	apply(t, s, req(2)...)
+	if d := apply(t, s, req(1)...); d[1].Code != algorithms.Denied || d[1].RetryAfter != time.Second {
+		t.Fatalf("over the limit: %+v", d[1])
+	}
+	before := s.RoundTrips()
+	c.Set(t0 + int64(400*time.Millisecond))
+	d := apply(t, s, req(1)...)
+	if s.RoundTrips() != before {
+		t.Fatal("a request over a remembered limit reached Redis")
+	}
+	if d[1].Code != algorithms.Denied || d[1].RetryAfter != 600*time.Millisecond {
+		t.Errorf("from the cache: %+v, want denied, retry after 600ms", d[1])
+	}
+	if d[0] != (algorithms.Decision{Remaining: 100}) {
+		t.Errorf("the other charge of a request denied from the cache: %+v, want a bucket at rest's peek", d[0])
+	}
+	// A peek, a shadow charge and another cost go to Redis.
+	for _, cs := range [][]store.Charge{
+		{{Key: attacker, Limit: l, Cost: 0}},
+		{{Key: attacker, Limit: l, Cost: 1, Shadow: true}},
+		{{Key: attacker, Limit: l, Cost: 2}},
+	} {
+		before = s.RoundTrips()
+		apply(t, s, cs...)
+		if s.RoundTrips() == before {
+			t.Errorf("%+v was answered from the cache", cs[0])
+		}
+	}
+	// When the wait is over, Redis decides again.
+	c.Set(t0 + int64(time.Second))
+	before = s.RoundTrips()
+	d = apply(t, s, req(1)...)
+	if d[1].Code != algorithms.Allowed || s.RoundTrips() == before {
+		t.Errorf("after the wait: %+v (round trips %d), want allowed from Redis", d[1], s.RoundTrips()-before)
+	}
+	if d[0].Remaining != 98 {
+		t.Errorf("the page bucket has %d remaining, want 98: the denied requests charged nothing", d[0].Remaining)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
