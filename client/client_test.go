@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/client"
-	"github.com/ratelimitd/ratelimitd/client/internal/daemontest"
 	"github.com/ratelimitd/ratelimitd/client/internal/fakeclock"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
 // The three tiers of the default policy for alice on /orders.

@@ -22,8 +22,8 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/client/grpclimit"
-	"github.com/ratelimitd/ratelimitd/client/internal/daemontest"
 	"github.com/ratelimitd/ratelimitd/client/internal/fakeclock"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
 // app is a gRPC service (the standard health service) behind the

@@ -14,8 +14,8 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/client/httplimit"
-	"github.com/ratelimitd/ratelimitd/client/internal/daemontest"
 	"github.com/ratelimitd/ratelimitd/client/internal/fakeclock"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
 // service is an HTTP service behind the middleware, a daemon serving

@@ -1,30 +1,18 @@
 package main
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/client"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
 func TestServiceIsLimited(t *testing.T) {
-	d, err := daemon.Start(daemon.Config{
-		GRPCAddr: "127.0.0.1:0",
-		HTTPAddr: "127.0.0.1:0",
-		Logger:   slog.New(slog.DiscardHandler),
-		Clock:    clock.NewFake(time.Now().UnixNano()), // remaining counts do not refill mid-test
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	d := daemontest.Start(t, "") // a fake clock: remaining counts do not refill mid-test
 	c, err := client.New(d.GRPCAddr(), client.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -25,13 +22,15 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
-// t0 is a whole minute since the epoch, so minute windows start at t0.
-const t0 = int64(1_700_000_040) * int64(time.Second)
+// t0 is daemontest.T0: a whole minute since the epoch, so minute windows
+// start at t0.
+var t0 = daemontest.T0.UnixNano()
 
 type harness struct {
-	d      *daemon.Daemon
+	d      *daemontest.Daemon
 	clock  *clock.Fake
 	client rl.RateLimitServiceClient
 	conn   *grpc.ClientConn
@@ -41,32 +40,9 @@ type harness struct {
 // embedded default) and a fake clock at t0, and dials it.
 func start(t *testing.T, policy string) *harness {
 	t.Helper()
-	cfg := daemon.Config{
-		GRPCAddr: "127.0.0.1:0",
-		HTTPAddr: "127.0.0.1:0",
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	if policy != "" {
-		cfg.ConfigPath = filepath.Join(t.TempDir(), "policy.yaml")
-		if err := os.WriteFile(cfg.ConfigPath, []byte(policy), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := clock.NewFake(t0)
-	cfg.Clock = c
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		d.Shutdown(context.Background())
-	})
-	return &harness{d: d, clock: c, client: rl.NewRateLimitServiceClient(conn), conn: conn}
+	d := daemontest.Start(t, policy)
+	conn := d.Dial(t)
+	return &harness{d: d, clock: d.Clock, client: rl.NewRateLimitServiceClient(conn), conn: conn}
 }
 
 func (h *harness) call(t *testing.T, req *rl.ShouldRateLimitRequest) *rl.ShouldRateLimitResponse {

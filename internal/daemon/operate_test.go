@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,59 +25,21 @@ import (
 	"google.golang.org/grpc/status"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
 )
 
-// logBuffer collects a daemon's logs for a test to read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// run starts a daemon with cfg on loopback, a fake clock at t0 and its logs
-// in the returned buffer, and stops it when the test ends.
-func run(t *testing.T, cfg daemon.Config) (*daemon.Daemon, *logBuffer) {
-	t.Helper()
-	logs := &logBuffer{}
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Clock = clock.NewFake(t0)
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Shutdown(context.Background()) })
-	return d, logs
-}
-
 // dial returns a plaintext client of d.
-func dial(t *testing.T, d *daemon.Daemon) (rl.RateLimitServiceClient, *grpc.ClientConn) {
+func dial(t *testing.T, d *daemontest.Daemon) (rl.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := d.Dial(t)
 	return rl.NewRateLimitServiceClient(conn), conn
 }
 
-func httpGet(t *testing.T, d *daemon.Daemon, path string) (int, string) {
+func httpGet(t *testing.T, d *daemontest.Daemon, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + d.HTTPAddr() + path)
 	if err != nil {
@@ -95,7 +55,7 @@ func httpGet(t *testing.T, d *daemon.Daemon, path string) (int, string) {
 
 // scrape returns every sample GET /metrics shows, keyed by its series as
 // written: `name{label="value",...}`.
-func scrape(t *testing.T, d *daemon.Daemon) map[string]float64 {
+func scrape(t *testing.T, d *daemontest.Daemon) map[string]float64 {
 	t.Helper()
 	code, body := httpGet(t, d, "/metrics")
 	if code != http.StatusOK {
@@ -150,7 +110,7 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 2}
 `)
-	d, _ := run(t, daemon.Config{ConfigPath: path})
+	d := daemontest.StartConfig(t, daemon.Config{ConfigPath: path})
 	client, _ := dial(t, d)
 	ctx := context.Background()
 	traffic := []struct {
@@ -324,7 +284,7 @@ func TestHotReload(t *testing.T) {
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
 			path, change := l.setup(t, t.TempDir(), policyV1)
-			d, logs := run(t, daemon.Config{ConfigPath: path})
+			d := daemontest.StartConfig(t, daemon.Config{ConfigPath: path})
 			client, _ := dial(t, d)
 			ctx := context.Background()
 			call := func(d *rl.Descriptor) *rl.DescriptorStatus {
@@ -373,7 +333,7 @@ func TestHotReload(t *testing.T) {
 			if got := scrape(t, d)[`ratelimitd_policy_last_reload_successful`]; got != 0 {
 				t.Errorf("last_reload_successful %v after a failure", got)
 			}
-			if s := logs.String(); !strings.Contains(s, "policy reload failed") || !strings.Contains(s, `unknown unit \"fortnight\"`) {
+			if s := d.Logs(); !strings.Contains(s, "policy reload failed") || !strings.Contains(s, `unknown unit \"fortnight\"`) {
 				t.Errorf("the failure's reason is not logged:\n%s", s)
 			}
 			if got := reloads("success"); got != 1 {
@@ -388,7 +348,7 @@ func TestHotReload(t *testing.T) {
 func TestReloadCall(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shop.yaml")
 	writeFile(t, path, policyV1)
-	d, _ := run(t, daemon.Config{ConfigPath: path})
+	d := daemontest.StartConfig(t, daemon.Config{ConfigPath: path})
 	writeFile(t, path, policyV2)
 	if err := d.Reload(); err != nil {
 		t.Fatal(err)
@@ -405,7 +365,7 @@ func TestReloadCall(t *testing.T) {
 	}
 
 	// The embedded default has nothing to reload.
-	d, _ = run(t, daemon.Config{})
+	d = daemontest.StartConfig(t, daemon.Config{})
 	if err := d.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +375,7 @@ func TestPoliciesEndpoint(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "shop.yaml"), policyV1)
 	writeFile(t, filepath.Join(dir, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
-	d, _ := run(t, daemon.Config{ConfigPath: dir})
+	d := daemontest.StartConfig(t, daemon.Config{ConfigPath: dir})
 	code, body := httpGet(t, d, "/policies")
 	if code != http.StatusOK {
 		t.Fatalf("/policies: %d", code)
@@ -450,7 +410,7 @@ func TestPoliciesEndpoint(t *testing.T) {
 
 func TestPprofFlag(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		d, _ := run(t, daemon.Config{Pprof: on})
+		d := daemontest.StartConfig(t, daemon.Config{Pprof: on})
 		code, _ := httpGet(t, d, "/debug/pprof/")
 		if want := map[bool]int{true: 200, false: 404}[on]; code != want {
 			t.Errorf("pprof %v: /debug/pprof/ %d, want %d", on, code, want)
@@ -462,7 +422,7 @@ func TestPprofFlag(t *testing.T) {
 // once (gRPC health, its Watch stream and /readyz), while decisions go on
 // for the shutdown delay; then calls are refused.
 func TestHealthTransitions(t *testing.T) {
-	d, _ := run(t, daemon.Config{ShutdownDelay: time.Hour})
+	d := daemontest.StartConfig(t, daemon.Config{ShutdownDelay: time.Hour})
 	client, conn := dial(t, d)
 	hc := healthpb.NewHealthClient(conn)
 	ctx := context.Background()
@@ -541,7 +501,7 @@ func tlsFiles(t *testing.T, dir string, ca *tlstest.CA, name string) tlsconfig.F
 
 // tlsCall makes one call over a new connection with creds and returns the
 // server certificate's name.
-func tlsCall(t *testing.T, d *daemon.Daemon, creds credentials.TransportCredentials) (string, error) {
+func tlsCall(t *testing.T, d *daemontest.Daemon, creds credentials.TransportCredentials) (string, error) {
 	t.Helper()
 	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(creds))
 	if err != nil {
@@ -594,7 +554,7 @@ func TestMutualTLS(t *testing.T) {
 			if !tt.mutual {
 				files.ClientCA = ""
 			}
-			d, _ := run(t, daemon.Config{TLS: files})
+			d := daemontest.StartConfig(t, daemon.Config{TLS: files})
 			_, err := tlsCall(t, d, tt.creds)
 			if tt.accepted && err != nil {
 				t.Fatalf("refused: %v", err)
@@ -612,7 +572,7 @@ func TestCertificateReload(t *testing.T) {
 	ca := tlstest.NewCA(t, "ca")
 	alice := ca.Client(t, "alice")
 	dir := t.TempDir()
-	d, logs := run(t, daemon.Config{TLS: tlsFiles(t, dir, ca, "first")})
+	d := daemontest.StartConfig(t, daemon.Config{TLS: tlsFiles(t, dir, ca, "first")})
 	if name, err := tlsCall(t, d, clientTLS(ca.Pool(), &alice)); err != nil || name != "first" {
 		t.Fatalf("before: %q %v", name, err)
 	}
@@ -625,8 +585,8 @@ func TestCertificateReload(t *testing.T) {
 	if got := scrape(t, d)[`ratelimitd_tls_certificate_expiry_timestamp_seconds`]; got != float64(second.Leaf.NotAfter.Unix()) {
 		t.Errorf("certificate expiry %v, want %v", got, second.Leaf.NotAfter.Unix())
 	}
-	if !strings.Contains(logs.String(), "TLS certificate reloaded") {
-		t.Errorf("no reload logged:\n%s", logs)
+	if !strings.Contains(d.Logs(), "TLS certificate reloaded") {
+		t.Errorf("no reload logged:\n%s", d.Logs())
 	}
 }
 

@@ -2,8 +2,6 @@ package envoyapi_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -24,15 +21,16 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 )
 
 // t0 is a whole minute since the epoch (and a whole 5 minutes less 60s):
 // minute windows start at t0.
-const t0 = int64(1_700_000_040) * int64(time.Second)
+var t0 = daemontest.T0.UnixNano()
 
 type harness struct {
-	d      *daemon.Daemon
+	d      *daemontest.Daemon
 	clock  *clock.Fake
 	conn   *grpc.ClientConn
 	client rlsv3.RateLimitServiceClient
@@ -43,30 +41,9 @@ type harness struct {
 // client. opts adjust the daemon's configuration.
 func start(t *testing.T, path string, opts ...func(*daemon.Config)) *harness {
 	t.Helper()
-	c := clock.NewFake(t0)
-	cfg := daemon.Config{
-		ConfigPath: path,
-		GRPCAddr:   "127.0.0.1:0",
-		HTTPAddr:   "127.0.0.1:0",
-		Clock:      c,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	for _, opt := range opts {
-		opt(&cfg)
-	}
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		d.Shutdown(context.Background())
-	})
-	return &harness{d: d, clock: c, conn: conn, client: rlsv3.NewRateLimitServiceClient(conn)}
+	d := daemontest.Start(t, "", append([]func(*daemon.Config){daemontest.Path(path)}, opts...)...)
+	conn := d.Dial(t)
+	return &harness{d: d, clock: d.Clock, conn: conn, client: rlsv3.NewRateLimitServiceClient(conn)}
 }
 
 const shop = "testdata/shop.yaml"
