@@ -122,6 +122,7 @@ end
 
 -- divmod(a, b) returns floor(a/b) and a mod b; b must not be zero.
 --
+-- Below 2^48 the doubles' own division is exact. Otherwise:
 -- Each round estimates e = floor(num(r)/num(b) * (1 - 2^-40)). num has a
 -- relative error of at most 4·2^-53 on four limbs and the division and
 -- product round once each, so e ≤ r/b: e·b ≤ r, and r - e·b is exact and
@@ -132,6 +133,13 @@ end
 local SHORT = 1 - 2 ^ -40
 
 local function divmod(a, b)
+  if #a <= 2 then
+    -- a < 2^48: doubles are exact here. fmod is exact, a - rem is a
+    -- multiple of b, and so the quotient is exact too.
+    local x, y = num(a), num(b)
+    local rem = math.fmod(x, y)
+    return small((x - rem) / y), small(rem)
+  end
   local q, r = {}, a
   local fb = num(b)
   while cmp(r, b) >= 0 do

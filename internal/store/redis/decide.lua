@@ -5,10 +5,14 @@
 -- which are exact.
 --
 -- A limit is {alg, r = Requests, p = Period (bignum), cap = Capacity, rb =
--- small(r)}. A state is {t = bignum, n, m}; the zero State is {t = {}, n =
--- 0, m = 0}. A decision is {code, rem, reset, retry, delay}, durations as
--- bignums; decide returns the next state (nil when unchanged) and the
--- decision.
+-- small(r)} and, for the buckets, the rationals (whole ns as a bignum, and
+-- a remainder over R) that Go computes exactly with math/bits (as
+-- Limit.times does) and passes in: the capacity span C = Capacity·P/R
+-- (spanNs, spanFrac), the charge's k = cost·P/R (kNs, kFrac) and a =
+-- (Capacity-cost)·P/R (aNs, aFrac), for the cost decided. A state is {t =
+-- bignum, n, m}; the zero State is {t = {}, n = 0, m = 0}. A decision is
+-- {code, rem, reset, retry, delay}, durations as bignums; decide returns
+-- the next state (nil when unchanged) and the decision.
 
 local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
 local ALLOWED, DENIED, OVER = 0, 1, 2
@@ -16,13 +20,6 @@ local ZERO, ONE = {}, { 1 }
 -- math.MaxInt64 = 2^63 - 1, and MaxTime = 2^62 - 1.
 local MAXINT64 = sub(small(2 ^ 63), ONE)
 local MAXTIME = sub(small(2 ^ 62), ONE)
-
--- times mirrors Limit.times: n·P/R as whole nanoseconds and a remainder
--- over R (a plain number).
-local function times(l, n)
-  local q, rem = divmod(mul(small(n), l.p), l.rb)
-  return q, num(rem)
-end
 
 -- ceilNs mirrors ceilNs: ns + frac/R rounded up, saturating at MaxInt64.
 local function ceilNs(ns, frac)
@@ -63,11 +60,10 @@ local function gcra(l, s, now, cost)
     return nil, d
   end
 
-  -- k = cost·I and a = C - k. Go computes a as spanNs/spanFrac minus k
-  -- with a borrow; (Capacity-cost)·P/R is the same rational, and a
-  -- rational has one such form with 0 ≤ frac < R.
-  local kNs, kFrac = times(l, cost)
-  local aNs, aFrac = times(l, l.cap - cost)
+  -- k = cost·I and a = C - k, passed in. gcra.go computes a as span
+  -- minus k with a borrow; (Capacity-cost)·P/R is the same rational, and
+  -- a rational has one such form with 0 ≤ frac < R.
+  local kNs, kFrac, aNs, aFrac = l.kNs, l.kFrac, l.aNs, l.aFrac
   local c = cmp(dNs, aNs)
   if c > 0 or c == 0 and dFrac > aFrac then
     local wNs, wFrac = sub(dNs, aNs), dFrac - aFrac
@@ -230,12 +226,10 @@ local function decide(l, s, now, cost)
   return nil, d
 end
 
--- newLimit builds a limit from its parts and precomputes the capacity span
--- C = Capacity·P/R of the buckets, as NewLimit does.
-local function newLimit(alg, r, p, cap)
-  local l = { alg = alg, r = r, rb = small(r), p = p, cap = cap }
-  if alg == TOKEN or alg == LEAKY or alg == QUEUE then
-    l.spanNs, l.spanFrac = times(l, cap)
-  end
-  return l
+-- newLimit builds a limit from its parts (see the top of this file).
+local function newLimit(alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac)
+  return {
+    alg = alg, r = r, rb = small(r), p = p, cap = cap,
+    spanNs = spanNs, spanFrac = spanFrac, kNs = kNs, kFrac = kFrac, aNs = aNs, aFrac = aFrac,
+  }
 end

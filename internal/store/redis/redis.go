@@ -599,28 +599,42 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// roundTripHook counts the commands and pipelines sent to Redis nodes: one
-// network round trip each.
+// roundTripHook counts the round trips of requests to Redis nodes: each
+// command and each pipeline that carries a script. The client's own
+// exchanges (connection handshakes, cluster topology) and Ping are not
+// requests' and are not counted.
 type roundTripHook struct{ n *atomic.Uint64 }
+
+func isScript(cmd goredis.Cmder) bool {
+	switch cmd.Name() {
+	case "evalsha", "eval":
+		return true
+	}
+	return false
+}
 
 func (h roundTripHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (h roundTripHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.n.Add(1)
+		if isScript(cmd) {
+			h.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (h roundTripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.n.Add(1)
+		if len(cmds) > 0 && isScript(cmds[0]) {
+			h.n.Add(1)
+		}
 		return next(ctx, cmds)
 	}
 }
 
-// RoundTrips returns how many commands and pipelines the store has sent to
-// Redis nodes, each one network round trip.
+// RoundTrips returns how many round trips to Redis nodes the store's
+// requests have made (see roundTripHook).
 func (s *Store) RoundTrips() uint64 { return s.stats.roundTrips.Load() }
 
 // Applies returns how many Apply calls asked Redis (those answered from the

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +34,7 @@ var (
 )
 
 // argsPerCharge is how many ARGV settle.lua takes per key.
-const argsPerCharge = 6
+const argsPerCharge = 12
 
 // settleArgs returns settle.lua's ARGV for charges[i], i in idx: now as hex
 // ("" for Redis TIME), whether to set expiry, whether in try mode.
@@ -56,8 +57,27 @@ func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int)
 			strconv.FormatInt(cost, 10),
 			flag(c.Shadow),
 		)
+		switch l.Algorithm() {
+		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
+			k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
+			args = appendRational(args, l, capacity)
+			args = appendRational(args, l, k)
+			args = appendRational(args, l, capacity-k)
+		default:
+			args = append(args, "0", "0", "0", "0", "0", "0")
+		}
 	}
 	return args
+}
+
+// appendRational appends n·P/R (0 ≤ n ≤ Capacity) as settle.lua takes it:
+// whole nanoseconds in hexadecimal and the remainder over R in decimal,
+// as Limit.times computes it. NewLimit has checked that Capacity·P/R is at
+// most MaxSpan, so the quotient fits.
+func appendRational(args []any, l *algorithms.Limit, n int64) []any {
+	hi, lo := bits.Mul64(uint64(n), uint64(l.Period()))
+	q, r := bits.Div64(hi, lo, uint64(l.Requests()))
+	return append(args, strconv.FormatUint(q, 16), strconv.FormatUint(r, 10))
 }
 
 func flag(b bool) string {

@@ -6,11 +6,14 @@
 --          rest; "0": write keys without expiry (tests on injected time)
 -- ARGV[3]  "1": try mode, for one slot's share of a request that spans
 --          several (see below); "0": the whole request
--- then six per key, for KEYS[i]:
+-- then twelve per key, for KEYS[i]:
 --          algorithm (1..5), Requests, Period (hex), Capacity, cost, shadow
---          ("1" or "0"). Requests, Capacity and cost are decimal integers
---          below 2^33 (the store passes a cost above Capacity as
---          Capacity+1 and a negative one as 0: the decisions are the same).
+--          ("1" or "0"), and for the buckets C, k and a (see decide.lua),
+--          each as whole ns (hex) and remainder over R (decimal); "0" for
+--          the windows. Requests, Capacity, cost and the remainders are
+--          decimal integers below 2^33 (the store passes a cost above
+--          Capacity as Capacity+1 and a negative one as 0: the decisions
+--          are the same).
 --
 -- A bucket's state is stored as the string "t n m restAt", hexadecimal.
 --
@@ -80,9 +83,11 @@ local try = ARGV[3] == "1"
 local charges, olds, nexts, decisions = {}, {}, {}, {}
 local commit = true
 for i = 1, #KEYS do
-  local b = 3 + (i - 1) * 6
+  local b = 3 + (i - 1) * 12
   local c = {
-    limit = newLimit(tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), fromhex(ARGV[b + 3]), tonumber(ARGV[b + 4])),
+    limit = newLimit(tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), fromhex(ARGV[b + 3]), tonumber(ARGV[b + 4]),
+      fromhex(ARGV[b + 7]), tonumber(ARGV[b + 8]), fromhex(ARGV[b + 9]), tonumber(ARGV[b + 10]),
+      fromhex(ARGV[b + 11]), tonumber(ARGV[b + 12])),
     cost = tonumber(ARGV[b + 5]),
     shadow = ARGV[b + 6] == "1",
   }
