@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/internal/ratelimitheader"
 )
 
 // Middleware limits the requests of the handlers it wraps. Make one with
@@ -134,7 +135,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 		case d.Source == client.SourceFailClosed:
-			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+			w.Header().Set(ratelimitheader.RetryAfter, strconv.FormatInt(ratelimitheader.Seconds(d.RetryAfter), 10))
 			http.Error(w, d.String(), http.StatusServiceUnavailable)
 		default:
 			m.deny(w, r, d, ds)
@@ -164,16 +165,8 @@ func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, d client.Decis
 	}
 	h := w.Header()
 	if !d.Never {
-		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+		h.Set(ratelimitheader.RetryAfter, strconv.FormatInt(ratelimitheader.Seconds(d.RetryAfter), 10))
 	}
 	setRateLimit(h, d, ds)
 	http.Error(w, d.String(), http.StatusTooManyRequests)
-}
-
-// ceilSeconds is d in whole seconds, rounded up: 0 for d <= 0, 1 for 1ns.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d-1)/time.Second) + 1
 }

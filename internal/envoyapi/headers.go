@@ -2,17 +2,14 @@ package envoyapi
 
 import (
 	"fmt"
-	"math"
-	"math/bits"
 	"strconv"
 	"strings"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/ratelimitheader"
 )
 
 // Headers selects the rate limit headers a response asks Envoy to add to
@@ -86,16 +83,6 @@ func (h *Headers) Set(s string) error {
 // IsBoolFlag lets a bare --flag mean "legacy".
 func (h *Headers) IsBoolFlag() bool { return true }
 
-// Header names.
-const (
-	headerLimit      = "RateLimit-Limit"
-	headerRemaining  = "RateLimit-Remaining"
-	headerReset      = "RateLimit-Reset"
-	headerPolicy     = "RateLimit-Policy"
-	headerRateLimit  = "RateLimit"
-	headerRetryAfter = "Retry-After"
-)
-
 // headers returns the headers for r, whose translation is out.
 func (h Headers) headers(r *engine.Response, out *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
 	if h == HeadersOff {
@@ -105,52 +92,24 @@ func (h Headers) headers(r *engine.Response, out *rlsv3.RateLimitResponse) []*co
 	add := func(k, v string) { hs = append(hs, &corev3.HeaderValue{Key: k, Value: v}) }
 	if i := r.MostRestrictive(); i >= 0 {
 		st := &r.Statuses[i]
-		remaining := strconv.FormatUint(uint64(out.Statuses[i].GetLimitRemaining()), 10)
-		reset := strconv.FormatInt(seconds(st.ResetAfter), 10)
-		capacity := strconv.FormatInt(st.Limit.Rate.Capacity(), 10)
+		remaining := out.Statuses[i].GetLimitRemaining()
+		capacity := st.Limit.Rate.Capacity()
 		switch h {
 		case HeadersLegacy:
-			add(headerLimit, capacity)
-			add(headerRemaining, remaining)
-			add(headerReset, reset)
+			add(ratelimitheader.Limit, strconv.FormatInt(capacity, 10))
+			add(ratelimitheader.Remaining, strconv.FormatUint(uint64(remaining), 10))
+			add(ratelimitheader.Reset, strconv.FormatInt(ratelimitheader.Seconds(st.ResetAfter), 10))
 		case HeadersDraft:
 			name := policyName(st)
-			policy := name + ";q=" + capacity
-			if w := refill(st.Limit); w > 0 {
-				policy += ";w=" + strconv.FormatInt(seconds(w), 10)
-			}
-			add(headerPolicy, policy)
-			add(headerRateLimit, name+";r="+remaining+";t="+reset)
+			refill := ratelimitheader.Refill(capacity, st.Limit.Rate.Requests(), st.Limit.Rate.Period())
+			add(ratelimitheader.Policy, ratelimitheader.PolicyValue(name, capacity, refill))
+			add(ratelimitheader.RateLimit, ratelimitheader.RateLimitValue(name, uint64(remaining), st.ResetAfter))
 		}
 	}
 	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !r.Never {
-		add(headerRetryAfter, strconv.FormatInt(seconds(r.RetryAfter), 10))
+		add(ratelimitheader.RetryAfter, strconv.FormatInt(ratelimitheader.Seconds(r.RetryAfter), 10))
 	}
 	return hs
-}
-
-// seconds returns d in whole seconds, rounded up; 0 for d <= 0.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d-1)/time.Second) + 1
-}
-
-// refill returns how long an empty bucket or window of l takes to fill:
-// Capacity × Period / Requests, rounded up; 0 for a limit without a rate
-// (requests_per_unit: 0). At most algorithms.MaxSpan, as NewLimit checks.
-func refill(l *config.Limit) time.Duration {
-	requests := l.Rate.Requests()
-	if requests <= 0 {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(l.Rate.Capacity()), uint64(l.Rate.Period()))
-	q, rem := bits.Div64(hi, lo, uint64(requests))
-	if rem != 0 {
-		q++
-	}
-	return time.Duration(min(q, math.MaxInt64))
 }
 
 // policyName returns the status's limit's name as a structured-field
@@ -160,21 +119,5 @@ func policyName(st *engine.Status) string {
 	if name == "" && st.Rule != nil {
 		name = st.Rule.StatKey
 	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c < 0x20 || c > 0x7e {
-			return `"default"`
-		}
-		if c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(c)
-	}
-	if name == "" {
-		return `"default"`
-	}
-	b.WriteByte('"')
-	return b.String()
+	return ratelimitheader.Name(name)
 }
