@@ -35,6 +35,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
 
@@ -46,6 +47,12 @@ type Config struct {
 	// GRPCAddr and HTTPAddr are listen addresses; port 0 picks a free one.
 	GRPCAddr string
 	HTTPAddr string
+	// Store is where buckets live: "memory" (the default, "" too) or
+	// "redis", shared by every daemon on the same Redis.
+	Store string
+	// Redis configures the Redis store (Store "redis"). It decides on Redis
+	// TIME, not Clock; its Logger is the daemon's.
+	Redis redisstore.Config
 	// MaxBuckets bounds the memory store (0 for its default).
 	MaxBuckets int
 	// SweepInterval is how often idle buckets are reclaimed (0: 10s).
@@ -89,7 +96,8 @@ type Daemon struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	engine   *engine.Engine
-	store    *memory.Store
+	store    *memory.Store     // nil with Redis
+	redis    *redisstore.Store // nil with memory
 	stopJobs context.CancelFunc
 	served   chan error
 
@@ -168,15 +176,22 @@ func Start(cfg Config) (d *Daemon, err error) {
 		m.CertificateLoaded(false, tlsServer.NotAfter(), nil)
 	}
 
-	var storeOpts []memory.Option
-	if cfg.MaxBuckets > 0 {
-		storeOpts = append(storeOpts, memory.WithMaxBuckets(cfg.MaxBuckets))
+	healthServer := health.NewServer()
+	st, mem, rs, err := newStore(cfg, healthServer)
+	if err != nil {
+		return nil, err
 	}
+	defer func() {
+		if err != nil && rs != nil {
+			rs.Close()
+		}
+	}()
 	d = &Daemon{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		store:   memory.New(cfg.Clock, storeOpts...),
-		health:  health.NewServer(),
+		store:   mem,
+		redis:   rs,
+		health:  healthServer,
 		served:  make(chan error, 2),
 		metrics: m,
 		tls:     tlsServer,
@@ -187,8 +202,12 @@ func Start(cfg Config) (d *Daemon, err error) {
 	if maxBuckets <= 0 {
 		maxBuckets = memory.DefaultMaxBuckets
 	}
-	m.WatchStore(d.store, maxBuckets)
-	d.engine = engine.New(policy, d.store, engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(m.Observe))
+	if mem != nil {
+		m.WatchStore(mem, maxBuckets)
+	} else {
+		m.Registry().MustRegister(rs.Collectors()...)
+	}
+	d.engine = engine.New(policy, st, engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(m.Observe))
 
 	d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -217,13 +236,20 @@ func Start(cfg Config) (d *Daemon, err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
+	if rs != nil {
+		mux.HandleFunc("GET /healthz/redis", redisHealthz(rs))
+	}
 	mux.Handle("GET /metrics", m.Handler())
 	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: cfg.Pprof})
 	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	jobs, stop := context.WithCancel(context.Background())
 	d.stopJobs = stop
-	go d.store.Run(jobs, cfg.SweepInterval)
+	if mem != nil {
+		go mem.Run(jobs, cfg.SweepInterval)
+	} else {
+		go rs.Run(jobs, time.Second)
+	}
 	if policyWatch != nil {
 		go policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -242,7 +268,7 @@ func Start(cfg Config) (d *Daemon, err error) {
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
 		"policy", policySource(cfg.ConfigPath), "domains", len(policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
-		"tls", tlsMode(tlsServer))
+		"tls", tlsMode(tlsServer), "store", storeName(cfg))
 	return d, nil
 }
 
@@ -311,7 +337,8 @@ func (d *Daemon) Done() <-chan error { return d.served }
 //     flight finish;
 //  4. if calls are still in flight when Config.ShutdownGrace has passed
 //     since step 3, they are cut off (and a warning logged);
-//  5. the HTTP server, the file watchers and the bucket sweeper stop.
+//  5. the HTTP server, the file watchers and the bucket sweeper (or the
+//     Redis health pings) stop, and the Redis connections close.
 //
 // ctx's end cuts steps 2 and 3 short. Calls after the first wait for it to
 // finish and do nothing more.
@@ -350,5 +377,8 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 		d.http.Close()
 	}
 	d.stopJobs()
+	if d.redis != nil {
+		d.redis.Close()
+	}
 	d.log.Info("stopped")
 }

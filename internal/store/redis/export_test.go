@@ -7,6 +7,3 @@ import "github.com/ratelimitd/ratelimitd/internal/clock"
 // timeline), and write keys without expiry, as Redis's own clock no
 // longer says when a bucket is at rest. Call it before the first Apply.
 func SetTestClock(s *Store, c clock.Clock) { s.testNow = c }
-
-// DenyCacheLen returns the number of buckets the deny cache remembers.
-func DenyCacheLen(s *Store) int { return s.cache.len() }

@@ -1,0 +1,179 @@
+package daemon_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+)
+
+const sharedPolicy = `
+domain: shared
+descriptors:
+  - key: tenant
+    rate_limit: {name: per-tenant, algorithm: sliding_window, unit: hour, requests_per_unit: 25}
+  - key: api
+    rate_limit: {name: api, algorithm: token_bucket, unit: hour, requests_per_unit: 1000, burst: 1000}
+`
+
+func withRedis(addr string, mode redisstore.FailureMode) func(*daemon.Config) {
+	return func(c *daemon.Config) {
+		c.Store = "redis"
+		c.Redis = redisstore.Config{Addr: addr, Timeout: 200 * time.Millisecond, FailureMode: mode}
+	}
+}
+
+// TestTwoDaemonsShareOneRedis: callers spread over two daemons that share a
+// Redis are admitted exactly the bound of a shared key, all or nothing
+// across the request's two buckets.
+func TestTwoDaemonsShareOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	var clients []rl.RateLimitServiceClient
+	for range 2 {
+		d := daemontest.Start(t, sharedPolicy, withRedis(srv.Addr(), redisstore.FailClosed))
+		clients = append(clients, rl.NewRateLimitServiceClient(d.Dial(t)))
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[g%2]
+			for range 5 {
+				r, err := c.ShouldRateLimit(context.Background(), req("shared", desc("api", "v1"), desc("tenant", "acme")))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.OverallCode == rl.Code_CODE_OK {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 25 {
+		t.Fatalf("two daemons admitted %d of 80, want exactly 25", got)
+	}
+	// The api bucket was charged by the admitted requests only.
+	r, err := clients[1].ShouldRateLimit(context.Background(), req("shared", peek(desc("api", "v1"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Statuses[0].Remaining; got != 975 {
+		t.Fatalf("api bucket: %d remaining, want 975 (1000 less the 25 admitted)", got)
+	}
+}
+
+// TestRedisStoppedMidRun: while Redis is down the daemon answers by its
+// failure mode, says so in health and metrics, and decides from Redis
+// again once it is back.
+func TestRedisStoppedMidRun(t *testing.T) {
+	tests := []struct {
+		mode     redisstore.FailureMode
+		wantCode rl.Code
+	}{
+		{redisstore.FailOpen, rl.Code_CODE_OK},
+		{redisstore.FailClosed, rl.Code_CODE_OVER_LIMIT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			d := daemontest.Start(t, sharedPolicy, withRedis(srv.Addr(), tt.mode))
+			conn := d.Dial(t)
+			client := rl.NewRateLimitServiceClient(conn)
+			health := healthpb.NewHealthClient(conn)
+			call := func() *rl.ShouldRateLimitResponse {
+				t.Helper()
+				r, err := client.ShouldRateLimit(context.Background(), req("shared", desc("tenant", "acme")))
+				if err != nil {
+					t.Fatalf("ShouldRateLimit: %v", err)
+				}
+				return r
+			}
+			redisHealth := func() healthpb.HealthCheckResponse_ServingStatus {
+				r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: daemon.RedisHealthService})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Status
+			}
+			for range 25 {
+				call()
+			}
+			if r := call(); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+				t.Fatalf("26th call: %v, want over limit", r.OverallCode)
+			}
+
+			srv.Stop()
+			if r := call(); r.OverallCode != tt.wantCode {
+				t.Errorf("Redis down, failing %v: %v, want %v", tt.mode, r.OverallCode, tt.wantCode)
+			}
+			waitFor(t, func() bool { return redisHealth() == healthpb.HealthCheckResponse_NOT_SERVING })
+			if code, body := get(t, d, "/healthz/redis"); code != http.StatusServiceUnavailable {
+				t.Errorf("/healthz/redis with Redis down: %d %s", code, body)
+			}
+			if _, body := get(t, d, "/metrics"); !strings.Contains(body, `ratelimitd_redis_up{failure_mode="`+tt.mode.String()+`"} 0`) ||
+				strings.Contains(body, "ratelimitd_redis_fallback_decisions_total 0") {
+				t.Errorf("metrics with Redis down do not say so:\n%s", grep(body, "ratelimitd_redis_"))
+			}
+			if code, _ := get(t, d, "/readyz"); code != http.StatusOK {
+				t.Errorf("/readyz with Redis down: %d; the daemon still answers", code)
+			}
+
+			srv.Restart() // empty: the tenant starts over
+			waitFor(t, func() bool { return redisHealth() == healthpb.HealthCheckResponse_SERVING })
+			if r := call(); r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 24 {
+				t.Errorf("after Redis came back: %v with %d remaining, want OK with 24", r.OverallCode, r.Statuses[0].Remaining)
+			}
+			if code, _ := get(t, d, "/healthz/redis"); code != http.StatusOK {
+				t.Errorf("/healthz/redis after recovery: %d", code)
+			}
+		})
+	}
+}
+
+func get(t *testing.T, d *daemontest.Daemon, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + d.HTTPAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func grep(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
