@@ -68,6 +68,7 @@ Flags:
 	fs.IntVar(&b.MaxValueBytes, "max-value-bytes", b.MaxValueBytes, "longest entry value, in bytes")
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
+	redisFlags := addRedisFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -79,6 +80,10 @@ Flags:
 		return 2
 	}
 	cfg.Bounds = b
+	if err := redisFlags.apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

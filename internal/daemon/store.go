@@ -1,8 +1,12 @@
 package daemon
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -74,4 +78,32 @@ func storeName(cfg Config) string {
 		return "redis " + cfg.Redis.Addr
 	}
 	return "memory"
+}
+
+// RedisTLS returns the TLS configuration for connecting to Redis: the
+// system's roots, or only the CA certificates in the PEM file caFile when
+// given, and a client certificate when certFile and keyFile are given.
+func RedisTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis TLS CA: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate in it", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("redis TLS: a client certificate needs its key, and a key its certificate")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis TLS client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
 }

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"strings"
+
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+)
+
+// redisFlags are the flags of the Redis store that need work after
+// parsing; the rest write into cfg.Redis directly.
+type redisFlags struct {
+	cluster                string
+	tls                    bool
+	tlsCA, tlsCert, tlsKey string
+}
+
+func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
+	f := &redisFlags{}
+	r := &cfg.Redis
+	fs.StringVar(&cfg.Store, "store", "memory", "where buckets live: memory (this daemon's own) or redis (shared by every daemon on the same Redis; see docs/redis.md)")
+	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis)")
+	fs.StringVar(&f.cluster, "redis-cluster", "", "Redis Cluster seed `addresses`, comma-separated (instead of --redis-addr)")
+	fs.StringVar(&r.Username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&r.Password, "redis-password", "", "Redis password (default: $RATELIMITD_REDIS_PASSWORD, which keeps it out of the process list)")
+	fs.BoolVar(&f.tls, "redis-tls", false, "connect to Redis over TLS, trusting the system's roots (or --redis-tls-ca)")
+	fs.StringVar(&f.tlsCA, "redis-tls-ca", "", "PEM CA certificates `file` to trust for Redis (implies --redis-tls)")
+	fs.StringVar(&f.tlsCert, "redis-tls-cert", "", "PEM client certificate `file` for Redis (with --redis-tls-key; implies --redis-tls)")
+	fs.StringVar(&f.tlsKey, "redis-tls-key", "", "PEM private key `file` of --redis-tls-cert")
+	fs.DurationVar(&r.Timeout, "redis-timeout", redisstore.DefaultTimeout, "how long one request may wait for Redis before the failure mode decides it")
+	fs.Var(&r.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
+	fs.StringVar(&r.KeyPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "`prefix` of every Redis key")
+	fs.BoolVar(&r.SpreadKeys, "redis-spread-keys", false, "no {domain} hash tag: spread a domain's buckets over a cluster's nodes; requests then settle per slot (see docs/redis.md)")
+	fs.IntVar(&r.DenyCache, "redis-deny-cache", 0, "remember up to `n` buckets over their limit until their retry_after, denying them without asking Redis (0: off)")
+	return f
+}
+
+// apply fills cfg.Redis from the flags that need work.
+func (f *redisFlags) apply(cfg *daemon.Config) error {
+	if cfg.Store != "redis" {
+		return nil
+	}
+	if cfg.Redis.Password == "" {
+		cfg.Redis.Password = os.Getenv("RATELIMITD_REDIS_PASSWORD")
+	}
+	if f.cluster != "" {
+		for _, a := range strings.Split(f.cluster, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cfg.Redis.ClusterAddrs = append(cfg.Redis.ClusterAddrs, a)
+			}
+		}
+		if len(cfg.Redis.ClusterAddrs) == 0 {
+			return errors.New("--redis-cluster: no address")
+		}
+		cfg.Redis.Addr = ""
+	}
+	if f.tls || f.tlsCA != "" || f.tlsCert != "" {
+		c, err := daemon.RedisTLS(f.tlsCA, f.tlsCert, f.tlsKey)
+		if err != nil {
+			return err
+		}
+		cfg.Redis.TLS = c
+	}
+	return nil
+}
