@@ -40,6 +40,19 @@ local function gcraRemaining(l, dNs, dFrac)
   if frac < 0 then
     ns, frac = sub(ns, ONE), frac + l.r
   end
+  -- Fast and still exact: when ns·R < 2^52 (ns < 2^48 is exact as a
+  -- double, and a rounded product below 2^52 means a true one below 2^53),
+  -- x = ns·R + frac is an exact double, and so is P below 2^53; then
+  -- fmod is exact and so is the quotient, as in divmod.
+  if #ns <= 2 then
+    local prod = num(ns) * l.r
+    local pf = num(l.p)
+    if prod < 4503599627370496 then
+      if pf >= 9007199254740992 then return 0 end
+      local x = prod + frac
+      return (x - math.fmod(x, pf)) / pf
+    end
+  end
   local q = divmod(add(mul(ns, l.rb), small(frac)), l.p)
   return num(q)
 end
