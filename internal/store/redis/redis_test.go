@@ -311,3 +311,32 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestACL: a Redis user with exactly the permissions docs/redis.md lists
+// can run the store.
+func TestACL(t *testing.T) {
+	srv := redistest.Start(t)
+	reply, err := srv.Command("ACL", "SETUSER", "ratelimitd", "on", ">secret", "~ratelimitd:*",
+		"+@connection", "+evalsha", "+eval", "+cluster|slots", "+get", "+set", "+del", "+time")
+	if err != nil || reply != "+OK" {
+		t.Fatalf("ACL SETUSER: %q %v", reply, err)
+	}
+	s, err := redis.New(redis.Config{Addr: srv.Addr(), Username: "ratelimitd", Password: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
+	key := engineKey("shop", "user", "dave")
+	for i, want := range []algorithms.Code{algorithms.Allowed, algorithms.Denied} {
+		if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1}); d[0].Code != want {
+			t.Fatalf("charge %d: %+v, want %v", i, d[0], want)
+		}
+	}
+	if up, why := s.Healthy(); !up {
+		t.Fatalf("unhealthy as the ACL user: %s", why)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("PING as the ACL user: %v", err)
+	}
+}
