@@ -234,6 +234,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout < 0 {
 		return nil, errors.New("redis: timeout must not be negative")
 	}
+	if cfg.FailureMode != FailOpen && cfg.FailureMode != FailClosed {
+		return nil, fmt.Errorf("redis: unknown failure mode %d", cfg.FailureMode)
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
@@ -298,6 +301,9 @@ func (s *Store) Close() error {
 
 // Apply implements store.Store, as the package doc describes.
 func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
+	if len(charges) == 0 {
+		return nil
+	}
 	if s.cache != nil && s.cache.deny(charges, decisions, s.localNow()) {
 		s.stats.cacheHits.Add(1)
 		return nil
