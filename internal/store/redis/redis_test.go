@@ -115,8 +115,8 @@ func TestRedisTime(t *testing.T) {
 		t.Fatalf("PTTL %s, want about an hour (when the bucket is back at rest)", pttl)
 	}
 
-	// A bucket that is back at rest within 50ms is gone then.
-	short := mustLimit(t, algorithms.FixedWindow, 1, 50*time.Millisecond, 0)
+	// A bucket that is back at rest 50ms after its charge is gone then.
+	short := mustLimit(t, algorithms.TokenBucket, 1, 50*time.Millisecond, 0)
 	shortKey := "rt:{shop}" + string(engineKey("shop", "short"))
 	apply(t, s, store.Charge{Key: engineKey("shop", "short"), Limit: short, Cost: 1})
 	if n, _ := srv.Command("EXISTS", shortKey); n != ":1" {
