@@ -277,7 +277,7 @@ func (w *work) charge(domain string, entries []config.Entry, l *config.Limit, co
 		prev = end
 	}
 	w.keyEnds = append(w.keyEnds, len(w.keys))
-	w.charges = append(w.charges, store.Charge{Limit: &l.Rate, Cost: cost, Shadow: shadow})
+	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &l.Rate, Cost: cost, Shadow: shadow})
 	return len(w.charges) - 1
 }
 

@@ -19,6 +19,10 @@ type Charge struct {
 	// The store copies the key if it keeps it; the caller may reuse the
 	// bytes after Apply returns.
 	Key []byte
+	// Domain is the policy domain the bucket belongs to: a distributed
+	// store may keep one domain's buckets together (a Redis Cluster hash
+	// slot), so that a request's charges settle in one place.
+	Domain string
 	// Limit decides the charge.
 	Limit *algorithms.Limit
 	// Cost is the number of hits; 0 is a peek.

@@ -55,7 +55,7 @@ func BenchmarkApply(b *testing.B) {
 					i := 0
 					for pb.Next() {
 						for j := range charges {
-							charges[j] = store.Charge{Key: engineKey("bench", fmt.Sprint(j), fmt.Sprint(i%1024)), Limit: limits[j], Cost: 1}
+							charges[j] = store.Charge{Domain: "bench", Key: engineKey("bench", fmt.Sprint(j), fmt.Sprint(i%1024)), Limit: limits[j], Cost: 1}
 						}
 						if err := st.s.Apply(context.Background(), charges, d); err != nil {
 							b.Error(err)
@@ -105,6 +105,6 @@ func newBenchStore(b *testing.B, addr string) *redis.Store {
 	}
 	b.Cleanup(func() { s.Close() })
 	// Load the script, so that no request pays the EVAL fallback.
-	apply(b, s, store.Charge{Key: engineKey("bench"), Limit: mustLimit(b, algorithms.FixedWindow, 1, time.Hour, 0), Cost: 0})
+	apply(b, s, store.Charge{Domain: "bench", Key: engineKey("bench"), Limit: mustLimit(b, algorithms.FixedWindow, 1, time.Hour, 0), Cost: 0})
 	return s
 }

@@ -36,7 +36,7 @@ func TestCluster(t *testing.T) {
 		l := mustLimit(t, algorithms.TokenBucket, 1000, time.Hour, 0)
 		charges := make([]store.Charge, 12)
 		for i := range charges {
-			charges[i] = store.Charge{Key: engineKey("shop", "user", fmt.Sprint(i)), Limit: l, Cost: 1}
+			charges[i] = store.Charge{Domain: "shop", Key: engineKey("shop", "user", fmt.Sprint(i)), Limit: l, Cost: 1}
 		}
 		tagged := newTestStore(t, redis.Config{ClusterAddrs: cluster.Addrs()}, nil)
 		apply(t, tagged, charges...) // learns the slots, loads the script
@@ -65,10 +65,10 @@ func TestCluster(t *testing.T) {
 			keys = append(keys, engineKey("shop", "k", fmt.Sprint(i)))
 		}
 		req := []store.Charge{
-			{Key: keys[0], Limit: wide, Cost: 1},
-			{Key: keys[1], Limit: wide, Cost: 1},
-			{Key: keys[2], Limit: narrow, Cost: 1},
-			{Key: keys[3], Limit: wide, Cost: 1},
+			{Domain: "shop", Key: keys[0], Limit: wide, Cost: 1},
+			{Domain: "shop", Key: keys[1], Limit: wide, Cost: 1},
+			{Domain: "shop", Key: keys[2], Limit: narrow, Cost: 1},
+			{Domain: "shop", Key: keys[3], Limit: wide, Cost: 1},
 		}
 		admitted := 0
 		for range 5 {
@@ -86,7 +86,7 @@ func TestCluster(t *testing.T) {
 		if admitted != 2 {
 			t.Fatalf("admitted %d requests, want 2", admitted)
 		}
-		peek := apply(t, s, store.Charge{Key: keys[0], Limit: wide}, store.Charge{Key: keys[1], Limit: wide}, store.Charge{Key: keys[3], Limit: wide})
+		peek := apply(t, s, store.Charge{Domain: "shop", Key: keys[0], Limit: wide}, store.Charge{Domain: "shop", Key: keys[1], Limit: wide}, store.Charge{Domain: "shop", Key: keys[3], Limit: wide})
 		for i, d := range peek {
 			if d.Remaining != 98 {
 				t.Errorf("bucket %d has %d remaining after 2 admitted and 3 denied requests, want 98", i, d.Remaining)
@@ -100,7 +100,7 @@ func TestCluster(t *testing.T) {
 		key := engineKey("shop", "user", "carol")
 		for i, want := range []algorithms.Code{algorithms.Allowed, algorithms.Allowed, algorithms.Denied} {
 			d := make([]algorithms.Decision, 1)
-			if err := s.Apply(context.Background(), []store.Charge{{Key: key, Limit: l, Cost: 1}}, d); err != nil {
+			if err := s.Apply(context.Background(), []store.Charge{{Domain: "shop", Key: key, Limit: l, Cost: 1}}, d); err != nil {
 				t.Fatal(err)
 			}
 			if d[0].Code != want {

@@ -1,37 +1,21 @@
 package redis
 
-import (
-	"encoding/binary"
-)
-
 // redisKey returns the Redis key of a bucket: the prefix, the hash tag
 // {domain} unless spread, then the bucket key as the engine made it.
 //
-// The engine's bucket keys start with the request's domain, length-prefixed
-// (a uvarint, then the bytes: see internal/engine); TestDomainOfEngineKeys
-// holds the two packages to that. With the tag, Redis Cluster hashes only
-// the domain, so every bucket of one domain, and so every charge of one
-// request, is in one hash slot. A domain holding a '}' still tags every key
-// of that domain alike (Redis hashes up to the first '}'); an empty domain
-// makes an empty tag, and then Redis hashes the whole key.
-func redisKey(buf []byte, prefix string, key []byte, spread bool) []byte {
+// With the tag, Redis Cluster hashes only the domain, so every bucket of one
+// domain, and so every charge of one request, is in one hash slot. A domain
+// holding a '}' still tags every key of that domain alike (Redis hashes up
+// to the first '}'); an empty domain makes an empty tag, and then Redis
+// hashes the whole key.
+func redisKey(buf []byte, prefix, domain string, key []byte, spread bool) []byte {
 	buf = append(buf, prefix...)
 	if !spread {
 		buf = append(buf, '{')
-		buf = append(buf, domainOf(key)...)
+		buf = append(buf, domain...)
 		buf = append(buf, '}')
 	}
 	return append(buf, key...)
-}
-
-// domainOf returns the domain at the start of an engine bucket key, or nil
-// if the key does not start with a length-prefixed part.
-func domainOf(key []byte) []byte {
-	n, w := binary.Uvarint(key)
-	if w <= 0 || n > uint64(len(key)-w) {
-		return nil
-	}
-	return key[w : w+int(n)]
 }
 
 // slotOf returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its

@@ -11,20 +11,20 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
-// recorder is a store that keeps the keys it is asked to charge.
-type recorder struct{ keys [][]byte }
+// recorder is a store that keeps the charges it is asked to apply.
+type recorder struct{ charges []store.Charge }
 
 func (r *recorder) Apply(_ context.Context, charges []store.Charge, _ []algorithms.Decision) error {
 	for _, c := range charges {
-		r.keys = append(r.keys, append([]byte(nil), c.Key...))
+		c.Key = append([]byte(nil), c.Key...)
+		r.charges = append(r.charges, c)
 	}
 	return nil
 }
 
-// TestDomainOfEngineKeys holds redisKey's reading of the engine's bucket
-// keys to what the engine makes: every key starts with the domain, so the
-// {domain} hash tag puts a request's buckets in one slot.
-func TestDomainOfEngineKeys(t *testing.T) {
+// TestOneSlotPerDomain: the engine names each charge's domain, and the
+// {domain} hash tag puts all of a request's buckets in one slot.
+func TestOneSlotPerDomain(t *testing.T) {
 	for _, domain := range []string{"default", "a}b", "{x}", "ünïcödé", string(make([]byte, 200))} {
 		rec := &recorder{}
 		e := engine.New(config.Default(), rec)
@@ -35,15 +35,15 @@ func TestDomainOfEngineKeys(t *testing.T) {
 		if err := e.ShouldRateLimit(context.Background(), req, &engine.Response{}); err != nil {
 			t.Fatal(err)
 		}
-		if len(rec.keys) == 0 {
+		if len(rec.charges) == 0 {
 			t.Fatalf("domain %q: the engine charged no bucket", domain)
 		}
 		slot := -1
-		for _, k := range rec.keys {
-			if got := string(domainOf(k)); got != domain {
-				t.Errorf("domainOf(%q) = %q, want %q", k, got, domain)
+		for _, c := range rec.charges {
+			if c.Domain != domain {
+				t.Errorf("charge of %q names domain %q, want %q", c.Key, c.Domain, domain)
 			}
-			s := slotOf(redisKey(nil, "p:", k, false))
+			s := slotOf(redisKey(nil, "p:", c.Domain, c.Key, false))
 			if slot >= 0 && s != slot {
 				t.Errorf("domain %q: keys in slots %d and %d", domain, slot, s)
 			}

@@ -345,7 +345,7 @@ func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []
 	keys := make([]string, len(charges))
 	var buf []byte
 	for i := range charges {
-		buf = redisKey(buf[:0], s.prefix, charges[i].Key, s.spread)
+		buf = redisKey(buf[:0], s.prefix, charges[i].Domain, charges[i].Key, s.spread)
 		keys[i] = string(buf)
 	}
 	all := make([]int, len(charges))

@@ -37,8 +37,8 @@ func apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.De
 	return d
 }
 
-// engineKey is a bucket key as the engine makes it: length-prefixed
-// domain, entries and limit key.
+// engineKey is a bucket key shaped as the engine makes them:
+// length-prefixed domain, entries and limit key.
 func engineKey(domain string, parts ...string) []byte {
 	var b []byte
 	for _, p := range append([]string{domain}, parts...) {
@@ -58,7 +58,7 @@ func TestOneRoundTripPerApply(t *testing.T) {
 	charges := func(n int) []store.Charge {
 		var cs []store.Charge
 		for i := range n {
-			cs = append(cs, store.Charge{Key: engineKey("shop", "user", fmt.Sprint(i)), Limit: l, Cost: 1})
+			cs = append(cs, store.Charge{Domain: "shop", Key: engineKey("shop", "user", fmt.Sprint(i)), Limit: l, Cost: 1})
 		}
 		return cs
 	}
@@ -91,18 +91,18 @@ func TestRedisTime(t *testing.T) {
 	hour := mustLimit(t, algorithms.TokenBucket, 5, time.Hour, 0) // one per 12 minutes
 	key := engineKey("shop", "user", "alice")
 
-	if d := apply(t, s, store.Charge{Key: key, Limit: hour, Cost: 0}); d[0] != (algorithms.Decision{Remaining: 5}) {
+	if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: hour, Cost: 0}); d[0] != (algorithms.Decision{Remaining: 5}) {
 		t.Fatalf("peek of a new bucket: %+v", d[0])
 	}
 	if n, _ := srv.Command("EXISTS", "rt:{shop}"+string(key)); n != ":0" {
 		t.Fatalf("a peek stored a key (EXISTS: %s)", n)
 	}
 	for i := range 5 {
-		if d := apply(t, s, store.Charge{Key: key, Limit: hour, Cost: 1}); d[0].Code != algorithms.Allowed || d[0].Remaining != int64(4-i) {
+		if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: hour, Cost: 1}); d[0].Code != algorithms.Allowed || d[0].Remaining != int64(4-i) {
 			t.Fatalf("charge %d: %+v", i, d[0])
 		}
 	}
-	d := apply(t, s, store.Charge{Key: key, Limit: hour, Cost: 1})
+	d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: hour, Cost: 1})
 	if d[0].Code != algorithms.Denied || d[0].RetryAfter <= 11*time.Minute || d[0].RetryAfter > 12*time.Minute {
 		t.Fatalf("sixth charge: %+v, want denied with about 12 minutes to wait", d[0])
 	}
@@ -118,7 +118,7 @@ func TestRedisTime(t *testing.T) {
 	// A bucket that is back at rest 50ms after its charge is gone then.
 	short := mustLimit(t, algorithms.TokenBucket, 1, 50*time.Millisecond, 0)
 	shortKey := "rt:{shop}" + string(engineKey("shop", "short"))
-	apply(t, s, store.Charge{Key: engineKey("shop", "short"), Limit: short, Cost: 1})
+	apply(t, s, store.Charge{Domain: "shop", Key: engineKey("shop", "short"), Limit: short, Cost: 1})
 	if n, _ := srv.Command("EXISTS", shortKey); n != ":1" {
 		t.Fatalf("the short bucket's key is missing right after its charge (EXISTS: %s)", n)
 	}
@@ -137,18 +137,18 @@ func TestOneClock(t *testing.T) {
 	b := newTestStore(t, cfg, nil)
 	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
 	key := engineKey("shop", "path", "/")
-	apply(t, a, store.Charge{Key: key, Limit: l, Cost: 6})
-	d := apply(t, b, store.Charge{Key: key, Limit: l, Cost: 5})
+	apply(t, a, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 6})
+	d := apply(t, b, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 5})
 	if d[0].Code != algorithms.Denied || d[0].Remaining != 4 {
 		t.Fatalf("second daemon: %+v, want denied with 4 remaining", d[0])
 	}
-	d = apply(t, b, store.Charge{Key: key, Limit: l, Cost: 4})
+	d = apply(t, b, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 4})
 	if d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
 		t.Fatalf("second daemon: %+v, want allowed with 0 remaining", d[0])
 	}
 	// Both report the same window end: Redis's hour, not theirs.
-	da := apply(t, a, store.Charge{Key: key, Limit: l})
-	db := apply(t, b, store.Charge{Key: key, Limit: l})
+	da := apply(t, a, store.Charge{Domain: "shop", Key: key, Limit: l})
+	db := apply(t, b, store.Charge{Domain: "shop", Key: key, Limit: l})
 	if diff := da[0].ResetAfter - db[0].ResetAfter; diff > 50*time.Millisecond || diff < 0 {
 		t.Fatalf("reset after %v and %v: the stores disagree on the window", da[0].ResetAfter, db[0].ResetAfter)
 	}
@@ -177,11 +177,11 @@ func TestFailureModes(t *testing.T) {
 				Addr: srv.Addr(), Timeout: 200 * time.Millisecond, FailureMode: tt.mode,
 				OnHealth: func(up bool, err error) { mu.Lock(); changes = append(changes, up); mu.Unlock() },
 			}, c)
-			apply(t, s, store.Charge{Key: key, Limit: l, Cost: 3})
+			apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 3})
 
 			srv.Stop()
 			for i, cost := range []int64{1, 0, 4} {
-				if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: cost}); d[0] != tt.want[i] {
+				if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: cost}); d[0] != tt.want[i] {
 					t.Errorf("Redis down, cost %d: %+v, want %+v", cost, d[0], tt.want[i])
 				}
 			}
@@ -192,10 +192,10 @@ func TestFailureModes(t *testing.T) {
 			srv.Restart()
 			waitFor(t, func() bool { return s.Ping(context.Background()) == nil })
 			// Redis restarted empty: the bucket starts over, from Redis.
-			if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 3}); d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
+			if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 3}); d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
 				t.Errorf("after restart: %+v, want allowed with 0 remaining", d[0])
 			}
-			if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1}); d[0].Code != algorithms.Denied {
+			if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1}); d[0].Code != algorithms.Denied {
 				t.Errorf("after restart, over the limit: %+v, want denied", d[0])
 			}
 			if up, _ := s.Healthy(); !up {
@@ -216,12 +216,12 @@ func TestTimeout(t *testing.T) {
 	s := newTestStore(t, redis.Config{Addr: srv.Addr(), Timeout: 100 * time.Millisecond, FailureMode: redis.FailClosed}, clock.NewFake(t0))
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
 	key := engineKey("shop", "slow")
-	apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1})
+	apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1})
 	if _, err := srv.Command("CLIENT", "PAUSE", "1000", "ALL"); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1})
+	d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1})
 	if took := time.Since(start); took > 600*time.Millisecond {
 		t.Errorf("a request to a paused Redis took %v; the timeout is 100ms", took)
 	}
@@ -242,7 +242,7 @@ func TestCallerContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
-	err := s.Apply(ctx, []store.Charge{{Key: engineKey("shop"), Limit: l, Cost: 1}}, make([]algorithms.Decision, 1))
+	err := s.Apply(ctx, []store.Charge{{Domain: "shop", Key: engineKey("shop"), Limit: l, Cost: 1}}, make([]algorithms.Decision, 1))
 	if err == nil {
 		t.Fatal("Apply with a canceled context returned no error")
 	}
@@ -263,7 +263,7 @@ func TestDenyCache(t *testing.T) {
 	attacker := engineKey("shop", "ip", "10.0.0.66")
 	page := engineKey("shop", "path", "/")
 	req := func(cost int64) []store.Charge {
-		return []store.Charge{{Key: page, Limit: other, Cost: 1}, {Key: attacker, Limit: l, Cost: cost}}
+		return []store.Charge{{Domain: "shop", Key: page, Limit: other, Cost: 1}, {Key: attacker, Limit: l, Cost: cost}}
 	}
 	apply(t, s, req(2)...)
 	if d := apply(t, s, req(1)...); d[1].Code != algorithms.Denied || d[1].RetryAfter != time.Second {
@@ -283,9 +283,9 @@ func TestDenyCache(t *testing.T) {
 	}
 	// A peek, a shadow charge and another cost go to Redis.
 	for _, cs := range [][]store.Charge{
-		{{Key: attacker, Limit: l, Cost: 0}},
-		{{Key: attacker, Limit: l, Cost: 1, Shadow: true}},
-		{{Key: attacker, Limit: l, Cost: 2}},
+		{{Domain: "shop", Key: attacker, Limit: l, Cost: 0}},
+		{{Domain: "shop", Key: attacker, Limit: l, Cost: 1, Shadow: true}},
+		{{Domain: "shop", Key: attacker, Limit: l, Cost: 2}},
 	} {
 		before = s.RoundTrips()
 		apply(t, s, cs...)
@@ -333,7 +333,7 @@ func TestACL(t *testing.T) {
 	l := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
 	key := engineKey("shop", "user", "dave")
 	for i, want := range []algorithms.Code{algorithms.Allowed, algorithms.Denied} {
-		if d := apply(t, s, store.Charge{Key: key, Limit: l, Cost: 1}); d[0].Code != want {
+		if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1}); d[0].Code != want {
 			t.Fatalf("charge %d: %+v, want %v", i, d[0], want)
 		}
 	}

@@ -34,6 +34,11 @@ type Factory func(t *testing.T, c *clock.Fake) store.Store
 // nanoseconds, a multiple of every period the tables use (up to a day).
 const T0 = int64(1_767_225_600_000_000_000)
 
+// Domain is the domain of every charge the suite makes: a store that keeps
+// a domain's buckets together (a Redis Cluster hash slot) settles each of
+// the suite's requests in one place, as it would the engine's.
+const Domain = "conformance"
+
 // Options tune the suite to a store's speed.
 type Options struct {
 	// RandomRequests is how many requests each random timeline makes
@@ -303,7 +308,7 @@ func EdgeCases(t *testing.T, newStore Factory) {
 				l := mustLimit(t, alg, tc.requests, tc.period, tc.burst)
 				for i, st := range tc.steps {
 					c.Set(T0 + int64(st.at))
-					got := apply(t, s, store.Charge{Key: []byte("edge"), Limit: l, Cost: st.cost})
+					got := apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: l, Cost: st.cost})
 					if got[0] != st.want {
 						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.at, st.cost, got[0], st.want)
 					}
@@ -320,7 +325,7 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 	two := mustLimit(t, algorithms.FixedWindow, 2, time.Minute, 0)
 	three := mustLimit(t, algorithms.SlidingWindow, 3, time.Minute, 0)
 	charge := func(key string, l *algorithms.Limit, cost int64) store.Charge {
-		return store.Charge{Key: []byte(key), Limit: l, Cost: cost}
+		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost}
 	}
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
 	C := algorithms.Allowed
@@ -405,11 +410,11 @@ func Keys(t *testing.T, newStore Factory) {
 	}
 	for i, k := range keys {
 		for range i % 4 {
-			apply(t, s, store.Charge{Key: k, Limit: l, Cost: 1})
+			apply(t, s, store.Charge{Domain: Domain, Key: k, Limit: l, Cost: 1})
 		}
 	}
 	for i, k := range keys {
-		d := apply(t, s, store.Charge{Key: k, Limit: l})
+		d := apply(t, s, store.Charge{Domain: Domain, Key: k, Limit: l})
 		if want := int64(3 - i%4); d[0].Remaining != want {
 			t.Errorf("key %q: %d remaining, want %d", k, d[0].Remaining, want)
 		}
@@ -541,7 +546,7 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 		default:
 			cost = 1 + rng.Int64N(min(capacity, 3))
 		}
-		charges[i] = store.Charge{Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Shadow: rng.IntN(8) == 0}
+		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Shadow: rng.IntN(8) == 0}
 	}
 	return charges
 }
@@ -586,9 +591,9 @@ func ConcurrentOneKey(t *testing.T, newStore Factory) {
 				go func() {
 					defer wg.Done()
 					for range 12 {
-						charges := []store.Charge{{Key: []byte("shared"), Limit: l, Cost: 1}}
+						charges := []store.Charge{{Domain: Domain, Key: []byte("shared"), Limit: l, Cost: 1}}
 						if g%2 == 0 {
-							charges = append(charges, store.Charge{Key: fmt.Appendf(nil, "own-%d", g), Limit: own, Cost: 1})
+							charges = append(charges, store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "own-%d", g), Limit: own, Cost: 1})
 						}
 						d := make([]algorithms.Decision, len(charges))
 						if err := s.Apply(context.Background(), charges, d); err != nil {
