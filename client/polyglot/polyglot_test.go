@@ -11,7 +11,7 @@
 // ratelimit.v1 from the project's .proto file and Envoy's v3 from the same
 // descriptor set.
 //
-// What they need is installed by install.sh (CI runs it); a missing part
+// What they need is installed by install.sh (scripts/test runs it); a missing part
 // fails the test rather than skipping it.
 package polyglot_test
 
@@ -83,7 +83,7 @@ var want = []decision{
 func TestPython(t *testing.T) {
 	const python = "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import grpc and protobuf (run client/polyglot/install.sh): %v\n%s", python, err, out)
+		t.Fatalf("%s cannot import grpc and protobuf (scripts/test runs client/polyglot/install.sh): %v\n%s", python, err, out)
 	}
 	d := daemontest.Start(t, "")
 	run(t, python, "call.py", d.GRPCAddr(), writeDescriptorSet(t))
@@ -91,7 +91,7 @@ func TestPython(t *testing.T) {
 
 func TestNode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("node_modules", "@grpc", "grpc-js")); err != nil {
-		t.Fatalf("the Node modules are missing (run client/polyglot/install.sh): %v", err)
+		t.Fatalf("the Node modules are missing (scripts/test runs client/polyglot/install.sh): %v", err)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
