@@ -80,6 +80,10 @@ Flags:
 		return 2
 	}
 	cfg.Bounds = b
+	if cfg.NearLimitRatio == 0 { // the daemon would read 0 as "the default"
+		fmt.Fprintln(stderr, "ratelimitd: --near-limit-ratio 0: want a number in (0, 1]")
+		return 2
+	}
 	if err := redisFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2

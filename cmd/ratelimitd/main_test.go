@@ -267,3 +267,25 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestBadFlags: a flag value the daemon cannot use is refused before
+// anything starts, with exit status 2 and a message naming the flag.
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--near-limit-ratio", "0"}, "--near-limit-ratio"},
+		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"serve"}, `unexpected argument "serve"`},
+	}
+	for _, tt := range tests {
+		var stderr strings.Builder
+		if code := run(tt.args, io.Discard, &stderr); code != 2 {
+			t.Errorf("%v: exit status %d, want 2", tt.args, code)
+		}
+		if !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%v: stderr %q does not mention %q", tt.args, stderr.String(), tt.want)
+		}
+	}
+}
