@@ -159,9 +159,14 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		states, pos = append(states, st), append(pos, p)
 	}
 	if store.Settle(charges, states, now, decisions) {
-		for i := range charges {
-			if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed {
-				s.put(&s.shards[shardOf[i]], charges[i].Key, pos[i], states[i], now)
+		// Buckets the shards hold first, at the places looked up above; then
+		// new ones, whose insertion may reclaim places (and so would move
+		// the ground under a later write by place).
+		for _, inserting := range [2]bool{false, true} {
+			for i := range charges {
+				if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed && (pos[i] == absent) == inserting {
+					s.put(&s.shards[shardOf[i]], charges[i].Key, pos[i], states[i], now)
+				}
 			}
 		}
 	}

@@ -264,3 +264,29 @@ func BenchmarkIdleBucketMemory(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// TestInsertBesideReclaimedBucket: when a request inserts a new bucket and
+// also charges one that is back at rest but not yet swept, the insertion
+// may reclaim that bucket's place; the charge must still land on the right
+// key, and neither bucket may take the other's state.
+func TestInsertBesideReclaimedBucket(t *testing.T) {
+	c := clock.NewFake(t0)
+	s := New(c, WithShards(1))
+	five := mustLimit(t, algorithms.FixedWindow, 5, time.Minute, 0)
+	hundred := mustLimit(t, algorithms.FixedWindow, 100, time.Minute, 0)
+	a := store.Charge{Key: []byte("a"), Limit: hundred, Cost: 1}
+	b := store.Charge{Key: []byte("b"), Limit: five, Cost: 5}
+	apply(t, s, b)
+	c.Advance(61 * time.Second) // b is back at rest, still held
+
+	apply(t, s, a, b)
+	peekA := apply(t, s, store.Charge{Key: a.Key, Limit: hundred})[0]
+	peekB := apply(t, s, store.Charge{Key: b.Key, Limit: five})[0]
+	if peekA.Remaining != 99 || peekB.Remaining != 0 {
+		t.Fatalf("after charging a (1 of 100) and b (5 of 5): a has %d remaining, b %d; want 99 and 0",
+			peekA.Remaining, peekB.Remaining)
+	}
+	if d := apply(t, s, store.Charge{Key: b.Key, Limit: five, Cost: 1})[0]; d.Code != algorithms.Denied {
+		t.Fatalf("b admitted a sixth hit in its window: %+v", d)
+	}
+}
