@@ -484,6 +484,8 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 				p.errorf(v, join(path, "retry_jitter"), "not a duration: %q (want a Go duration such as 250ms or 1s)", s)
 			case d < 0:
 				p.errorf(v, join(path, "retry_jitter"), "negative: %q", s)
+			case d > algorithms.MaxSpan:
+				p.errorf(v, join(path, "retry_jitter"), "%q is longer than the longest period, %v", s, algorithms.MaxSpan)
 			default:
 				l.RetryJitter = d
 			}

@@ -118,6 +118,8 @@ func TestValidation(t *testing.T) {
 			[]problem{{5, "descriptors[0].rate_limit", "drains in over"}}},
 
 		// retry_jitter.
+		{"retry_jitter beyond the longest period", head + "      unit: second\n      requests_per_unit: 1\n      retry_jitter: 2562047h\n",
+			[]problem{{7, "descriptors[0].rate_limit.retry_jitter", `"2562047h" is longer than the longest period`}}},
 		{"retry_jitter not a duration", head + "      unit: second\n      requests_per_unit: 1\n      retry_jitter: soon\n",
 			[]problem{{7, "descriptors[0].rate_limit.retry_jitter", `not a duration: "soon"`}}},
 		{"retry_jitter without a unit", head + "      unit: second\n      requests_per_unit: 1\n      retry_jitter: 5\n",

@@ -324,7 +324,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 		default:
 			d = w.decisions[u.charge]
 			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
-				d.RetryAfter += e.jitter(u.limit.RetryJitter)
+				d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
 			}
 		}
 		if st.Limit == nil || decides(d, st) {
