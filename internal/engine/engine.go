@@ -331,7 +331,9 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 			st.Code, st.Limit = d.Code, u.limit
 			st.Remaining, st.ResetAfter, st.RetryAfter = d.Remaining, d.ResetAfter, d.RetryAfter
 		}
-		st.Delay = max(st.Delay, d.Delay)
+		if !st.Shadow && !e.shadow { // a shadow rule observes; it never holds a request back
+			st.Delay = max(st.Delay, d.Delay)
+		}
 	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]

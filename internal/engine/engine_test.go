@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,5 +92,40 @@ descriptors:
 	r = decide(t, e, two)
 	if r.Code != algorithms.Denied || r.Statuses[0].Remaining != 1 {
 		t.Fatalf("second pair needs 2 of the 1 left: %+v", r)
+	}
+}
+
+// TestShadowQueueDoesNotDelay: a leaky_bucket_queue rule delays admitted
+// requests, unless it is in shadow mode (per rule or globally), where it
+// only observes.
+func TestShadowQueueDoesNotDelay(t *testing.T) {
+	policy := func(shadow bool) string {
+		return fmt.Sprintf(`
+domain: d
+descriptors:
+  - key: q
+    shadow_mode: %v
+    rate_limit: {algorithm: leaky_bucket_queue, unit: second, requests_per_unit: 10, burst: 5}
+`, shadow)
+	}
+	tests := []struct {
+		name      string
+		shadow    bool
+		opts      []Option
+		wantDelay time.Duration
+	}{
+		{"enforced", false, nil, 100 * time.Millisecond},
+		{"shadow rule", true, nil, 0},
+		{"global shadow mode", false, []Option{WithShadowMode(true)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(t, policy(tt.shadow), tt.opts...)
+			req := &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("q", "x")}}}
+			decide(t, e, req)
+			if r := decide(t, e, req); r.Statuses[0].Delay != tt.wantDelay || r.Code != algorithms.Allowed {
+				t.Fatalf("second request: %v with delay %v, want allowed with delay %v", r.Code, r.Statuses[0].Delay, tt.wantDelay)
+			}
+		})
 	}
 }

@@ -89,7 +89,8 @@ type Status struct {
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration
-	// Delay is the longest queue delay among the descriptor's limits.
+	// Delay is the longest queue delay among the descriptor's limits; 0
+	// for a shadow rule and in global shadow mode, which only observe.
 	Delay time.Duration
 	// Shadow: the rule is in shadow mode and never denies the request.
 	Shadow bool
