@@ -123,6 +123,9 @@ func Start(cfg Config) (d *Daemon, err error) {
 	if cfg.Bounds == (engine.Bounds{}) {
 		cfg.Bounds = engine.DefaultBounds
 	}
+	if err := cfg.Bounds.Check(); err != nil {
+		return nil, fmt.Errorf("request bounds: %w", err)
+	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
 	}

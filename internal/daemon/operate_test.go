@@ -28,6 +28,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
 )
@@ -599,6 +600,8 @@ func TestStartErrors(t *testing.T) {
 		wantErr string
 	}{
 		{"near-limit ratio above 1", daemon.Config{NearLimitRatio: 1.5}, "near-limit ratio"},
+		{"a request bound of 0", daemon.Config{Bounds: engine.Bounds{MaxDescriptors: 0, MaxEntries: 16, MaxKeyBytes: 256, MaxValueBytes: 1024}}, "max descriptors is 0"},
+		{"a negative request bound", daemon.Config{Bounds: engine.Bounds{MaxDescriptors: 64, MaxEntries: 16, MaxKeyBytes: 256, MaxValueBytes: -1}}, "max value bytes is -1"},
 		{"negative near-limit ratio", daemon.Config{NearLimitRatio: -0.1}, "near-limit ratio"},
 		{"TLS key without a certificate", daemon.Config{TLS: tlsconfig.Files{Key: files.Key}}, "certificate and its key"},
 		{"TLS client CA alone", daemon.Config{TLS: tlsconfig.Files{ClientCA: files.ClientCA}}, "certificate and its key"},

@@ -148,6 +148,25 @@ var DefaultBounds = Bounds{
 	MaxValueBytes:  1024,
 }
 
+// Check reports a bound that is not positive: such a bound would reject
+// every request.
+func (b Bounds) Check() error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{
+		{"max descriptors", b.MaxDescriptors},
+		{"max entries", b.MaxEntries},
+		{"max key bytes", b.MaxKeyBytes},
+		{"max value bytes", b.MaxValueBytes},
+	} {
+		if f.n <= 0 {
+			return fmt.Errorf("%s is %d: want at least 1", f.name, f.n)
+		}
+	}
+	return nil
+}
+
 // InvalidError reports a malformed request: Field names the offending
 // field with the API's names (e.g. "descriptors[2].entries[0].key").
 type InvalidError struct {
