@@ -106,8 +106,12 @@ Flags:
 		case <-hup:
 			d.Reload() // logs its outcome; a bad policy leaves the old one serving
 		case <-ctx.Done():
-			cfg.Logger.Info("shutting down")
-			d.Shutdown(context.Background())
+			stop()
+			// A second signal cuts the drain short.
+			again, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			cfg.Logger.Info("shutting down; a second signal stops at once")
+			d.Shutdown(again)
+			cancel()
 			return 0
 		case err := <-d.Done():
 			fmt.Fprintf(stderr, "ratelimitd: server stopped: %v\n", err)

@@ -289,3 +289,31 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondSignalCutsDrainShort: with an hour of --shutdown-delay, the
+// first SIGTERM starts draining and a second one ends it: the daemon exits
+// 0 instead of waiting out the delay.
+func TestSecondSignalCutsDrainShort(t *testing.T) {
+	p := startProcess(t, "--shutdown-delay", "1h")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.logs.String(), "draining") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no drain logged after SIGTERM:\n%s", p.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-p.exited:
+		t.Fatal("exited during the hour of --shutdown-delay after one signal")
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit status %d after the second SIGTERM, want 0", code)
+	}
+}
