@@ -80,6 +80,10 @@ type Config struct {
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
+	// UnaryInterceptors run on every unary call after the daemon's own
+	// (metrics), in order: for a program embedding the daemon (auth,
+	// tracing) and for tests that hold a call in flight.
+	UnaryInterceptors []grpc.UnaryServerInterceptor
 	// Clock is the decision clock (nil: the real monotonic clock).
 	Clock clock.Clock
 	// Logger receives the daemon's logs (nil: slog.Default()).
@@ -223,7 +227,7 @@ func Start(cfg Config) (d *Daemon, err error) {
 	}
 
 	grpcOpts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor()),
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{m.UnaryServerInterceptor()}, cfg.UnaryInterceptors...)...),
 		grpc.ChainStreamInterceptor(m.StreamServerInterceptor()),
 	}
 	if tlsServer != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -621,4 +622,63 @@ func TestStartErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShutdownFinishesCallsInFlight holds one call inside the server,
+// shuts the daemon down, and checks that new calls are refused while the
+// held call is still answered with its decision once it is let go, and
+// that only then does Shutdown return.
+func TestShutdownFinishesCallsInFlight(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*rl.ShouldRateLimitRequest); ok && r.GetDomain() == "hold" {
+			close(entered)
+			<-release
+		}
+		return next(ctx, req)
+	}
+	d := daemontest.StartConfig(t, daemon.Config{ShutdownGrace: time.Minute, UnaryInterceptors: []grpc.UnaryServerInterceptor{hold}})
+	client, _ := dial(t, d)
+	call := func(domain string) (*rl.ShouldRateLimitResponse, error) {
+		return client.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: domain,
+			Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "path", Value: "/"}}}}})
+	}
+
+	held := make(chan error, 1)
+	go func() {
+		r, err := call("hold")
+		if err == nil && r.GetOverallCode() != rl.Code_CODE_OK {
+			err = fmt.Errorf("held call decided %v", r.GetOverallCode())
+		}
+		held <- err
+	}()
+	<-entered
+	stopped := make(chan struct{})
+	go func() {
+		d.Shutdown(context.Background())
+		close(stopped)
+	}()
+
+	// New calls are refused once the drain has begun.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := call("default")
+		if status.Code(err) == codes.Unavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new calls still answered while draining (last: %v)", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("Shutdown returned with a call still in flight")
+	default:
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the call in flight was not answered: %v", err)
+	}
+	<-stopped
 }
