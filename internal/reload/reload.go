@@ -45,6 +45,7 @@ type Watcher struct {
 	fsw      *fsnotify.Watcher
 	last     [sha256.Size]byte
 	close    sync.Once
+	checked  func() // tests: called at every check, before any onChange
 }
 
 // Option configures a Watcher.
@@ -150,6 +151,9 @@ func (w *Watcher) Run(ctx context.Context, onChange func()) {
 			// watched anew; one already watched is left as it is.
 			for _, dir := range w.dirs() {
 				w.fsw.Add(dir)
+			}
+			if w.checked != nil {
+				w.checked()
 			}
 			if fp := Fingerprint(w.paths...); fp != w.last {
 				w.last = fp

@@ -12,8 +12,27 @@ import (
 
 // recorder runs a Watcher and records, at each call, what read() returns.
 type recorder struct {
-	mu   sync.Mutex
-	seen []string
+	mu     sync.Mutex
+	seen   []string
+	checks int // checks the Watcher has made, changed or not
+}
+
+func (r *recorder) checked() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checks
+}
+
+// waitForCheck polls until the Watcher has made a check after the first n.
+func waitForCheck(t *testing.T, r *recorder, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.checked() <= n {
+		if time.Now().After(deadline) {
+			t.Fatal("the Watcher made no check")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (r *recorder) get() []string {
@@ -31,6 +50,11 @@ func watch(t *testing.T, read func() string, paths ...string) *recorder {
 		t.Fatal(err)
 	}
 	r := &recorder{}
+	w.checked = func() {
+		r.mu.Lock()
+		r.checks++
+		r.mu.Unlock()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -103,8 +127,11 @@ func TestFile(t *testing.T) {
 			r := watch(t, reader(t, path), path)
 			tt.change(t, path, "B")
 			waitFor(t, r, "B")
+			n := r.checked()
 			tt.change(t, path, "B")                                   // the same bytes
 			write(t, filepath.Join(filepath.Dir(path), "other"), "x") // beside it
+			waitForCheck(t, r, n)
+			waitFor(t, r, "B") // checked, and nothing called
 			tt.change(t, path, "C")
 			waitFor(t, r, "B", "C")
 		})
