@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
@@ -127,5 +128,44 @@ descriptors:
 				t.Fatalf("second request: %v with delay %v, want allowed with delay %v", r.Code, r.Statuses[0].Delay, tt.wantDelay)
 			}
 		})
+	}
+}
+
+// recorder is a store that admits everything and keeps what it was asked.
+type recorder struct{ charges []store.Charge }
+
+func (r *recorder) Apply(_ context.Context, charges []store.Charge, _ []algorithms.Decision) error {
+	for _, c := range charges {
+		c.Key = append([]byte(nil), c.Key...)
+		r.charges = append(r.charges, c)
+	}
+	return nil
+}
+
+// TestChargesNameTheirDomain: every charge carries the request's domain,
+// which a distributed store uses to keep a request's buckets together,
+// and distinct domains never share a bucket key.
+func TestChargesNameTheirDomain(t *testing.T) {
+	keys := map[string]string{} // bucket key -> domain
+	for _, domain := range []string{"default", "a}b", "{x}", "ünïcödé"} {
+		rec := &recorder{}
+		e := New(config.Default(), rec)
+		req := &Request{Domain: domain, Descriptors: []Descriptor{
+			{Entries: entries("generic_key", "global")},
+			{Entries: entries("path", "/orders"), Limit: &InlineLimit{Algorithm: algorithms.TokenBucket, Requests: 5, Period: time.Second}},
+		}}
+		decide(t, e, req)
+		if len(rec.charges) == 0 {
+			t.Fatalf("domain %q: nothing charged", domain)
+		}
+		for _, c := range rec.charges {
+			if c.Domain != domain {
+				t.Errorf("a charge of a request in %q names domain %q", domain, c.Domain)
+			}
+			if other, ok := keys[string(c.Key)]; ok && other != domain {
+				t.Errorf("domains %q and %q share bucket key %q", other, domain, c.Key)
+			}
+			keys[string(c.Key)] = domain
+		}
 	}
 }
