@@ -94,26 +94,38 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithLocalDeny turns on the local short-circuit, remembering at most
-// maxKeys denied descriptors (maxKeys <= 0 turns it off, the default).
+// maxRequests denied requests (maxRequests <= 0 turns it off, the default).
 //
-// When the service denies a descriptor with a retry_after R, a request that
-// names the same descriptor (same domain, entries and inline limit) at the
-// same cost or more is denied locally, without a call, until R has passed
-// on the client's Clock, counted from when the denied call was sent. Such a
-// decision has Source SourceLocal, RetryAfter what is left of R (for a
-// higher cost than the one denied, the true wait may be longer), and the
-// same Policy. Peeks (WithHits(0)) and smaller costs are always asked.
-// Shadow-mode denials are not remembered. A policy change that raises a
-// limit reaches a remembered descriptor only once its R has passed.
+// When the service denies a request with a retry_after R, the same request
+// is denied locally, without a call, until R has passed on the client's
+// Clock, counted from when the denied call was sent. The same request has
+// the same domain and the same descriptors in the same order, each with
+// the same entries, cost (WithHits; no WithHits is a cost of 1) and inline
+// limit (WithLimit). Such a decision has Source SourceLocal, RetryAfter
+// what is left of R, the same Policy, and no Response.
 //
-// When maxKeys descriptors are remembered, recording one more first drops
+// Every other request is asked, even one that names a denied descriptor:
+// the service decides a descriptor within its whole request, and retry_after
+// speaks of the same request only. The same descriptor twice in a request
+// is one bucket charged the summed cost, so [k=v, k=v] may be denied where
+// [k=v] is admitted; and a limit that another descriptor's rule replaces
+// (the policy's replaces) is not charged at all, so a descriptor denied in
+// [X] may be admitted in [X, Y].
+//
+// Only the service's denials with a retry time are remembered: not Never
+// denials (no wait admits them), not decisions of the failure policy.
+// Shadow-mode rules never deny, so they never lead to a record. A policy
+// change that raises a limit reaches a remembered request only once its R
+// has passed.
+//
+// When maxRequests requests are remembered, recording one more first drops
 // the expired ones, then the one that expires first. Memory is a few dozen
-// bytes per key plus the key's entries.
-func WithLocalDeny(maxKeys int) Option {
+// bytes per request plus its descriptors' entries.
+func WithLocalDeny(maxRequests int) Option {
 	return func(c *Client) {
 		c.local = nil
-		if maxKeys > 0 {
-			c.local = newLocalDeny(maxKeys)
+		if maxRequests > 0 {
+			c.local = newLocalDeny(maxRequests)
 		}
 	}
 }
@@ -177,8 +189,9 @@ func (c *Client) Clock() Clock { return c.clock }
 // policy applies). Everything else yields a Decision:
 //
 //   - the service's answer (SourceService);
-//   - a local denial (SourceLocal), when WithLocalDeny is on and a
-//     descriptor is still denied from an earlier answer;
+//   - a local denial (SourceLocal), when WithLocalDeny is on and the
+//     service denied the same request earlier, with a retry time that has
+//     not yet passed;
 //   - when the service cannot decide — unreachable, slower than the
 //     timeout, or answering with an error (an invalid request included) —
 //     the failure policy's: allowed (SourceFailOpen, the default) or denied
@@ -190,8 +203,10 @@ func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descri
 		return Decision{}, err
 	}
 	sent := c.clock.Now()
+	var key []byte // the request's, for the local short-circuit
 	if c.local != nil {
-		if wait, policy, ok := c.local.check(sent, domain, descriptors); ok {
+		key = appendRequestKey(make([]byte, 0, 128), domain, descriptors)
+		if wait, policy, ok := c.local.check(sent, key); ok {
 			return Decision{Source: SourceLocal, RetryAfter: wait, Policy: policy}, nil
 		}
 	}
@@ -213,54 +228,38 @@ func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descri
 	}
 	c.recovered()
 	d := decide(resp, descriptors)
-	if !d.Allowed && c.local != nil {
-		c.local.remember(sent, domain, descriptors, resp)
+	if c.local != nil && !d.Allowed && !d.Never && d.RetryAfter > 0 {
+		c.local.remember(sent, key, d.RetryAfter, d.Policy)
 	}
 	return d, nil
 }
 
-// decide reads the service's answer.
+// decide reads the service's answer to a request of ds.
 func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision {
 	d := Decision{
 		Allowed:  resp.GetOverallCode() != ratelimitv1.Code_CODE_OVER_LIMIT,
 		Source:   SourceService,
 		Response: resp,
 	}
+	sts := resp.GetStatuses()
 	if d.Allowed {
-		for _, st := range resp.GetStatuses() {
-			d.Delay = max(d.Delay, st.GetDelay().AsDuration())
+		for _, st := range sts {
+			if !st.GetShadow() { // a shadow rule only observes
+				d.Delay = max(d.Delay, st.GetDelay().AsDuration())
+			}
 		}
 		return d
 	}
 	d.RetryAfter = resp.GetRetryAfter().AsDuration()
-	// The policy that decided: a descriptor over capacity, else the denier
-	// with the longest retry_after, the first of equals.
-	var best *ratelimitv1.DescriptorStatus
-	bestAt := -1
-	for i, st := range resp.GetStatuses() {
-		if st.GetShadow() {
-			continue
-		}
-		switch st.GetCode() {
-		case ratelimitv1.Code_CODE_OVER_CAPACITY:
-			if !d.Never {
-				d.Never, best, bestAt = true, st, i
-			}
-		case ratelimitv1.Code_CODE_OVER_LIMIT:
-			if !d.Never && (best == nil || st.GetRetryAfter().AsDuration() > best.GetRetryAfter().AsDuration()) {
-				best, bestAt = st, i
-			}
-		}
-	}
-	if d.Never {
-		d.RetryAfter = 0
-	}
-	if best != nil {
+	if i := d.MostRestrictive(); i >= 0 && rank(sts[i].GetCode()) > 0 {
 		var desc Descriptor
-		if bestAt < len(ds) {
-			desc = ds[bestAt]
+		if i < len(ds) {
+			desc = ds[i]
 		}
-		d.Policy = policyName(best, desc)
+		d.Policy = policyName(sts[i], desc)
+		if sts[i].GetCode() == ratelimitv1.Code_CODE_OVER_CAPACITY {
+			d.Never, d.RetryAfter = true, 0
+		}
 	}
 	return d
 }

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -131,6 +132,16 @@ func TestCheckDenials(t *testing.T) {
 			wantMessage: "throttled by policy 'tenant=acme, plan=free'; retry after 60 s",
 		},
 		{
+			// Both over capacity: the fewer remaining (2 of 3, against 5
+			// of 10) binds harder, as the service ranks its statuses.
+			name:        "over capacity twice: the fewer remaining names the policy",
+			spend:       []client.Descriptor{bulk.WithHits(5), small.WithHits(1)},
+			ask:         []client.Descriptor{bulk.WithHits(11), small.WithHits(4)},
+			wantNever:   true,
+			wantPolicy:  "small",
+			wantMessage: "throttled by policy 'small'; the request costs more than the limit's capacity, so no wait will admit it",
+		},
+		{
 			name:        "over capacity: never, and no retry time",
 			ask:         []client.Descriptor{alice, client.NewDescriptor("export", "all").WithHits(3).WithLimit(perMinute(2, "exports"))},
 			wantNever:   true,
@@ -165,6 +176,12 @@ func TestCheckDenials(t *testing.T) {
 var tenant = client.NewDescriptor("tenant", "acme").WithLimit(client.Limit{
 	Algorithm: ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, Requests: 2, Period: time.Minute, Name: "tenant-quota",
 })
+
+// bulk and small are inline windows of 10 and 3 a minute.
+var (
+	bulk  = client.NewDescriptor("export", "bulk").WithLimit(perMinute(10, "bulk"))
+	small = client.NewDescriptor("export", "small").WithLimit(perMinute(3, "small"))
+)
 
 func perMinute(n uint32, name string) client.Limit {
 	return client.Limit{Algorithm: ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW, Requests: n, Period: time.Minute, Name: name}
@@ -436,28 +453,41 @@ func TestLocalDeny(t *testing.T) {
 	// Steps on the client's clock (dt) and the daemon's (the daemon's
 	// moves ahead so that, asked, it would admit alice: a local denial is
 	// then proof that it was not asked).
+	request := []client.Descriptor{global, orders, alice}
 	steps := []struct {
 		name       string
 		dt         time.Duration
+		domain     string // "" for "default"
 		ask        []client.Descriptor
 		wantSource client.Source
 		wantAllow  bool
 		wantRetry  time.Duration
 	}{
-		{"same request, no call", 0, []client.Descriptor{global, orders, alice}, client.SourceLocal, false, 100 * time.Millisecond},
-		{"what is left of the wait", 30 * time.Millisecond, []client.Descriptor{global, orders, alice}, client.SourceLocal, false, 70 * time.Millisecond},
-		{"the denied descriptor in another request", 0, []client.Descriptor{alice}, client.SourceLocal, false, 70 * time.Millisecond},
-		{"a higher cost", 0, []client.Descriptor{alice.WithHits(5)}, client.SourceLocal, false, 70 * time.Millisecond},
-		{"a peek is asked", 0, []client.Descriptor{alice.WithHits(0)}, client.SourceService, true, 0},
-		{"another user is asked", 0, []client.Descriptor{orders, bob}, client.SourceService, true, 0},
-		{"1ns before the wait ends", 70*time.Millisecond - 1, []client.Descriptor{alice}, client.SourceLocal, false, 1},
-		{"when it ends the service is asked", 1, []client.Descriptor{alice}, client.SourceService, true, 0},
+		{"same request, no call", 0, "", request, client.SourceLocal, false, 100 * time.Millisecond},
+		{"what is left of the wait", 30 * time.Millisecond, "", request, client.SourceLocal, false, 70 * time.Millisecond},
+		{"an equal request, built anew", 0, "", []client.Descriptor{
+			client.NewDescriptor("generic_key", "global").WithHits(1),
+			client.NewDescriptor("path", "/orders"),
+			client.NewDescriptor("path", "/orders").With("user", "alice"),
+		}, client.SourceLocal, false, 70 * time.Millisecond},
+		{"the denied descriptor alone is asked", 0, "", []client.Descriptor{alice}, client.SourceService, true, 0},
+		{"a higher cost is asked", 0, "", []client.Descriptor{global, orders, alice.WithHits(5)}, client.SourceService, true, 0},
+		{"a peek is asked", 0, "", []client.Descriptor{global, orders, alice.WithHits(0)}, client.SourceService, true, 0},
+		{"another order is asked", 0, "", []client.Descriptor{alice, orders, global}, client.SourceService, true, 0},
+		{"another domain is asked", 0, "other", request, client.SourceService, true, 0},
+		{"another user is asked", 0, "", []client.Descriptor{global, orders, bob}, client.SourceService, true, 0},
+		{"1ns before the wait ends", 70*time.Millisecond - 1, "", request, client.SourceLocal, false, 1},
+		{"when it ends the service is asked", 1, "", request, client.SourceService, true, 0},
 	}
 	d.Clock.Advance(time.Second)
 	for _, s := range steps {
 		clk.Advance(s.dt)
 		before := rpcs.n.Load()
-		got := check(t, c, s.ask...)
+		domain := cmp.Or(s.domain, "default")
+		got, err := c.Check(context.Background(), domain, s.ask...)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
 		if got.Source != s.wantSource || got.Allowed != s.wantAllow || got.RetryAfter != s.wantRetry {
 			t.Errorf("%s: %+v, want source %v allowed %v retry %v", s.name, got, s.wantSource, s.wantAllow, s.wantRetry)
 		}
@@ -519,11 +549,105 @@ func TestLocalDenyIsBounded(t *testing.T) {
 	d.Clock.Advance(time.Second) // asked, the service admits each of them
 	for _, u := range []struct {
 		name string
+		cost uint32
 		want client.Source
-	}{{"u1", client.SourceService}, {"u2", client.SourceLocal}, {"u3", client.SourceLocal}} {
-		if got := check(t, c, orders.With("user", u.name).WithHits(2)); got.Source != u.want {
+	}{{"u1", 1, client.SourceService}, {"u2", 2, client.SourceLocal}, {"u3", 2, client.SourceLocal}} {
+		if got := check(t, c, orders.With("user", u.name).WithHits(u.cost)); got.Source != u.want {
 			t.Errorf("%s: source %v, want %v", u.name, got.Source, u.want)
 		}
+	}
+}
+
+// replacesPolicy: one a minute per path, unless the request is a premium
+// plan's, whose limit replaces the per-path one.
+const replacesPolicy = `
+domain: default
+descriptors:
+  - key: path
+    rate_limit: {name: per-path, unit: minute, requests_per_unit: 1}
+  - key: plan
+    value: premium
+    rate_limit:
+      name: premium
+      unit: minute
+      requests_per_unit: 100
+      replaces: [{name: per-path}]
+`
+
+// The service's verdict on a descriptor depends on the whole request, so
+// the short-circuit denies only the request that was denied: a request
+// that shares its descriptors is asked, and the service may admit it.
+func TestLocalDenyOnlyTheDeniedRequest(t *testing.T) {
+	type step struct {
+		name       string
+		ask        []client.Descriptor
+		wantSource client.Source
+		wantAllow  bool
+		wantRetry  time.Duration
+	}
+	path := client.NewDescriptor("path", "/a")
+	premium := client.NewDescriptor("plan", "premium")
+	tests := []struct {
+		name       string
+		policy     string
+		spend      []client.Descriptor // admitted
+		denied     []client.Descriptor // then denied by the service
+		wantRetry  time.Duration
+		wantPolicy string
+		steps      []step
+	}{
+		{
+			// tenant: 2 at once, then one every 30s. After one, [tenant,
+			// tenant] is one charge of 2 on the one bucket left with 1.
+			name:       "the same descriptor twice",
+			spend:      []client.Descriptor{tenant},
+			denied:     []client.Descriptor{tenant, tenant},
+			wantRetry:  30 * time.Second,
+			wantPolicy: "tenant-quota",
+			steps: []step{
+				{"the descriptor once is asked, and admitted", []client.Descriptor{tenant}, client.SourceService, true, 0},
+				{"the denied request is denied locally", []client.Descriptor{tenant, tenant}, client.SourceLocal, false, 30 * time.Second},
+			},
+		},
+		{
+			name:       "a limit another descriptor's replaces",
+			policy:     replacesPolicy,
+			spend:      []client.Descriptor{path},
+			denied:     []client.Descriptor{path},
+			wantRetry:  time.Minute,
+			wantPolicy: "per-path",
+			steps: []step{
+				{"with the premium plan it is asked, and admitted", []client.Descriptor{path, premium}, client.SourceService, true, 0},
+				{"the denied request is denied locally", []client.Descriptor{path}, client.SourceLocal, false, time.Minute},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := daemontest.Start(t, tt.policy)
+			var rpcs calls
+			c := newClient(t, d.GRPCAddr(), client.WithLocalDeny(10), client.WithClock(fakeclock.New(daemontest.T0)), rpcs.option())
+			if got := check(t, c, tt.spend...); !got.Allowed {
+				t.Fatalf("spending: %v", got)
+			}
+			got := check(t, c, tt.denied...)
+			if got.Allowed || got.Source != client.SourceService || got.RetryAfter != tt.wantRetry || got.Policy != tt.wantPolicy {
+				t.Fatalf("%+v, want denied by the service for %v by %q", got, tt.wantRetry, tt.wantPolicy)
+			}
+			for _, s := range tt.steps {
+				before := rpcs.n.Load()
+				got := check(t, c, s.ask...)
+				if got.Source != s.wantSource || got.Allowed != s.wantAllow || got.RetryAfter != s.wantRetry {
+					t.Errorf("%s: %v (%+v), want source %v allowed %v retry %v", s.name, got, got, s.wantSource, s.wantAllow, s.wantRetry)
+				}
+				if !got.Allowed && got.Policy != tt.wantPolicy {
+					t.Errorf("%s: policy %q, want %q", s.name, got.Policy, tt.wantPolicy)
+				}
+				if called := rpcs.n.Load() > before; called != (s.wantSource == client.SourceService) {
+					t.Errorf("%s: called the service: %v", s.name, called)
+				}
+			}
+		})
 	}
 }
 

@@ -14,8 +14,8 @@ const (
 	// SourceService: the service decided.
 	SourceService Source = iota
 	// SourceLocal: the local short-circuit denied the request without a
-	// call, because the service had denied one of its descriptors and the
-	// retry time given then has not yet passed (see WithLocalDeny).
+	// call, because the service had denied the same request and the retry
+	// time it gave then has not yet passed (see WithLocalDeny).
 	SourceLocal
 	// SourceFailOpen: the service could not decide (unreachable, too slow,
 	// or an error), and the failure policy admitted the request.
@@ -47,21 +47,23 @@ type Decision struct {
 	Source Source
 	// RetryAfter, for a denial, is the shortest wait after which the same
 	// request would be admitted if nothing else arrived: the service's
-	// retry_after, what is left of it for a local denial (at least that
-	// long), or the fail-closed wait. 0 when allowed and when Never.
+	// retry_after, what is left of it for a local denial, or the
+	// fail-closed wait. 0 when allowed and when Never.
 	RetryAfter time.Duration
 	// Never reports a denial that no wait can turn into an admission: a
-	// descriptor costs more than its limit's capacity.
+	// descriptor costs more than its limit's capacity (its status is
+	// CODE_OVER_CAPACITY, and not in shadow mode).
 	Never bool
 	// Delay, for an allowed request, is how long it must wait before it
-	// proceeds: the longest leaky_bucket_queue delay among its descriptors.
-	// The request has been admitted and charged already; waiting is how it
-	// keeps the queue's output smooth.
+	// proceeds: the longest leaky_bucket_queue delay among its descriptors
+	// whose rules are not in shadow mode (a shadow rule only observes; it
+	// never holds a request back). The request has been admitted and
+	// charged already; waiting is how it keeps the queue's output smooth.
 	Delay time.Duration
 	// Policy, for a denial by the service or the short-circuit, names what
-	// denied: the rule's name (a descriptor costing more than its capacity
-	// first, else the denier with the longest retry_after), or the
-	// descriptor's entries when the rule has no name. Empty otherwise.
+	// denied: the rule of the status MostRestrictive picks, by its name, or
+	// by the descriptor's entries when the rule has no name. Empty
+	// otherwise.
 	Policy string
 	// Response is the service's answer, with a status per descriptor; nil
 	// unless Source is SourceService.
@@ -70,6 +72,65 @@ type Decision struct {
 	// not decide: a gRPC status error (Unavailable, DeadlineExceeded,
 	// InvalidArgument, ...).
 	Err error
+}
+
+// MostRestrictive returns the index, in Response's statuses, of the status
+// whose limit binds the request hardest: for a denial, the one Policy
+// names; it is also the one httplimit's RateLimit headers describe. It is
+// -1 when Response is nil (a local or failure-policy decision) or when no
+// status counts.
+//
+// The order is the service's own, the one its Envoy adapter uses for the
+// RateLimit headers:
+//
+//   - Only a status with a rule counts, and not when the rule is unlimited
+//     or in shadow mode. An unmatched descriptor, and one whose every limit
+//     another descriptor's limit replaces, has no rule.
+//   - CODE_OVER_CAPACITY beats CODE_OVER_LIMIT, which beats CODE_OK.
+//   - Between two CODE_OVER_LIMIT, the longer retry_after wins; between two
+//     CODE_OVER_CAPACITY or two CODE_OK, the fewer remaining.
+//   - On a tie, the first in request order wins.
+func (d Decision) MostRestrictive() int {
+	return mostRestrictive(d.Response.GetStatuses())
+}
+
+// mostRestrictive is Decision.MostRestrictive over sts: the order of the
+// service's engine (engine.Response.MostRestrictive), on the statuses as
+// the v1 API carries them.
+func mostRestrictive(sts []*ratelimitv1.DescriptorStatus) int {
+	best := -1
+	for i, st := range sts {
+		if st.GetRule() == nil || st.GetRule().GetUnlimited() || st.GetShadow() {
+			continue
+		}
+		if best < 0 || restricts(st, sts[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// restricts reports whether status a binds harder than status b: over
+// capacity beats over limit beats OK; between two over limit the longer
+// retry_after, otherwise the fewer remaining. Equals do not.
+func restricts(a, b *ratelimitv1.DescriptorStatus) bool {
+	if ra, rb := rank(a.GetCode()), rank(b.GetCode()); ra != rb {
+		return ra > rb
+	}
+	if a.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT {
+		return a.GetRetryAfter().AsDuration() > b.GetRetryAfter().AsDuration()
+	}
+	return a.GetRemaining() < b.GetRemaining()
+}
+
+func rank(c ratelimitv1.Code) int {
+	switch c {
+	case ratelimitv1.Code_CODE_OVER_CAPACITY:
+		return 2
+	case ratelimitv1.Code_CODE_OVER_LIMIT:
+		return 1
+	}
+	return 0
 }
 
 // String explains the decision in one line fit for the person whose

@@ -42,8 +42,9 @@ func (d Descriptor) With(key, value string) Descriptor {
 }
 
 // WithHits returns d with its own cost, overriding the default of 1.
-// WithHits(0) is a peek: the service reports the bucket and charges
-// nothing, and the local short-circuit never denies it.
+// WithHits(0) is a peek: the service reports the bucket, charges nothing
+// and never denies it. The cost is part of the request that the local
+// short-circuit compares: a peek is not the same request as a charge.
 func (d Descriptor) WithHits(n uint32) Descriptor {
 	d.hits, d.hasHits = n, true
 	return d

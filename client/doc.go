@@ -33,8 +33,11 @@
 //
 // # Local short-circuit
 //
-// With WithLocalDeny, a descriptor the service denied with a retry time is
+// With WithLocalDeny, a request the service denied with a retry time is
 // denied by the client itself, without a call, until that time has passed:
 // during a flood from one client most of its requests cost the service
-// nothing. It is off by default and bounded in size.
+// nothing. Only the same request is (same domain, same descriptors in the
+// same order, each with the same entries, cost and inline limit): the
+// service's verdict on a descriptor depends on the whole request. It is off
+// by default and bounded in size.
 package client

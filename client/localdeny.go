@@ -5,21 +5,26 @@ import (
 	"encoding/binary"
 	"sync"
 	"time"
-
-	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// localDeny remembers the descriptors the service denied and until when, so
-// that requests naming them again are denied without a call until then.
+// localDeny remembers the requests the service denied and until when, so
+// that the same request is denied without a call until then.
 //
-// A record (cost c, until u) states what the service said: a charge of c on
-// this descriptor is not admitted before u. Until u nothing makes room in
-// the bucket sooner than the service counted on (other callers only use
-// room up), so a charge of c or more is not admitted before u either, and
-// denying it locally agrees with what the service would answer. The one
-// exception is a policy change that raises the limit: it reaches a
-// recorded descriptor only once its record expires. A charge smaller than
-// c may fit, and peeks charge nothing: both are asked.
+// A record (request q, until u) states what the service said: q is not
+// admitted before u, u being the send time plus the service's retry_after
+// for q, the shortest wait after which the same request would be admitted
+// if nothing else arrived. Until u nothing makes room in q's buckets sooner
+// than the service counted on (other callers only use room up), so denying
+// q locally agrees with what the service would answer. The one exception is
+// a policy change that raises a limit: it reaches a recorded request only
+// once its record expires.
+//
+// A record is keyed on the whole request, never on one descriptor: what
+// the service decides for a descriptor depends on the rest of the request.
+// The same descriptor twice is one bucket charged their summed cost, and a
+// limit of one descriptor may replace another's, which is then not charged
+// at all; so a descriptor denied in one request may be admitted in
+// another.
 //
 // Records are bounded in number: adding one to a full set drops the
 // expired ones, then the one that expires first.
@@ -34,7 +39,6 @@ type localDeny struct {
 type denial struct {
 	key    string
 	until  time.Time
-	cost   uint32
 	policy string
 	index  int // in queue
 }
@@ -43,71 +47,39 @@ func newLocalDeny(max int) *localDeny {
 	return &localDeny{max: max, byKey: make(map[string]*denial)}
 }
 
-// check returns the longest wait left among the request's descriptors that
-// are denied locally at now, and the policy of that one; ok is false when
-// none is.
-func (l *localDeny) check(now time.Time, domain string, ds []Descriptor) (wait time.Duration, policy string, ok bool) {
-	var buf []byte
+// check returns the wait left at now for the request of key (requestKey),
+// and the policy that denied it; ok is false when it is not denied locally.
+func (l *localDeny) check(now time.Time, key []byte) (wait time.Duration, policy string, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.byKey) == 0 {
+	r := l.byKey[string(key)]
+	if r == nil {
 		return 0, "", false
 	}
-	for _, d := range ds {
-		c := d.cost()
-		if c == 0 {
-			continue
-		}
-		buf = appendKey(buf[:0], domain, d)
-		r := l.byKey[string(buf)]
-		if r == nil {
-			continue
-		}
-		if !now.Before(r.until) {
-			l.remove(r)
-			continue
-		}
-		if c >= r.cost {
-			if w := r.until.Sub(now); w > wait {
-				wait, policy, ok = w, r.policy, true
-			}
-		}
+	if !now.Before(r.until) {
+		l.remove(r)
+		return 0, "", false
 	}
-	return wait, policy, ok
+	return r.until.Sub(now), r.policy, true
 }
 
-// remember records the denials of resp, an answer to a request of ds sent
-// at sent: each non-shadow OVER_LIMIT status with a positive retry_after.
-// Dating the record from the send time, not the receive time, keeps it from
-// outlasting the service's own retry time.
-func (l *localDeny) remember(sent time.Time, domain string, ds []Descriptor, resp *ratelimitv1.ShouldRateLimitResponse) {
-	statuses := resp.GetStatuses()
-	if len(statuses) != len(ds) {
-		return
-	}
+// remember records that the service denied the request of key, sent at
+// sent, for retry (> 0), naming policy. Dating the record from the send
+// time, not the receive time, keeps it from outlasting the service's own
+// retry time. The newest answer replaces an older one for the same request:
+// each is true, and the newest is the service's latest word.
+func (l *localDeny) remember(sent time.Time, key []byte, retry time.Duration, policy string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i, st := range statuses {
-		retry := st.GetRetryAfter().AsDuration()
-		c := ds[i].cost()
-		if st.GetCode() != ratelimitv1.Code_CODE_OVER_LIMIT || st.GetShadow() || retry <= 0 || c == 0 {
-			continue
-		}
-		key := string(appendKey(nil, domain, ds[i]))
-		r := l.byKey[key]
-		if r == nil {
-			l.makeRoom(sent)
-			r = &denial{key: key}
-			l.byKey[key] = r
-			r.until, r.cost, r.policy = sent.Add(retry), c, policyName(st, ds[i])
-			heap.Push(&l.queue, r)
-			continue
-		}
-		// The newest answer replaces the older one: each is true, and the
-		// newest is the service's latest word on this bucket.
-		r.until, r.cost, r.policy = sent.Add(retry), c, policyName(st, ds[i])
+	if r := l.byKey[string(key)]; r != nil {
+		r.until, r.policy = sent.Add(retry), policy
 		heap.Fix(&l.queue, r.index)
+		return
 	}
+	l.makeRoom(sent)
+	r := &denial{key: string(key), until: sent.Add(retry), policy: policy}
+	l.byKey[r.key] = r
+	heap.Push(&l.queue, r)
 }
 
 // makeRoom drops expired records, then the earliest to expire, until there
@@ -123,23 +95,27 @@ func (l *localDeny) remove(r *denial) {
 	delete(l.byKey, r.key)
 }
 
-// len reports the number of records, expired ones included.
-func (l *localDeny) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.byKey)
-}
-
-// appendKey encodes the domain and the descriptor's entries and inline
-// limit, each string length-prefixed so that no two descriptors share a key.
-func appendKey(b []byte, domain string, d Descriptor) []byte {
+// appendRequestKey appends the key of a request: its domain and every
+// descriptor in order, each with its entries, its cost and its inline
+// limit. Every string is length-prefixed and every list counted, so two
+// requests share a key only when the service would see the same request.
+// A descriptor without WithHits and one WithHits(1) share a key: both cost
+// 1.
+func appendRequestKey(b []byte, domain string, ds []Descriptor) []byte {
 	b = appendString(b, domain)
-	b = binary.AppendUvarint(b, uint64(len(d.entries)))
-	for _, e := range d.entries {
-		b = appendString(b, e.key)
-		b = appendString(b, e.value)
-	}
-	if l := d.limit; l != nil {
+	b = binary.AppendUvarint(b, uint64(len(ds)))
+	for _, d := range ds {
+		b = binary.AppendUvarint(b, uint64(len(d.entries)))
+		for _, e := range d.entries {
+			b = appendString(b, e.key)
+			b = appendString(b, e.value)
+		}
+		b = binary.AppendUvarint(b, uint64(d.cost()))
+		l := d.limit
+		if l == nil {
+			b = append(b, 0)
+			continue
+		}
 		b = append(b, 1)
 		b = binary.AppendUvarint(b, uint64(l.Algorithm))
 		b = binary.AppendUvarint(b, uint64(l.Requests))

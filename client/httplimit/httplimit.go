@@ -24,7 +24,9 @@
 //     the RateLimit headers, and a plain-text body naming the policy and
 //     the wait: "throttled by policy 'per-user-per-endpoint'; retry after
 //     120 ms". A request that costs more than a limit's capacity gets no
-//     Retry-After: no wait would admit it.
+//     Retry-After: no wait would admit it. With WithTarpit the answer may
+//     be held first; it is a 429 even when the request's context ends
+//     during the hold.
 //   - The service cannot decide: the client's failure policy. Fail open
 //     (the default): the handler runs, without RateLimit headers. Fail
 //     closed: 503 Service Unavailable with Retry-After and the body "rate
@@ -35,10 +37,11 @@
 // header fields for HTTP" (draft 11, structured fields), chosen and written
 // as the daemon's Envoy adapter writes them (--response-headers=draft), so
 // a client sees the same headers behind Envoy or behind this middleware.
-// They describe one limit, the most restrictive of the request: a limit
+// They describe one limit, the most restrictive of the request
+// (client.Decision.MostRestrictive), whose rule a 429's body names: a limit
 // the request costs more than, else the denial with the longest wait, else
-// the limit with the fewest requests left (unlimited and shadow-mode rules
-// never count):
+// the limit with the fewest requests left; on a tie, the first descriptor
+// (unmatched descriptors, unlimited and shadow-mode rules never count):
 //
 //	RateLimit-Policy: "per-user-per-endpoint";q=800;w=80
 //	RateLimit: "per-user-per-endpoint";r=799;t=1
@@ -84,8 +87,9 @@ type Option func(*Middleware)
 // a time (each holds a goroutine and a connection); denials beyond that
 // are answered at once. A held answer's Retry-After and body give the wait
 // left after the hold (0 when the hold outlasted it). If the request's
-// context ends during the hold, nothing is written. hold <= 0 or
-// maxHeld <= 0 turns the tarpit off, the default.
+// context ends during the hold, the hold ends there and the 429 is written
+// at once, with the wait left then: a denied request is never answered
+// otherwise. hold <= 0 or maxHeld <= 0 turns the tarpit off, the default.
 func WithTarpit(hold time.Duration, maxHeld int) Option {
 	return func(m *Middleware) {
 		m.tarpit, m.maxHeld = 0, 0
@@ -151,17 +155,16 @@ func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, d client.Decis
 			start := clock.Now()
 			select {
 			case <-clock.After(m.tarpit):
-				m.held.Add(-1)
 			case <-r.Context().Done():
-				m.held.Add(-1)
-				return
+				// The hold ends early (the client left, or an outer
+				// deadline passed), and the request is still denied:
+				// writing nothing would let net/http answer 200.
 			}
 			if !d.Never {
 				d.RetryAfter = max(0, d.RetryAfter-clock.Now().Sub(start))
 			}
-		} else {
-			m.held.Add(-1)
 		}
+		m.held.Add(-1)
 	}
 	h := w.Header()
 	if !d.Never {

@@ -15,18 +15,20 @@ import (
 	"github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/client/httplimit"
 	"github.com/ratelimitd/ratelimitd/client/internal/fakeclock"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
 // service is an HTTP service behind the middleware, a daemon serving
 // daemontest.SmallTiers, and the client's fake clock.
 type service struct {
-	daemon *daemontest.Daemon
-	client *client.Client
-	clock  *fakeclock.Clock
-	url    string
-	served atomic.Int64 // handler runs
-	mux    *http.ServeMux
+	daemon   *daemontest.Daemon
+	client   *client.Client
+	clock    *fakeclock.Clock
+	url      string
+	served   atomic.Int64 // handler runs
+	mux      *http.ServeMux
+	describe httplimit.DescribeFunc
 }
 
 func newClient(t *testing.T, target string, clk client.Clock, opts ...client.Option) *client.Client {
@@ -67,6 +69,7 @@ func start(t *testing.T, describe httplimit.DescribeFunc, clientOpts []client.Op
 			httplimit.PerUserPerRoute(route, httplimit.FirstOf(httplimit.Header("Authorization"), httplimit.ClientAddr())),
 		)
 	}
+	s.describe = describe
 	srv := httptest.NewServer(httplimit.New(s.client, "default", describe, opts...).Wrap(s.mux))
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
@@ -295,6 +298,117 @@ func TestTarpit(t *testing.T) {
 	got = <-held
 	if got.status != 429 || got.body != "throttled by policy 'per-user-per-endpoint'; retry after 0 ms\n" || got.header.Get("Retry-After") != "0" {
 		t.Errorf("held past the wait: %d %q Retry-After %q", got.status, got.body, got.header.Get("Retry-After"))
+	}
+}
+
+// A denied request is answered 429 whatever happens during the tarpit's
+// hold: an outer middleware's deadline or cancellation on the request's
+// context, while the client still waits, ends the hold early but never
+// turns the denial into net/http's default 200.
+func TestTarpitHoldCutShortStillAnswers429(t *testing.T) {
+	tests := []struct {
+		name      string
+		held      time.Duration // on the client's clock before the context ends
+		wantBody  string
+		wantRetry string
+	}{
+		{"context ends at once", 0, throttled, "1"},
+		{"context ends 50ms into the hold", 50 * time.Millisecond, "throttled by policy 'per-user-per-endpoint'; retry after 70 ms\n", "1"},
+		{"context ends after the wait, before the hold ends", 500 * time.Millisecond, "throttled by policy 'per-user-per-endpoint'; retry after 0 ms\n", "0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := start(t, nil, nil)
+			// The outer middleware: the request's context ends when the
+			// test says so.
+			end := make(chan struct{})
+			limit := httplimit.New(s.client, "default", s.describe, httplimit.WithTarpit(time.Second, 10)).Wrap(s.mux)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx, cancel := context.WithCancel(r.Context())
+				defer cancel()
+				go func() {
+					select {
+					case <-end:
+						cancel()
+					case <-ctx.Done():
+					}
+				}()
+				limit.ServeHTTP(w, r.WithContext(ctx))
+			}))
+			t.Cleanup(srv.Close)
+			s.url = srv.URL
+			for range 2 {
+				if got := s.get(t, "/orders", "Bearer alice"); got.status != 200 {
+					t.Fatalf("spending: %d %q", got.status, got.body)
+				}
+			}
+			held := s.getAsync(t, "/orders", "Bearer alice")
+			s.waitForTimers(t, 1)
+			s.clock.Advance(tt.held)
+			close(end)
+			got := <-held
+			if got.status != 429 || got.body != tt.wantBody || got.header.Get("Retry-After") != tt.wantRetry {
+				t.Errorf("got %d %q Retry-After %q, want 429 %q %q", got.status, got.body, got.header.Get("Retry-After"), tt.wantBody, tt.wantRetry)
+			}
+			if p := got.header.Get("RateLimit-Policy"); p != policyHeader {
+				t.Errorf("RateLimit-Policy %q, want %q", p, policyHeader)
+			}
+			if n := s.served.Load(); n != 2 {
+				t.Errorf("handler ran %d times, want 2", n)
+			}
+		})
+	}
+}
+
+// The 429's body names the policy its RateLimit headers describe, chosen
+// as the service ranks its statuses.
+func TestBodyAndHeadersNameTheSamePolicy(t *testing.T) {
+	window := func(n uint32, name string) client.Limit {
+		return client.Limit{Algorithm: ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW, Requests: n, Period: time.Minute, Name: name}
+	}
+	bulk := client.NewDescriptor("export", "bulk").WithLimit(window(10, "bulk"))
+	small := client.NewDescriptor("export", "small").WithLimit(window(3, "small"))
+	tests := []struct {
+		name       string
+		spend      []client.Descriptor
+		ask        []client.Descriptor
+		wantBody   string
+		wantPolicy string
+		wantLimit  string
+	}{
+		{
+			// Both cost more than their capacity: the fewer remaining binds
+			// harder, 2 of small's 3 against 5 of bulk's 10.
+			name:       "over capacity twice",
+			spend:      []client.Descriptor{bulk.WithHits(5), small.WithHits(1)},
+			ask:        []client.Descriptor{bulk.WithHits(11), small.WithHits(4)},
+			wantBody:   "throttled by policy 'small'; the request costs more than the limit's capacity, so no wait will admit it\n",
+			wantPolicy: `"small";q=3;w=60`,
+			wantLimit:  `"small";r=2;t=60`,
+		},
+		{
+			name:       "over limit twice, equal waits: the first",
+			spend:      []client.Descriptor{bulk.WithHits(10), small.WithHits(3)},
+			ask:        []client.Descriptor{bulk, small},
+			wantBody:   "throttled by policy 'bulk'; retry after 60 s\n",
+			wantPolicy: `"bulk";q=10;w=60`,
+			wantLimit:  `"bulk";r=0;t=60`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := start(t, func(*http.Request) []client.Descriptor { return tt.ask }, nil)
+			if d, err := s.client.Check(context.Background(), "default", tt.spend...); err != nil || !d.Allowed {
+				t.Fatalf("spending: %v %v", d, err)
+			}
+			got := s.get(t, "/orders", "")
+			if got.status != 429 || got.body != tt.wantBody {
+				t.Errorf("got %d %q, want 429 %q", got.status, got.body, tt.wantBody)
+			}
+			if p, l := got.header.Get("RateLimit-Policy"), got.header.Get("RateLimit"); p != tt.wantPolicy || l != tt.wantLimit {
+				t.Errorf("RateLimit-Policy %q RateLimit %q\nwant             %q           %q", p, l, tt.wantPolicy, tt.wantLimit)
+			}
+		})
 	}
 }
 
