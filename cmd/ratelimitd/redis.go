@@ -57,7 +57,7 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 		}
 		cfg.Redis.Addr = ""
 	}
-	if f.tls || f.tlsCA != "" || f.tlsCert != "" {
+	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" {
 		c, err := daemon.RedisTLS(f.tlsCA, f.tlsCert, f.tlsKey)
 		if err != nil {
 			return err

@@ -38,6 +38,10 @@ func TestRedisFlags(t *testing.T) {
 		name:    "a client certificate without its key",
 		args:    []string{"--store", "redis", "--redis-tls-cert", "c.pem"},
 		wantErr: true,
+	}, {
+		name:    "a client key without its certificate",
+		args:    []string{"--store", "redis", "--redis-tls-key", "k.pem"},
+		wantErr: true,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

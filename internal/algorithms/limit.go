@@ -154,6 +154,13 @@ func (l *Limit) times(n int64) (ns, frac int64) {
 	return int64(q), int64(r)
 }
 
+// Times returns n·Period/Requests — the time n requests take at the
+// limit's rate — exactly, as whole nanoseconds and a remainder over
+// Requests: n·Period = ns·Requests + frac, 0 ≤ frac < Requests. n must be
+// between 0 and Capacity, so that ns is at most MaxSpan; the buckets'
+// arithmetic uses it for the capacity span and a charge's cost.
+func (l *Limit) Times(n int64) (ns, frac int64) { return l.times(n) }
+
 // Algorithm returns the limit's algorithm.
 func (l *Limit) Algorithm() Algorithm { return l.alg }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
@@ -14,12 +15,17 @@ import (
 
 var prefixes atomic.Int64
 
-// newTestStore returns a store on addr with keys under a prefix of its
-// own, deciding at c's time.
+// newTestStore returns a store as cfg says, with keys under a prefix of its
+// own unless cfg names one, a timeout of 10s unless cfg sets one (so that
+// a loaded machine does not turn a test's requests into failures), and
+// deciding at c's time (nil: Redis TIME).
 func newTestStore(t *testing.T, cfg redis.Config, c clock.Clock) *redis.Store {
 	t.Helper()
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = fmt.Sprintf("test%d:", prefixes.Add(1))
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
 	}
 	s, err := redis.New(cfg)
 	if err != nil {

@@ -7,7 +7,7 @@
 -- A limit is {alg, r = Requests, p = Period (bignum), cap = Capacity, rb =
 -- small(r)} and, for the buckets, the rationals (whole ns as a bignum, and
 -- a remainder over R) that Go computes exactly with math/bits (as
--- Limit.times does) and passes in: the capacity span C = Capacity·P/R
+-- Limit.Times does) and passes in: the capacity span C = Capacity·P/R
 -- (spanNs, spanFrac), the charge's k = cost·P/R (kNs, kFrac) and a =
 -- (Capacity-cost)·P/R (aNs, aFrac), for the cost decided. A state is {t =
 -- bignum, n, m}; the zero State is {t = {}, n = 0, m = 0}. A decision is
@@ -17,9 +17,8 @@
 local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
 local ALLOWED, DENIED, OVER = 0, 1, 2
 local ZERO, ONE = {}, { 1 }
--- math.MaxInt64 = 2^63 - 1, and MaxTime = 2^62 - 1.
+-- math.MaxInt64 = 2^63 - 1.
 local MAXINT64 = sub(small(2 ^ 63), ONE)
-local MAXTIME = sub(small(2 ^ 62), ONE)
 
 -- ceilNs mirrors ceilNs: ns + frac/R rounded up, saturating at MaxInt64.
 local function ceilNs(ns, frac)

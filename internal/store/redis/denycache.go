@@ -8,12 +8,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
-// denyCache remembers denials: a bucket that denied a cost c at local time
-// t with RetryAfter r denies c again until t+r, whatever else happens
-// meanwhile, because charges only ever take from a bucket and the wait is
-// exact: the cache answers as Redis would, with the wait that is left. It
-// holds at most max buckets; when full, it drops the expired ones (at most
-// once a second), and remembers no new one while none has expired.
+// denyCache remembers denials: a bucket that denied a cost c, in a request
+// sent at local time t, with RetryAfter r, denies c again until t+r,
+// whatever else happens meanwhile, because charges only ever take from a
+// bucket and the wait is exact, counted from when the script ran, which is
+// no earlier than t: the cache answers as Redis would, with the wait that
+// is left, and never for longer. It holds at most max buckets; when full,
+// it drops the expired ones (at most once a second), and remembers no new
+// one while none has expired.
 type denyCache struct {
 	mu        sync.Mutex
 	max       int
@@ -22,19 +24,34 @@ type denyCache struct {
 }
 
 type denial struct {
-	until   int64 // local nanoseconds: the denial holds while now < until
-	cost    int64 // the cost denied
-	decided int64 // when it was denied
-	d       algorithms.Decision
+	until int64 // local nanoseconds: the denial holds while now < until
+	cost  int64 // the cost denied
+	sent  int64 // when the request that was denied was sent
+	d     algorithms.Decision
 }
 
 func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denial)}
 }
 
+// denial returns the remembered denial that denies ch at now, if any: of
+// the same cost, its wait not over; peeks and shadow charges never are.
+// c.mu must be held.
+func (c *denyCache) denial(ch *store.Charge, now int64) (denial, bool) {
+	if ch.Shadow || ch.Cost <= 0 {
+		return denial{}, false
+	}
+	e, ok := c.entries[string(ch.Key)]
+	if !ok || now >= e.until || ch.Cost != e.cost {
+		return denial{}, false
+	}
+	return e, true
+}
+
 // deny reports whether a remembered denial denies the request charges at
 // now; if so it fills decisions: the remembered charges denied with the
-// wait left, the others as a bucket at rest reports them uncharged.
+// wait left, the others as store.Settle reports a denied request's on
+// buckets at rest (not read from Redis, and uncharged).
 func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision, now int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -43,11 +60,7 @@ func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision
 	}
 	hit := false
 	for i := range charges {
-		ch := &charges[i]
-		if ch.Shadow || ch.Cost <= 0 {
-			continue
-		}
-		if e, ok := c.entries[string(ch.Key)]; ok && now < e.until && ch.Cost == e.cost {
+		if _, ok := c.denial(&charges[i], now); ok {
 			hit = true
 			break
 		}
@@ -55,38 +68,36 @@ func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision
 	if !hit {
 		return false
 	}
+	var others []int
 	for i := range charges {
-		ch := &charges[i]
-		e, ok := c.entries[string(ch.Key)]
-		if ok && !ch.Shadow && ch.Cost > 0 && now < e.until && ch.Cost == e.cost {
-			d := e.d
-			d.RetryAfter = time.Duration(e.until - now)
-			d.ResetAfter = max(d.ResetAfter-time.Duration(now-e.decided), 0)
-			decisions[i] = d
+		e, ok := c.denial(&charges[i], now)
+		if !ok {
+			others = append(others, i)
 			continue
 		}
-		_, d := ch.Limit.Decide(algorithms.State{}, now, ch.Cost)
-		if d.Code == algorithms.Allowed && ch.Cost > 0 {
-			_, d = ch.Limit.Decide(algorithms.State{}, now, 0)
-		}
+		d := e.d
+		d.RetryAfter = time.Duration(e.until - now)
+		d.ResetAfter = max(d.ResetAfter-time.Duration(now-e.sent), 0)
 		decisions[i] = d
 	}
+	atRest(charges, others, true, now, decisions)
 	return true
 }
 
-// remember keeps the denials of non-shadow charges among decisions.
-func (c *denyCache) remember(charges []store.Charge, decisions []algorithms.Decision, now int64) {
+// remember keeps the denials of non-shadow charges among decisions, of a
+// request sent at local time sent.
+func (c *denyCache) remember(charges []store.Charge, decisions []algorithms.Decision, sent int64) {
 	for i := range charges {
 		if charges[i].Shadow || decisions[i].Code != algorithms.Denied {
 			continue
 		}
 		c.mu.Lock()
-		if len(c.entries) >= c.max && now-c.lastSweep >= int64(time.Second) {
-			c.sweepLocked(now)
+		if len(c.entries) >= c.max && sent-c.lastSweep >= int64(time.Second) {
+			c.sweepLocked(sent)
 		}
 		if len(c.entries) < c.max || c.has(charges[i].Key) {
 			d := decisions[i]
-			c.entries[string(charges[i].Key)] = denial{until: now + int64(d.RetryAfter), cost: charges[i].Cost, decided: now, d: d}
+			c.entries[string(charges[i].Key)] = denial{until: sent + int64(d.RetryAfter), cost: charges[i].Cost, sent: sent, d: d}
 		}
 		c.mu.Unlock()
 	}

@@ -7,11 +7,11 @@ import "github.com/prometheus/client_golang/prometheus"
 //	ratelimitd_redis_up                       1 while the last exchange with Redis succeeded, else 0
 //	ratelimitd_redis_requests_total           requests that asked Redis
 //	ratelimitd_redis_round_trips_total        round trips those made (one per request, one per node across slots)
-//	ratelimitd_redis_errors_total             requests Redis failed or answered too late
-//	ratelimitd_redis_fallback_decisions_total requests decided by the failure mode instead
+//	ratelimitd_redis_fallback_decisions_total requests Redis failed or answered too late, decided (wholly, or
+//	                                          for a failed node's slots) by the failure mode instead
 //	ratelimitd_redis_deny_cache_hits_total    requests denied from the local deny cache, without Redis
 //	ratelimitd_redis_deny_cache_entries       buckets the deny cache remembers
-//	ratelimitd_redis_undone_shares_total      slots' charges undone because another slot denied
+//	ratelimitd_redis_undone_shares_total      slots' charges undone because another slot denied or failed
 //
 // and, as a constant label on ratelimitd_redis_up, failure_mode ("open"
 // or "closed").
@@ -32,10 +32,9 @@ func (s *Store) Collectors() []prometheus.Collector {
 			}),
 		counter("requests_total", "Requests that asked Redis.", s.stats.applies.Load),
 		counter("round_trips_total", "Round trips to Redis nodes made by requests.", s.stats.roundTrips.Load),
-		counter("errors_total", "Requests that Redis failed or answered after the timeout.", s.stats.errors.Load),
-		counter("fallback_decisions_total", "Requests decided by the failure mode because Redis failed.", s.stats.fallbacks.Load),
+		counter("fallback_decisions_total", "Requests that Redis failed or answered after the timeout, decided (wholly, or for a failed node's slots) by the failure mode.", s.stats.fallbacks.Load),
 		counter("deny_cache_hits_total", "Requests denied from the local deny cache without asking Redis.", s.stats.cacheHits.Load),
-		counter("undone_shares_total", "Slots' charges undone because another slot of the request denied it.", s.stats.undos.Load),
+		counter("undone_shares_total", "Slots' charges undone because another slot of the request denied it or failed.", s.stats.undos.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ratelimitd", Subsystem: "redis", Name: "deny_cache_entries",
 			Help: "Buckets the local deny cache remembers as over their limit."},
 			func() float64 {

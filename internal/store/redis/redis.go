@@ -34,10 +34,11 @@
 //
 // A bucket is one Redis string under KeyPrefix, "{domain}" (the hash tag,
 // unless Config.SpreadKeys) and the engine's bucket key; its value is the
-// state "t n m restAt" in hexadecimal. A charge sets the key to expire
-// (PX, rounded up to whole milliseconds) when the bucket is back at rest,
-// when it is indistinguishable from a key that is absent: nothing is kept
-// for idle buckets, and Redis's own eviction needs no help.
+// state "t n m restAt" in hexadecimal. A charge sets the key to expire at
+// restAt, when the bucket is back at rest and indistinguishable from a key
+// that is absent (PXAT, restAt rounded up to the millisecond, so never
+// sooner): nothing is kept for idle buckets, and Redis's own eviction needs
+// no help.
 //
 // # Redis Cluster
 //
@@ -64,32 +65,49 @@
 //   - between the charge and the undo, other requests see the charge (and
 //     may be denied by it);
 //   - the statuses are Settle's, each share's decided at its own node's
-//     Redis TIME.
+//     Redis TIME;
+//   - when a node fails (or answers after the timeout), the shares that
+//     were charged are undone likewise (best effort, within a timeout of
+//     the undo's own), and the request is decided by Config.FailureMode —
+//     unless another share denied it: the request is then denied, and only
+//     the failed node's charges are decided by the failure mode, as the
+//     charges of a denied request.
 //
 // # Faults
 //
-// Every Apply has a deadline (Config.Timeout). When Redis fails or is too
-// slow, Apply returns no error: it decides by Config.FailureMode (FailOpen:
-// as if every bucket were at rest; FailClosed: every charge denied), marks
-// the store down (Healthy, the ratelimitd_redis_up metric, the OnHealth
-// hook) and counts the fallback decisions. A request whose deadline passed
-// may still have been charged in Redis. The client reconnects by itself;
-// the first success (a request, or Run's ping) marks the store up again.
-// Apply returns an error only when the caller's own context ends first.
+// Every Apply has a deadline (Config.Timeout) for its exchange with Redis.
+// The client never sends a script twice: not after an error (a script that
+// reached Redis before the connection broke may have charged), and, in a
+// cluster, not on a MOVED or ASK redirection either: such a request is
+// decided by the failure mode (and a MOVED makes the client reload its slot
+// map for the requests that follow).
+//
+// When Redis fails or is too slow, Apply returns no error: it decides by
+// Config.FailureMode (FailOpen: as if every bucket were at rest;
+// FailClosed: every charge denied), marks the store down (Healthy, the
+// ratelimitd_redis_up metric, the OnHealth hook) and counts the fallback
+// decision. A request whose deadline passed may still have been charged in
+// Redis. A store starts up, nothing having failed yet; the client
+// reconnects by itself, and the first success (a request, or a ping of
+// Run's, the first as Run starts) marks the store up again. Apply returns
+// an error only when the caller's own context ends first.
 //
 // # Local deny cache
 //
 // With Config.DenyCache above 0, a daemon remembers, per bucket, a denial
-// of a non-shadow charge until its RetryAfter has passed. A request that
-// charges such a bucket at least the denied cost in that time is denied
-// without asking Redis: the denial would stand, as charges only ever take
-// from a bucket. The cached bucket reports its denial with the wait left;
-// the request's other charges are not read from Redis and are reported as
-// a bucket at rest would report them, uncharged. That keeps an attack
-// over its limit off Redis.
+// of a non-shadow charge until its RetryAfter has passed, counted on
+// Config.Clock from when the request was sent (the script ran no earlier,
+// so the cache never denies longer than Redis would). A request that
+// charges such a bucket the same cost in that time is denied without
+// asking Redis: the denial would stand, as charges only ever take from a
+// bucket. The cached bucket reports its denial with the wait left; the
+// request's other charges are not read from Redis and are reported as
+// store.Settle reports a denied request's on buckets at rest, uncharged.
+// That keeps an attack over its limit off Redis.
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -175,12 +193,21 @@ type Config struct {
 	// DenyCache is how many buckets the local deny cache remembers (0:
 	// no cache).
 	DenyCache int
-	// OnHealth, if not nil, is called (on its own goroutine, in order)
-	// each time the store goes down or comes back up; err is the failure,
-	// or nil when up.
+	// OnHealth, if not nil, is told when the store's health changes: up
+	// false with the failure when it goes down, up true and err nil when
+	// it is back. The calls are made one at a time on a goroutine of the
+	// store's, and alternate, the first saying down (a store starts up).
+	// Changes that come faster than OnHealth returns are coalesced: a
+	// short flap may go unreported, but once the health settles, the last
+	// call says it (as Healthy does).
 	OnHealth func(up bool, err error)
 	// Logger receives the store's state changes (nil: slog.Default()).
 	Logger *slog.Logger
+	// Clock is the daemon's own clock (nil: clock.NewMonotonic()): how
+	// long the deny cache remembers a denial, and the time at which
+	// FailOpen decides. Decisions from Redis never read it: they are made
+	// at Redis TIME.
+	Clock clock.Clock
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -192,16 +219,16 @@ type Store struct {
 	timeout time.Duration
 	mode    FailureMode
 	log     *slog.Logger
-	local   clock.Clock // the deny cache's clock
+	local   clock.Clock // the deny cache's and FailOpen's clock
 	cache   *denyCache  // nil without
 
 	// testNow, set only by tests, is passed to the script as now instead
 	// of Redis TIME, and keys are then written without expiry.
 	testNow clock.Clock
 
-	health   chan healthChange
+	health   chan struct{} // one slot: the health changed since reportHealth looked
 	up       atomic.Bool
-	lastErr  atomic.Pointer[string]
+	lastErr  atomic.Pointer[error] // the last failure
 	onHealth func(bool, error)
 	done     chan struct{}
 	closing  sync.Once
@@ -209,24 +236,18 @@ type Store struct {
 	stats stats
 }
 
-type healthChange struct {
-	up  bool
-	err error
-}
-
 // stats are the store's counters, read by its metrics.
 type stats struct {
 	applies    atomic.Uint64 // Apply calls that asked Redis
 	roundTrips atomic.Uint64 // commands and pipelines sent to a node
-	errors     atomic.Uint64 // Apply calls that Redis failed
-	fallbacks  atomic.Uint64 // requests decided by the failure mode
+	fallbacks  atomic.Uint64 // requests decided, wholly or in part, by the failure mode
 	cacheHits  atomic.Uint64 // requests denied from the deny cache
-	undos      atomic.Uint64 // shares undone after another slot denied
+	undos      atomic.Uint64 // shares undone after another slot denied or failed
 }
 
-// New connects to Redis as cfg says. It does not wait for Redis: a store
-// whose Redis is down starts down and decides by its failure mode until
-// Redis answers.
+// New connects to Redis as cfg says. It does not wait for Redis: the store
+// starts up (Healthy), as nothing has failed yet, and the first request or
+// ping that Redis fails marks it down (Run pings as soon as it starts).
 func New(cfg Config) (*Store, error) {
 	if (cfg.Addr == "") == (len(cfg.ClusterAddrs) == 0) {
 		return nil, errors.New("redis: set exactly one of an address and cluster addresses")
@@ -246,15 +267,18 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.NewMonotonic()
+	}
 	s := &Store{
 		prefix:   cfg.KeyPrefix,
 		spread:   cfg.SpreadKeys,
 		timeout:  cfg.Timeout,
 		mode:     cfg.FailureMode,
 		log:      cfg.Logger,
-		local:    clock.NewMonotonic(),
+		local:    cfg.Clock,
 		onHealth: cfg.OnHealth,
-		health:   make(chan healthChange, 16),
+		health:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	if cfg.DenyCache > 0 {
@@ -263,7 +287,12 @@ func New(cfg Config) (*Store, error) {
 	s.up.Store(true)
 	hook := roundTripHook{&s.stats.roundTrips}
 	// No retries: a script that reached Redis before the connection broke
-	// may have charged, and running it again would charge twice.
+	// may have charged, and running it again would charge twice. MaxRetries
+	// -1 turns off the retries after errors. The cluster client also
+	// retries — after errors as on MOVED and ASK, commands and pipelines
+	// alike — up to MaxRedirects: -1 turns that off too, so that a
+	// redirected request is decided by the failure mode while the client
+	// reloads its slot map (which a MOVED starts).
 	if cfg.Addr != "" {
 		c := goredis.NewClient(&goredis.Options{
 			Addr:                  cfg.Addr,
@@ -283,6 +312,7 @@ func New(cfg Config) (*Store, error) {
 			Password:              cfg.Password,
 			TLSConfig:             cfg.TLS,
 			MaxRetries:            -1,
+			MaxRedirects:          -1,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 		})
@@ -304,27 +334,32 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 	if len(charges) == 0 {
 		return nil
 	}
-	if s.cache != nil && s.cache.deny(charges, decisions, s.localNow()) {
+	// The local time before the request is sent: the deny cache counts a
+	// denial's RetryAfter from it, as the script ran no earlier.
+	sent := s.localNow()
+	if s.cache != nil && s.cache.deny(charges, decisions, sent) {
 		s.stats.cacheHits.Add(1)
 		return nil
 	}
 	s.stats.applies.Add(1)
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
-	err := s.settle(rctx, charges, decisions)
+	err := s.settle(rctx, sent, charges, decisions)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.stats.errors.Add(1)
 		s.stats.fallbacks.Add(1)
-		s.setHealth(false, err)
-		s.fallback(charges, decisions)
+		s.setHealth(err)
+		var denied *deniedElsewhere
+		if !errors.As(err, &denied) {
+			s.fallback(charges, indexes(len(charges)), false, sent, decisions)
+		}
 		return nil
 	}
-	s.setHealth(true, nil)
+	s.setHealth(nil)
 	if s.cache != nil {
-		s.cache.remember(charges, decisions, s.localNow())
+		s.cache.remember(charges, decisions, sent)
 	}
 	return nil
 }
@@ -336,11 +371,29 @@ func (s *Store) localNow() int64 {
 	return s.local.Now()
 }
 
-// settle runs the script: once for the whole request, or per slot.
-func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
+// indexes returns 0, 1, ..., n-1.
+func indexes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// deniedElsewhere is settle's error when a node failed while another
+// slot's share denied the request: the decisions are made (the failed
+// slots' by the failure mode), and the request is denied.
+type deniedElsewhere struct{ err error }
+
+func (e *deniedElsewhere) Error() string { return e.err.Error() }
+func (e *deniedElsewhere) Unwrap() error { return e.err }
+
+// settle runs the script: once for the whole request, or per slot. sent
+// is the local time, which a test clock passes to the script as now.
+func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
 	now, expire := "", true
 	if s.testNow != nil {
-		now, expire = hexNow(s.testNow.Now()), false
+		now, expire = hexNow(sent), false
 	}
 	keys := make([]string, len(charges))
 	var buf []byte
@@ -348,10 +401,7 @@ func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []
 		buf = redisKey(buf[:0], s.prefix, charges[i].Domain, charges[i].Key, s.spread)
 		keys[i] = string(buf)
 	}
-	all := make([]int, len(charges))
-	for i := range all {
-		all[i] = i
-	}
+	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
 		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
 	}
@@ -359,7 +409,7 @@ func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []
 	if len(groups) == 1 {
 		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
 	}
-	return s.settleSlots(ctx, keys, groups, now, expire, charges, decisions)
+	return s.settleSlots(ctx, keys, groups, now, expire, sent, charges, decisions)
 }
 
 // settleOne settles the charges idx, all in one slot, in one script.
@@ -396,15 +446,15 @@ func groupBySlot(keys []string, idx []int) [][]int {
 // settleSlots settles a request whose keys are in several slots: one
 // try-mode script per slot, pipelined (the cluster client sends each
 // node's at once), then the undo of the charged shares if any share was
-// denied.
-func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
+// denied or failed.
+func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now string, expire bool, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
 	groupKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
 			groupKeys[g] = append(groupKeys[g], keys[i])
 		}
 	}
-	run := func(eval bool, which []int) ([]*goredis.Cmd, error) {
+	run := func(eval bool, which []int) []*goredis.Cmd {
 		pipe := s.client.Pipeline()
 		cmds := make([]*goredis.Cmd, len(groups))
 		for _, g := range which {
@@ -415,14 +465,10 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 				cmds[g] = settleScript.EvalSha(ctx, pipe, groupKeys[g], args...)
 			}
 		}
-		_, err := pipe.Exec(ctx)
-		return cmds, err
+		pipe.Exec(ctx) // each command holds its own outcome
+		return cmds
 	}
-	every := make([]int, len(groups))
-	for g := range every {
-		every[g] = g
-	}
-	cmds, _ := run(false, every)
+	cmds := run(false, indexes(len(groups)))
 	var noScript []int
 	for g, c := range cmds {
 		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
@@ -430,53 +476,84 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 		}
 	}
 	if len(noScript) > 0 {
-		again, _ := run(true, noScript)
+		again := run(true, noScript)
 		for _, g := range noScript {
 			cmds[g] = again[g]
 		}
 	}
 
 	replies := make([]settleReply, len(groups))
-	var failed error
+	failed := make([]bool, len(groups))
+	var failure error
 	denied := false
 	for g, c := range cmds {
-		v, err := c.Result()
-		if err == nil {
-			replies[g], err = parseSettleReply(v)
-		}
+		r, err := shareReply(c)
 		if err != nil {
-			failed = err
+			failed[g] = true
+			failure = cmp.Or(failure, err)
 			continue
 		}
-		if !replies[g].committed {
+		replies[g] = r
+		if !r.committed {
 			denied = true
 		}
 	}
-	if failed != nil || denied {
-		// Undo the shares that were charged, and report them as peeks.
-		if err := s.undo(ctx, groups, groupKeys, replies, now, expire); err != nil && failed == nil {
-			s.log.Warn("redis: undoing the charges of a request denied on another slot failed; they stand", "err", err)
-		}
-		if failed != nil {
-			return failed
-		}
+	if failure == nil && !denied {
 		for g, idx := range groups {
-			r := replies[g].decisions
-			if replies[g].committed {
-				r = replies[g].peeks
-			}
-			if err := parseDecisions(r, idx, decisions); err != nil {
+			if err := parseDecisions(replies[g].decisions, idx, decisions); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+
+	// Undo the shares that were charged, on a deadline of the undo's own:
+	// the request's may have passed (a node that timed out).
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	err := s.undo(uctx, groups, groupKeys, replies, now, expire)
+	cancel()
+	if err != nil {
+		s.log.Warn("redis: undoing the charges of a request that was not admitted failed; they stand", "err", err)
+	}
+	if !denied {
+		return failure // decided by the failure mode
+	}
+	// A share denied the request: it is denied whatever the failed shares
+	// would have said. Report the charged shares as peeks (Settle's rule),
+	// and decide only the failed shares by the failure mode.
 	for g, idx := range groups {
-		if err := parseDecisions(replies[g].decisions, idx, decisions); err != nil {
+		var err error
+		switch {
+		case failed[g]:
+			s.fallback(charges, idx, true, sent, decisions)
+		case replies[g].committed:
+			err = parseDecisions(replies[g].peeks, idx, decisions)
+		default:
+			err = parseDecisions(replies[g].decisions, idx, decisions)
+		}
+		if err != nil {
 			return err
 		}
 	}
+	if failure != nil {
+		return &deniedElsewhere{failure}
+	}
 	return nil
+}
+
+// shareReply returns the reply of one share's script. A reply that arrived
+// stands even if the client marked its command failed afterwards (as a
+// pipeline may when it gives up on another node): a share that charged is
+// known to have charged, and is undone if need be.
+func shareReply(c *goredis.Cmd) (settleReply, error) {
+	v, err := c.Result()
+	if v == nil {
+		if err == nil {
+			err = errors.New("settle script: empty reply")
+		}
+		return settleReply{}, err
+	}
+	return parseSettleReply(v)
 }
 
 // undo runs undo.lua on every share that was charged.
@@ -505,14 +582,15 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 	return err
 }
 
-// fallback decides charges by the failure mode.
-func (s *Store) fallback(charges []store.Charge, decisions []algorithms.Decision) {
+// fallback decides charges[i], i in idx, by the failure mode at the local
+// time now: as a request of their own, or, when deniedElsewhere, as
+// charges of a request that another slot's share denied.
+func (s *Store) fallback(charges []store.Charge, idx []int, deniedElsewhere bool, now int64, decisions []algorithms.Decision) {
 	if s.mode == FailOpen {
-		states := make([]algorithms.State, len(charges))
-		store.Settle(charges, states, s.localNow(), decisions)
+		atRest(charges, idx, deniedElsewhere, now, decisions)
 		return
 	}
-	for i := range charges {
+	for _, i := range idx {
 		c := &charges[i]
 		switch {
 		case c.Cost <= 0:
@@ -525,6 +603,31 @@ func (s *Store) fallback(charges []store.Charge, decisions []algorithms.Decision
 	}
 }
 
+// atRest writes into decisions[i], i in idx, what store.Settle reports for
+// those charges at now on buckets at rest: as a request of their own, or,
+// when denied, as charges of a request that is denied anyway (Settle then
+// reports the admissible ones as peeks).
+func atRest(charges []store.Charge, idx []int, denied bool, now int64, decisions []algorithms.Decision) {
+	if len(idx) == 0 {
+		return
+	}
+	sub := make([]store.Charge, 0, len(idx)+1)
+	for _, i := range idx {
+		sub = append(sub, charges[i])
+	}
+	if denied {
+		// A charge over its capacity denies the request, as the denial
+		// elsewhere does.
+		l := sub[0].Limit
+		sub = append(sub, store.Charge{Limit: l, Cost: l.Capacity() + 1})
+	}
+	d := make([]algorithms.Decision, len(sub))
+	store.Settle(sub, make([]algorithms.State, len(sub)), now, d)
+	for j, i := range idx {
+		decisions[i] = d[j]
+	}
+}
+
 // Healthy reports whether the last exchange with Redis succeeded, and if
 // not, how it failed.
 func (s *Store) Healthy() (bool, string) {
@@ -532,75 +635,95 @@ func (s *Store) Healthy() (bool, string) {
 		return true, ""
 	}
 	if e := s.lastErr.Load(); e != nil {
-		return false, *e
+		return false, (*e).Error()
 	}
 	return false, "unreachable"
 }
 
-func (s *Store) setHealth(up bool, err error) {
+// setHealth records how an exchange with Redis went (err nil: it
+// succeeded) and, if that changed the health, wakes reportHealth.
+func (s *Store) setHealth(err error) {
+	up := err == nil
 	if !up {
-		msg := err.Error()
-		s.lastErr.Store(&msg)
+		s.lastErr.Store(&err)
 	}
 	if s.up.Swap(up) == up {
 		return
 	}
 	select {
-	case s.health <- healthChange{up, err}:
-	default: // a burst of flapping; the next change reports the state
+	case s.health <- struct{}{}:
+	default: // a wake-up is pending: reportHealth will read the health then
 	}
 }
 
-// reportHealth logs health changes and tells OnHealth, in order.
+// reportHealth logs the health changes and tells OnHealth, one call at a
+// time. Woken by setHealth, it reads the health itself and reports it only
+// if it differs from what it reported last: reports alternate, and the
+// last is the current health, however concurrent changes raced and
+// however long OnHealth took.
 func (s *Store) reportHealth() {
+	reported := true // a store starts up
 	for {
 		select {
 		case <-s.done:
 			return
-		case h := <-s.health:
-			if h.up {
-				s.log.Info("redis is reachable again; deciding from Redis")
-			} else {
-				s.log.Warn("redis failed; deciding by the failure mode", "failure_mode", s.mode.String(), "err", h.err)
+		case <-s.health:
+		}
+		up := s.up.Load()
+		if up == reported {
+			continue
+		}
+		reported = up
+		var err error
+		if !up {
+			if e := s.lastErr.Load(); e != nil {
+				err = *e
 			}
-			if s.onHealth != nil {
-				s.onHealth(h.up, h.err)
-			}
+			s.log.Warn("redis failed; deciding by the failure mode", "failure_mode", s.mode.String(), "err", err)
+		} else {
+			s.log.Info("redis is reachable again; deciding from Redis")
+		}
+		if s.onHealth != nil {
+			s.onHealth(up, err)
 		}
 	}
 }
 
 // Ping asks Redis (every node of a cluster) for PONG within the store's
-// timeout, and marks the store up or down by the answer.
+// timeout, and marks the store up or down by the answer. When ctx ends
+// first, it returns ctx's error and leaves the health as it was.
 func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var err error
 	if s.cluster != nil {
-		err = s.cluster.ForEachShard(ctx, func(ctx context.Context, c *goredis.Client) error {
+		err = s.cluster.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error {
 			return c.Ping(ctx).Err()
 		})
 	} else {
-		err = s.client.Ping(ctx).Err()
+		err = s.client.Ping(pctx).Err()
 	}
-	s.setHealth(err == nil, err)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	s.setHealth(err)
 	return err
 }
 
-// Run pings Redis every interval until ctx is done, so that health follows
-// Redis even without traffic, and drops expired deny-cache entries.
+// Run pings Redis at once and then every interval until ctx is done, so
+// that health follows Redis even without traffic, and drops expired
+// deny-cache entries.
 func (s *Store) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
+		s.Ping(ctx)
+		if s.cache != nil {
+			s.cache.sweep(s.localNow())
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-t.C:
-			s.Ping(ctx)
-			if s.cache != nil {
-				s.cache.sweep(s.localNow())
-			}
 		}
 	}
 }

@@ -3,12 +3,14 @@ package redis_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+	"os"
 	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
@@ -28,8 +30,15 @@ func mustLimit(t testing.TB, alg algorithms.Algorithm, requests int64, period ti
 	return &l
 }
 
+// apply applies charges as one request. Every charge must name its domain,
+// as the engine's do: the store keeps a domain's buckets in one hash slot.
 func apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.Decision {
 	t.Helper()
+	for i, c := range charges {
+		if c.Domain == "" {
+			t.Fatalf("charge %d (%q) names no domain; the engine names every charge's", i, c.Key)
+		}
+	}
 	d := make([]algorithms.Decision, len(charges))
 	if err := s.Apply(context.Background(), charges, d); err != nil {
 		t.Fatal(err)
@@ -83,8 +92,7 @@ func TestOneRoundTripPerApply(t *testing.T) {
 }
 
 // TestRedisTime: without an injected clock the script decides on Redis
-// TIME, sets each charged key to expire when its bucket is back at rest,
-// and stores nothing for a peek.
+// TIME, and a peek stores nothing. (TestExpiry checks the keys' expiry.)
 func TestRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "rt:"}, nil)
@@ -106,51 +114,41 @@ func TestRedisTime(t *testing.T) {
 	if d[0].Code != algorithms.Denied || d[0].RetryAfter <= 11*time.Minute || d[0].RetryAfter > 12*time.Minute {
 		t.Fatalf("sixth charge: %+v, want denied with about 12 minutes to wait", d[0])
 	}
-	// The bucket is at rest an hour after the first charge: its key expires then.
-	pttl, err := srv.Command("PTTL", "rt:{shop}"+string(key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms, _ := strconv.Atoi(strings.TrimPrefix(pttl, ":")); ms < int(59*time.Minute/time.Millisecond) || ms > int(time.Hour/time.Millisecond) {
-		t.Fatalf("PTTL %s, want about an hour (when the bucket is back at rest)", pttl)
-	}
-
-	// A bucket that is back at rest 50ms after its charge is gone then.
-	short := mustLimit(t, algorithms.TokenBucket, 1, 50*time.Millisecond, 0)
-	shortKey := "rt:{shop}" + string(engineKey("shop", "short"))
-	apply(t, s, store.Charge{Domain: "shop", Key: engineKey("shop", "short"), Limit: short, Cost: 1})
-	if n, _ := srv.Command("EXISTS", shortKey); n != ":1" {
-		t.Fatalf("the short bucket's key is missing right after its charge (EXISTS: %s)", n)
-	}
-	time.Sleep(120 * time.Millisecond)
-	if n, _ := srv.Command("EXISTS", shortKey); n != ":0" {
-		t.Fatalf("the short bucket's key outlived its rest (EXISTS: %s)", n)
-	}
 }
 
 // TestOneClock: two stores sharing a Redis decide on its clock, whatever
-// their own: a daemon whose clock is a day off still agrees.
+// their own: b's clock (Config.Clock) is a day and a half ahead of a's,
+// yet both charge the same daily window and see it end at the same
+// instant, Redis's midnight.
 func TestOneClock(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:"}
-	a := newTestStore(t, cfg, nil)
-	b := newTestStore(t, cfg, nil)
-	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
-	key := engineKey("shop", "path", "/")
-	apply(t, a, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 6})
-	d := apply(t, b, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 5})
-	if d[0].Code != algorithms.Denied || d[0].Remaining != 4 {
-		t.Fatalf("second daemon: %+v, want denied with 4 remaining", d[0])
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	a := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:"}, nil)
+	ahead := clock.NewFake(time.Now().Add(36 * time.Hour).UnixNano())
+	b := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:", Clock: ahead}, nil)
+	day := 24 * time.Hour
+	l := mustLimit(t, algorithms.FixedWindow, 10, day, 0)
+	charge := func(cost int64) store.Charge {
+		return store.Charge{Domain: "shop", Key: engineKey("shop", "path", "/"), Limit: l, Cost: cost}
 	}
-	d = apply(t, b, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 4})
-	if d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
-		t.Fatalf("second daemon: %+v, want allowed with 0 remaining", d[0])
+
+	apply(t, a, charge(6))
+	if d := apply(t, b, charge(5)); d[0].Code != algorithms.Denied || d[0].Remaining != 4 {
+		t.Fatalf("the daemon a day and a half ahead: %+v, want denied with 4 remaining (the window a charged)", d[0])
 	}
-	// Both report the same window end: Redis's hour, not theirs.
-	da := apply(t, a, store.Charge{Domain: "shop", Key: key, Limit: l})
-	db := apply(t, b, store.Charge{Domain: "shop", Key: key, Limit: l})
-	if diff := da[0].ResetAfter - db[0].ResetAfter; diff > 50*time.Millisecond || diff < 0 {
-		t.Fatalf("reset after %v and %v: the stores disagree on the window", da[0].ResetAfter, db[0].ResetAfter)
+	if d := apply(t, b, charge(4)); d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
+		t.Fatalf("the daemon a day and a half ahead: %+v, want allowed with 0 remaining", d[0])
+	}
+	for name, s := range map[string]*redis.Store{"a": a, "b (ahead)": b} {
+		before := redisNow(t, admin)
+		d := apply(t, s, charge(0))[0]
+		after := redisNow(t, admin)
+		midnight := (after/int64(day) + 1) * int64(day) // Redis's
+		if ran := midnight - int64(d.ResetAfter); ran < before || ran > after {
+			t.Errorf("store %s: the window ends %v after the script ran, not at Redis's midnight (%v to %v away)",
+				name, d.ResetAfter, time.Duration(midnight-after), time.Duration(midnight-before))
+		}
 	}
 }
 
@@ -209,29 +207,62 @@ func TestFailureModes(t *testing.T) {
 	}
 }
 
-// TestTimeout: Redis that answers later than the timeout is a failure: the
-// request is decided by the failure mode in about the timeout.
+// TestTimeout: Redis that answers later than the timeout is a failure:
+// Apply returns no error, the request is decided by the failure mode, and
+// the store reports the timeout as what went wrong.
 func TestTimeout(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), Timeout: 100 * time.Millisecond, FailureMode: redis.FailClosed}, clock.NewFake(t0))
+	failures := make(chan error, 1)
+	s := newTestStore(t, redis.Config{
+		Addr: srv.Addr(), Timeout: 100 * time.Millisecond, FailureMode: redis.FailClosed,
+		OnHealth: func(up bool, err error) {
+			if !up {
+				failures <- err
+			}
+		},
+	}, clock.NewFake(t0))
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
-	key := engineKey("shop", "slow")
-	apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1})
-	if _, err := srv.Command("CLIENT", "PAUSE", "1000", "ALL"); err != nil {
-		t.Fatal(err)
+	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "slow"), Limit: l, Cost: 1}
+	apply(t, s, charge)
+	pause(t, srv) // scripts wait; the store gives up after its timeout
+	if d := apply(t, s, charge); d[0] != (algorithms.Decision{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}) {
+		t.Errorf("paused Redis, failing closed: %+v, want the failure mode's denial", d[0])
 	}
-	start := time.Now()
-	d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1})
-	if took := time.Since(start); took > 600*time.Millisecond {
-		t.Errorf("a request to a paused Redis took %v; the timeout is 100ms", took)
+	if up, why := s.Healthy(); up || why == "" {
+		t.Errorf("Healthy() = %v, %q after a timeout", up, why)
 	}
-	if d[0].Code != algorithms.Denied || d[0].RetryAfter != redis.FailClosedRetryAfter {
-		t.Errorf("paused Redis, failing closed: %+v", d[0])
+	select {
+	case err := <-failures:
+		if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("OnHealth reported %v, want the timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnHealth was not told of the timeout")
 	}
-	if up, _ := s.Healthy(); up {
-		t.Error("Healthy() true after a timeout")
+	unpause(t, srv)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping after Redis answers again: %v", err)
 	}
-	waitFor(t, func() bool { return s.Ping(context.Background()) == nil })
+	if up, _ := s.Healthy(); !up {
+		t.Error("Healthy() false after a successful Ping")
+	}
+}
+
+// pause makes srv hold every script (CLIENT PAUSE ... WRITE) until unpause
+// or the end of the test; PING and CLIENT still answer.
+func pause(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if reply, err := srv.Command("CLIENT", "PAUSE", "60000", "WRITE"); err != nil || reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
+	}
+	t.Cleanup(func() { srv.Command("CLIENT", "UNPAUSE") })
+}
+
+func unpause(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if reply, err := srv.Command("CLIENT", "UNPAUSE"); err != nil || reply != "+OK" {
+		t.Fatalf("CLIENT UNPAUSE: %q %v", reply, err)
+	}
 }
 
 // TestCallerContext: when the caller gives up first, Apply returns its
@@ -263,7 +294,7 @@ func TestDenyCache(t *testing.T) {
 	attacker := engineKey("shop", "ip", "10.0.0.66")
 	page := engineKey("shop", "path", "/")
 	req := func(cost int64) []store.Charge {
-		return []store.Charge{{Domain: "shop", Key: page, Limit: other, Cost: 1}, {Key: attacker, Limit: l, Cost: cost}}
+		return []store.Charge{{Domain: "shop", Key: page, Limit: other, Cost: 1}, {Domain: "shop", Key: attacker, Limit: l, Cost: cost}}
 	}
 	apply(t, s, req(2)...)
 	if d := apply(t, s, req(1)...); d[1].Code != algorithms.Denied || d[1].RetryAfter != time.Second {
@@ -302,6 +333,40 @@ func TestDenyCache(t *testing.T) {
 	}
 	if d[0].Remaining != 98 {
 		t.Errorf("the page bucket has %d remaining, want 98: the denied requests charged nothing", d[0].Remaining)
+	}
+}
+
+// TestDenyCacheCountsFromSend: the cache remembers a denial for its
+// RetryAfter counted from when the request was sent, however long the
+// reply took: it never denies longer than Redis would (Redis counts from
+// when the script ran, which is no earlier).
+func TestDenyCacheCountsFromSend(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	local := clock.NewFake(t0) // the daemon's clock; Redis decides on its TIME
+	s := newTestStore(t, redis.Config{Addr: proxy.Addr(), DenyCache: 10, Clock: local}, nil)
+	l := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
+	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "ip", "10.0.0.66"), Limit: l, Cost: 1}
+	apply(t, s, charge)
+
+	const took = 500 * time.Millisecond
+	proxy.BeforeReply(func() { local.Advance(took) }) // the reply takes 500ms
+	denial := apply(t, s, charge)[0]
+	proxy.BeforeReply(nil)
+	if denial.Code != algorithms.Denied || denial.RetryAfter <= took {
+		t.Fatalf("over the limit: %+v, want denied", denial)
+	}
+
+	before := s.RoundTrips()
+	if d := apply(t, s, charge)[0]; s.RoundTrips() != before || d.Code != algorithms.Denied || d.RetryAfter != denial.RetryAfter-took {
+		t.Errorf("as the reply arrived: %+v (round trips %d), want denied from the cache with %v left (of %v, counted from the request)",
+			d, s.RoundTrips()-before, denial.RetryAfter-took, denial.RetryAfter)
+	}
+	local.Set(t0 + int64(denial.RetryAfter)) // Redis's wait is over by now
+	before = s.RoundTrips()
+	apply(t, s, charge)
+	if s.RoundTrips() == before {
+		t.Errorf("RetryAfter (%v) after the request was sent the cache still denied it, without asking Redis", denial.RetryAfter)
 	}
 }
 

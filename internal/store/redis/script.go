@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,8 @@ import (
 var (
 	//go:embed bignum.lua
 	bignumLua string
+	//go:embed state.lua
+	stateLua string
 	//go:embed decide.lua
 	decideLua string
 	//go:embed settle.lua
@@ -27,10 +28,11 @@ var (
 )
 
 // The scripts. settle decides and charges one request (or one slot's share
-// of it); undo takes back a share's charges when another slot denied.
+// of it); undo takes back a share's charges when another slot denied or
+// failed. Both read the time and store states with state.lua.
 var (
-	settleScript = goredis.NewScript(bignumLua + decideLua + settleLua)
-	undoScript   = goredis.NewScript(bignumLua + undoLua)
+	settleScript = goredis.NewScript(bignumLua + stateLua + decideLua + settleLua)
+	undoScript   = goredis.NewScript(bignumLua + stateLua + undoLua)
 )
 
 // argsPerCharge is how many ARGV settle.lua takes per key.
@@ -70,14 +72,12 @@ func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int)
 	return args
 }
 
-// appendRational appends n·P/R (0 ≤ n ≤ Capacity) as settle.lua takes it:
-// whole nanoseconds in hexadecimal and the remainder over R in decimal,
-// as Limit.times computes it. NewLimit has checked that Capacity·P/R is at
-// most MaxSpan, so the quotient fits.
+// appendRational appends n·P/R (0 ≤ n ≤ Capacity), Limit.Times, as
+// settle.lua takes it: whole nanoseconds in hexadecimal and the remainder
+// over R in decimal.
 func appendRational(args []any, l *algorithms.Limit, n int64) []any {
-	hi, lo := bits.Mul64(uint64(n), uint64(l.Period()))
-	q, r := bits.Div64(hi, lo, uint64(l.Requests()))
-	return append(args, strconv.FormatUint(q, 16), strconv.FormatUint(r, 10))
+	ns, frac := l.Times(n)
+	return append(args, strconv.FormatInt(ns, 16), strconv.FormatInt(frac, 10))
 }
 
 func flag(b bool) string {

@@ -1,5 +1,5 @@
 -- settle.lua: store.Settle over the buckets KEYS, at one instant, in one
--- script (so atomically). After bignum.lua and decide.lua.
+-- script (so atomically). After bignum.lua, state.lua and decide.lua.
 --
 -- ARGV[1]  now in hexadecimal nanoseconds, or "" to read Redis TIME
 -- ARGV[2]  "1": set each written key to expire when its bucket is back at
@@ -15,7 +15,7 @@
 --          Capacity as Capacity+1 and a negative one as 0: the decisions
 --          are the same).
 --
--- A bucket's state is stored as the string "t n m restAt", hexadecimal.
+-- Each charged bucket's state is written as state.lua's put writes it.
 --
 -- Reply: {decisions, committed}, decisions being one "code remaining
 -- reset retry delay" (hexadecimal) per key, joined by ",", and committed
@@ -25,54 +25,20 @@
 -- written, its index, its old value ("" for none) and its new value: what
 -- the store needs to undo the charges should another slot deny.
 
-local function parseState(v)
-  if not v then
-    return { t = ZERO, n = 0, m = 0 }
-  end
-  local t, n, m = string.match(v, "^(%x+) (%x+) (%x+) %x+$")
-  if not t then
-    return { t = ZERO, n = 0, m = 0 }
-  end
-  return { t = fromhex(t), n = tonumber(n, 16), m = tonumber(m, 16) }
-end
-
-local function formatState(s)
-  return tohex(s.t) .. " " .. string.format("%x %x ", s.n, s.m) .. tohex(s.restAt)
+-- stateOf returns the state v holds, or the zero State for none.
+local function stateOf(v)
+  return parseState(v) or { t = ZERO, n = 0, m = 0 }
 end
 
 local function formatDecision(d)
   return string.format("%d %x ", d.code, d.rem) .. tohex(d.reset) .. " " .. tohex(d.retry) .. " " .. tohex(d.delay)
 end
 
-local MILLION = small(1000000)
-
--- now: ARGV's, or Redis TIME (microseconds) in nanoseconds, at most
--- MaxTime as Decide takes it.
-local function readNow(arg)
-  local now
-  if arg ~= "" then
-    now = fromhex(arg)
-  else
-    local tm = redis.call("TIME")
-    now = add(mul(small(tonumber(tm[1])), small(1000000000)), small(tonumber(tm[2]) * 1000))
-  end
-  if cmp(now, MAXTIME) > 0 then now = MAXTIME end
-  return now
-end
-
--- write stores a charged state, to expire at its restAt when expire.
+-- write stores a charged state (its restAt is after now), and returns
+-- the value written.
 local function write(key, s, now, expire)
   local v = formatState(s)
-  if expire then
-    -- restAt > now for a charged state; round the wait up to whole ms.
-    local q, rem = divmod(csub(s.restAt, now), MILLION)
-    local ms = num(q)
-    if #rem > 0 then ms = ms + 1 end
-    if ms < 1 then ms = 1 end
-    redis.call("SET", key, v, "PX", ms)
-  else
-    redis.call("SET", key, v)
-  end
+  put(key, v, s.restAt, now, expire)
   return v
 end
 
@@ -94,7 +60,7 @@ for i = 1, #KEYS do
   charges[i] = c
   local old = redis.call("GET", KEYS[i])
   olds[i] = old
-  local next, d = decide(c.limit, parseState(old), now, c.cost)
+  local next, d = decide(c.limit, stateOf(old), now, c.cost)
   nexts[i], decisions[i] = next, d
   if d.code ~= ALLOWED and not c.shadow then
     commit = false
@@ -108,7 +74,7 @@ local function peeks()
   for i = 1, #KEYS do
     local d = decisions[i]
     if d.code == ALLOWED and charges[i].cost ~= 0 then
-      local _, p = decide(charges[i].limit, parseState(olds[i]), now, 0)
+      local _, p = decide(charges[i].limit, stateOf(olds[i]), now, 0)
       d = p
     end
     out[i] = formatDecision(d)

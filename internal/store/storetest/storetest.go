@@ -623,8 +623,15 @@ func mustLimit(t testing.TB, alg algorithms.Algorithm, requests int64, period ti
 	return &l
 }
 
+// apply applies charges as one request. Every charge must name its domain,
+// as the engine's do.
 func apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.Decision {
 	t.Helper()
+	for i, c := range charges {
+		if c.Domain == "" {
+			t.Fatalf("charge %d (%q) names no domain; the engine names every charge's", i, c.Key)
+		}
+	}
 	d := make([]algorithms.Decision, len(charges))
 	if err := s.Apply(context.Background(), charges, d); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a
 // standalone server or a three-node cluster, each on free loopback ports in
-// a temporary directory, stopped when the test ends.
+// a temporary directory, stopped when the test ends; and a Proxy that puts
+// faults between a client and a server.
 //
 // A test that needs Redis fails (never skips) when redis-server or
 // redis-cli is not installed: `apt-get install redis-server redis-tools`.
@@ -127,15 +128,20 @@ func (s *Server) command(args ...string) (string, error) {
 	return strings.TrimRight(line, "\r\n"), err
 }
 
-// Cluster is a three-node Redis Cluster (three masters, no replicas).
+// Cluster is a three-node Redis Cluster (three masters, no replicas),
+// each node behind a Proxy: the nodes announce their proxies' ports, so
+// that clients reach every node through its proxy and a test can make
+// faults on one node.
 type Cluster struct {
-	Nodes []*Server
+	Nodes   []*Server
+	Proxies []*Proxy // Proxies[i] is in front of Nodes[i]
 }
 
 // StartCluster starts three cluster-enabled servers on free loopback ports
-// (each port p with its bus port p+10000 free), joins them with
-// `redis-cli --cluster create`, and waits until every node reports
-// cluster_state:ok. They stop when the test ends.
+// (each port p with its bus port p+10000 free), each behind a Proxy whose
+// port it announces to clients, joins them with `redis-cli --cluster
+// create`, and waits until every node reports cluster_state:ok and tells
+// clients the proxies' addresses. They stop when the test ends.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -145,12 +151,16 @@ func StartCluster(t testing.TB) *Cluster {
 	var addrs []string
 	for range 3 {
 		s := newServer(t, freePort(t, true))
+		p := StartProxy(t, s.Addr())
 		s.args = append(s.args,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
-			"--cluster-node-timeout", "5000")
+			"--cluster-node-timeout", "5000",
+			"--cluster-announce-port", strconv.Itoa(p.Port()),
+			"--cluster-announce-bus-port", strconv.Itoa(s.port+10000))
 		s.start()
 		c.Nodes = append(c.Nodes, s)
+		c.Proxies = append(c.Proxies, p)
 		addrs = append(addrs, s.Addr())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -162,9 +172,9 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range c.Nodes {
-		for !s.clusterOK() {
+		for !s.clusterOK() || !c.announced(s) {
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ok within 30s", s.Addr())
+				t.Fatalf("cluster node %s not ok, or not announcing the proxies, within 30s", s.Addr())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -172,13 +182,49 @@ func StartCluster(t testing.TB) *Cluster {
 	return c
 }
 
-// Addrs returns the nodes' addresses.
+// Addrs returns the addresses clients use: the nodes' proxies.
 func (c *Cluster) Addrs() []string {
 	var a []string
-	for _, s := range c.Nodes {
-		a = append(a, s.Addr())
+	for _, p := range c.Proxies {
+		a = append(a, p.Addr())
 	}
 	return a
+}
+
+// Owner returns the index of the node that holds key's hash slot (the one
+// that does not answer a command on key with MOVED).
+func (c *Cluster) Owner(t testing.TB, key string) int {
+	t.Helper()
+	for i, s := range c.Nodes {
+		reply, err := s.Command("EXISTS", key)
+		if err != nil {
+			t.Fatalf("EXISTS on %s: %v", s.Addr(), err)
+		}
+		if !strings.HasPrefix(reply, "-MOVED") {
+			return i
+		}
+	}
+	t.Fatalf("no node holds the slot of %q", key)
+	return -1
+}
+
+// announced reports whether s tells clients (CLUSTER SLOTS) the proxies'
+// ports and no node's own.
+func (c *Cluster) announced(s *Server) bool {
+	out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "cluster", "slots").Output()
+	if err != nil {
+		return false
+	}
+	ports := make(map[string]bool)
+	for _, line := range strings.Split(string(out), "\n") {
+		ports[strings.TrimSpace(line)] = true
+	}
+	for i, n := range c.Nodes {
+		if ports[strconv.Itoa(n.port)] || !ports[strconv.Itoa(c.Proxies[i].Port())] {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) clusterOK() bool {

@@ -1,0 +1,125 @@
+package redis_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+)
+
+// TestExpiry: on Redis TIME, every algorithm's charge stores its bucket's
+// state with restAt the instant its decision says the bucket is back at
+// rest (ResetAfter after the instant the script ran), and sets the key to
+// expire at that instant rounded up to the millisecond: never before the
+// bucket is at rest (the absent key would then admit what the bucket does
+// not), and within the millisecond after it (a bucket at rest does
+// expire). A peek and a denied charge leave the key as it was.
+//
+// The limits' instants fall between milliseconds, so that a rounding down
+// shows.
+func TestExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "exp:"}, nil)
+
+	odd := time.Hour + time.Nanosecond // windows end k·P: between milliseconds
+	tests := []struct {
+		limit *algorithms.Limit
+		costs []int64 // admitted one after the other; then one more is denied
+	}{
+		{mustLimit(t, algorithms.FixedWindow, 3, odd, 0), []int64{1, 2}},
+		{mustLimit(t, algorithms.SlidingWindow, 3, odd, 0), []int64{1, 2}},
+		{mustLimit(t, algorithms.TokenBucket, 3, time.Second, 0), []int64{1, 2}}, // I = 333,333,333⅓ ns
+		{mustLimit(t, algorithms.LeakyBucket, 3, time.Second, 0), []int64{2, 1}},
+		{mustLimit(t, algorithms.LeakyBucketQueue, 3, time.Second, 4), []int64{1, 3}},
+	}
+	for _, tt := range tests {
+		alg := tt.limit.Algorithm().String()
+		t.Run(alg, func(t *testing.T) {
+			key := engineKey("shop", alg)
+			redisKey := "exp:{shop}" + string(key)
+			charge := func(cost int64) store.Charge {
+				return store.Charge{Domain: "shop", Key: key, Limit: tt.limit, Cost: cost}
+			}
+			for i, cost := range tt.costs {
+				before := redisNow(t, admin)
+				d := apply(t, s, charge(cost))[0]
+				after := redisNow(t, admin)
+				if d.Code != algorithms.Allowed || d.ResetAfter <= 0 {
+					t.Fatalf("charge %d: %+v, want admitted", i, d)
+				}
+				restAt, expireMs := storedRest(t, admin, redisKey)
+				if ran := restAt - int64(d.ResetAfter); ran < before || ran > after {
+					t.Errorf("charge %d: the stored state is at rest at %d, but the decision says %v after the script ran, which was between %d and %d",
+						i, restAt, d.ResetAfter, before, after)
+				}
+				if expireMs*1e6 < restAt || expireMs*1e6 >= restAt+1e6 {
+					t.Errorf("charge %d: the key expires at %d ms; its bucket is at rest at %d ns: want that rounded up to the millisecond", i, expireMs, restAt)
+				}
+			}
+
+			value := get(t, admin, redisKey)
+			_, expireMs := storedRest(t, admin, redisKey)
+			if d := apply(t, s, charge(0))[0]; d.Code != algorithms.Allowed {
+				t.Fatalf("peek: %+v", d)
+			}
+			if d := apply(t, s, charge(tt.limit.Capacity()))[0]; d.Code != algorithms.Denied {
+				t.Fatalf("a charge of the capacity after %v: %+v, want denied", tt.costs, d)
+			}
+			if got := get(t, admin, redisKey); got != value {
+				t.Errorf("a peek or a denied charge changed the key: %q, was %q", got, value)
+			}
+			if _, e := storedRest(t, admin, redisKey); e != expireMs {
+				t.Errorf("a peek or a denied charge moved the expiry from %d ms to %d ms", expireMs, e)
+			}
+		})
+	}
+}
+
+// redisNow returns Redis TIME in nanoseconds, as the scripts read it.
+func redisNow(t *testing.T, c goredis.UniversalClient) int64 {
+	t.Helper()
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMicro() * 1000
+}
+
+func get(t *testing.T, c goredis.UniversalClient, key string) string {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("GET %q: %v", key, err)
+	}
+	return v
+}
+
+// storedRest returns the restAt of the bucket state stored under key
+// ("t n m restAt", hexadecimal, as docs/redis.md says) and the key's
+// expiry in Unix milliseconds (PEXPIRETIME; -1: none).
+func storedRest(t *testing.T, c goredis.UniversalClient, key string) (restAt, expireMs int64) {
+	t.Helper()
+	fields := strings.Fields(get(t, c, key))
+	if len(fields) != 4 {
+		t.Fatalf("key %q holds %q, want \"t n m restAt\"", key, fields)
+	}
+	restAt, err := strconv.ParseInt(fields[3], 16, 64)
+	if err != nil {
+		t.Fatalf("key %q: restAt %q: %v", key, fields[3], err)
+	}
+	expireMs, err = c.Do(context.Background(), "PEXPIRETIME", key).Int64()
+	if err != nil {
+		t.Fatalf("PEXPIRETIME %q: %v", key, err)
+	}
+	return restAt, expireMs
+}
