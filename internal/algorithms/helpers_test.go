@@ -8,8 +8,16 @@ import (
 	"time"
 )
 
+const (
+	ns   = time.Nanosecond
+	ms   = time.Millisecond
+	sec  = time.Second
+	day  = 24 * time.Hour
+	year = 365 * day
+)
+
 // t0 is where the fake timelines start: 2026-01-01T00:00:00Z in Unix
-// nanoseconds, a multiple of every period the tables use (up to a day).
+// nanoseconds, as algotest.Start (which in-package tests cannot import).
 const t0 = benchStart
 
 func mustLimit(tb testing.TB, alg Algorithm, requests int64, period time.Duration, burst int64) Limit {
@@ -19,46 +27,6 @@ func mustLimit(tb testing.TB, alg Algorithm, requests int64, period time.Duratio
 		tb.Fatalf("NewLimit(%v, %d, %v, %d): %v", alg, requests, period, burst, err)
 	}
 	return l
-}
-
-// step is one request on a fake timeline, at t0+at.
-type step struct {
-	at   time.Duration
-	cost int64
-	want Decision
-}
-
-func allowed(remaining int64, reset time.Duration) Decision {
-	return Decision{Code: Allowed, Remaining: remaining, ResetAfter: reset}
-}
-
-func queued(remaining int64, reset, delay time.Duration) Decision {
-	return Decision{Code: Allowed, Remaining: remaining, ResetAfter: reset, Delay: delay}
-}
-
-func denied(remaining int64, reset, retry time.Duration) Decision {
-	return Decision{Code: Denied, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}
-}
-
-func overCapacity(remaining int64, reset time.Duration) Decision {
-	return Decision{Code: OverCapacity, Remaining: remaining, ResetAfter: reset}
-}
-
-// runSteps decides steps in order from State{}, each through checkedDecide,
-// and compares each decision with the step's want.
-func runSteps(t *testing.T, l Limit, steps []step) {
-	t.Helper()
-	var s State
-	for i, st := range steps {
-		next, d, err := checkedDecide(l, s, t0+int64(st.at), st.cost)
-		if err != nil {
-			t.Fatalf("step %d (at %v, cost %d): %v", i, st.at, st.cost, err)
-		}
-		if d != st.want {
-			t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.at, st.cost, d, st.want)
-		}
-		s = next
-	}
 }
 
 // checkedDecide is l.Decide(s, now, cost) checked against the contract

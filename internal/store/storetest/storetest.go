@@ -4,11 +4,12 @@
 //
 // The suite drives a store on a fake timeline — the store must decide at
 // the Fake clock's time — and checks it three ways: against decisions
-// written out by hand (the edge cases of internal/algorithms' own tables,
-// from the longest period at the latest time to 10^9 per second and
-// clocks going back), against store.Settle applied directly to a map of
-// states on long random timelines of multi-charge requests, and under
-// concurrent requests on one bucket (exactly the bound admitted).
+// written out by hand (algotest's cases, which internal/algorithms' table
+// tests decide too: from the longest period at the latest time to
+// MaxRequests per nanosecond, costs up to MaxInt64 and clocks going back),
+// against store.Settle applied directly to a map of states on long random
+// timelines of multi-charge requests, and under concurrent requests on one
+// bucket (exactly the bound admitted).
 package storetest
 
 import (
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/algorithms/algotest"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
@@ -30,9 +32,9 @@ import (
 // c. Stores from separate calls must not share buckets.
 type Factory func(t *testing.T, c *clock.Fake) store.Store
 
-// T0 is where the suite's timelines start: 2026-01-01T00:00:00Z in Unix
-// nanoseconds, a multiple of every period the tables use (up to a day).
-const T0 = int64(1_767_225_600_000_000_000)
+// T0 is where the suite's timelines start: algotest.Start,
+// 2026-01-01T00:00:00Z in Unix nanoseconds.
+const T0 = algotest.Start
 
 // Domain is the domain of every charge the suite makes: a store that keeps
 // a domain's buckets together (a Redis Cluster hash slot) settles each of
@@ -60,257 +62,32 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 
 const (
 	ns   = time.Nanosecond
-	ms   = time.Millisecond
 	sec  = time.Second
-	day  = 24 * time.Hour
-	year = 365 * day
+	year = 365 * 24 * time.Hour
+
+	maxReq  = algorithms.MaxRequests
+	maxSpan = algorithms.MaxSpan
 )
 
-// step is one request of one charge on a fake timeline, at T0+at.
-type step struct {
-	at   time.Duration
-	cost int64
-	want algorithms.Decision
-}
-
-func allowed(remaining int64, reset time.Duration) algorithms.Decision {
-	return algorithms.Decision{Code: algorithms.Allowed, Remaining: remaining, ResetAfter: reset}
-}
-
-func queued(remaining int64, reset, delay time.Duration) algorithms.Decision {
-	return algorithms.Decision{Code: algorithms.Allowed, Remaining: remaining, ResetAfter: reset, Delay: delay}
-}
-
-func denied(remaining int64, reset, retry time.Duration) algorithms.Decision {
-	return algorithms.Decision{Code: algorithms.Denied, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}
-}
-
-func overCapacity(remaining int64, reset time.Duration) algorithms.Decision {
-	return algorithms.Decision{Code: algorithms.OverCapacity, Remaining: remaining, ResetAfter: reset}
-}
-
-type edgeCase struct {
-	name     string
-	algs     []algorithms.Algorithm
-	requests int64
-	period   time.Duration
-	burst    int64
-	steps    []step
-}
-
-var (
-	buckets = []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket}
-	queue   = []algorithms.Algorithm{algorithms.LeakyBucketQueue}
-	fixed   = []algorithms.Algorithm{algorithms.FixedWindow}
-	sliding = []algorithms.Algorithm{algorithms.SlidingWindow}
-)
-
-const (
-	maxReq   = algorithms.MaxRequests
-	maxSpan  = algorithms.MaxSpan
-	atMaxNow = time.Duration(algorithms.MaxTime - T0)
-)
-
-// edgeCases are internal/algorithms' own tables, decision for decision.
-var edgeCases = []edgeCase{
-	{name: "5 per second, burst 5", algs: buckets, requests: 5, period: sec, burst: 5, steps: []step{
-		{at: 0, cost: 0, want: allowed(5, 0)},
-		{at: 0, cost: 1, want: allowed(4, 200*ms)},
-		{at: 0, cost: 4, want: allowed(0, sec)},
-		{at: 0, cost: 1, want: denied(0, sec, 200*ms)},
-		{at: 200*ms - ns, cost: 1, want: denied(0, 800*ms+ns, ns)},
-		{at: 200 * ms, cost: 1, want: allowed(0, sec)},
-		{at: 700 * ms, cost: 0, want: allowed(2, 500*ms)},
-		{at: 700 * ms, cost: 6, want: overCapacity(2, 500*ms)},
-		{at: 700 * ms, cost: 5, want: denied(2, 500*ms, 500*ms)},
-		{at: 1200 * ms, cost: 5, want: allowed(0, sec)},
-		{at: 1200*ms + 10*year, cost: 1, want: allowed(4, 200*ms)},
-	}},
-	{name: "5 per second, burst 10", algs: buckets, requests: 5, period: sec, burst: 10, steps: []step{
-		{at: 0, cost: 10, want: allowed(0, 2*sec)},
-		{at: sec, cost: 6, want: denied(5, sec, 200*ms)},
-		{at: sec, cost: 5, want: allowed(0, 2*sec)},
-	}},
-	{name: "3 per second, exact refill", algs: buckets, requests: 3, period: sec, burst: 3, steps: []step{
-		{at: 0, cost: 3, want: allowed(0, sec)},
-		{at: 333_333_333 * ns, cost: 1, want: denied(0, 666_666_667*ns, ns)},
-		{at: 333_333_334 * ns, cost: 1, want: allowed(0, sec)},
-		{at: sec, cost: 0, want: allowed(2, 333_333_334*ns)},
-		{at: sec, cost: 3, want: denied(2, 333_333_334*ns, 333_333_334*ns)},
-		{at: sec, cost: 2, want: allowed(0, sec)},
-	}},
-	{name: "7 per 3s: an interval of 428,571,428 4/7 ns", algs: buckets, requests: 7, period: 3 * sec, burst: 7, steps: []step{
-		{at: 0, cost: 7, want: allowed(0, 3*sec)},
-		{at: 428_571_428 * ns, cost: 1, want: denied(0, 2_571_428_572*ns, ns)},
-		{at: 428_571_429 * ns, cost: 1, want: allowed(0, 3*sec)},
-		{at: 3 * sec, cost: 0, want: allowed(6, 428_571_429*ns)},
-		{at: 3 * sec, cost: 7, want: denied(6, 428_571_429*ns, 428_571_429*ns)},
-	}},
-	{name: "clock going back", algs: buckets, requests: 1, period: sec, burst: 2, steps: []step{
-		{at: 10 * sec, cost: 2, want: allowed(0, 2*sec)},
-		{at: 9 * sec, cost: 1, want: denied(0, 3*sec, 2*sec)},
-		{at: 9 * sec, cost: 0, want: allowed(0, 3*sec)},
-		{at: 11 * sec, cost: 1, want: allowed(0, 2*sec)},
-		{at: 5 * sec, cost: 0, want: allowed(0, 8*sec)},
-		{at: 13 * sec, cost: 0, want: allowed(2, 0)},
-	}},
-	{name: "1 per day", algs: buckets, requests: 1, period: day, burst: 1, steps: []step{
-		{at: 0, cost: 1, want: allowed(0, day)},
-		{at: day - ns, cost: 1, want: denied(0, ns, ns)},
-		{at: day, cost: 1, want: allowed(0, day)},
-		{at: 30 * year, cost: 1, want: allowed(0, day)},
-	}},
-	{name: "1e9 per second", algs: buckets, requests: 1e9, period: sec, burst: 1e9, steps: []step{
-		{at: 0, cost: 1e9, want: allowed(0, sec)},
-		{at: ns, cost: 2, want: denied(1, sec-ns, ns)},
-		{at: ns, cost: 1, want: allowed(0, sec)},
-		{at: 500 * ms, cost: 0, want: allowed(499_999_999, 500*ms+ns)},
-		{at: sec + ns, cost: 0, want: allowed(1e9, 0)},
-	}},
-	{name: "MaxRequests per nanosecond", algs: buckets, requests: maxReq, period: ns, burst: maxReq, steps: []step{
-		{at: 0, cost: maxReq, want: allowed(0, ns)},
-		{at: 0, cost: 1, want: denied(0, ns, ns)},
-		{at: ns, cost: maxReq + 1, want: overCapacity(maxReq, 0)},
-		{at: ns, cost: 1, want: allowed(maxReq-1, ns)},
-	}},
-	{name: "MaxSpan at MaxTime", algs: buckets, requests: maxReq, period: maxSpan, burst: maxReq, steps: []step{
-		{at: atMaxNow, cost: maxReq, want: allowed(0, maxSpan)},
-		{at: atMaxNow, cost: 1, want: denied(0, maxSpan, maxSpan/maxReq+1)},
-		{at: atMaxNow + year, cost: 0, want: allowed(0, maxSpan)},
-	}},
-	{name: "a cost of MaxInt64", algs: buckets, requests: 10, period: sec, burst: 10, steps: []step{
-		{at: 0, cost: math.MaxInt64, want: overCapacity(10, 0)},
-		{at: 0, cost: -5, want: allowed(10, 0)},
-		{at: 0, cost: 10, want: allowed(0, sec)},
-	}},
-	{name: "queue: 2 per second, queue of 3", algs: queue, requests: 2, period: sec, burst: 3, steps: []step{
-		{at: 0, cost: 1, want: queued(2, 500*ms, 0)},
-		{at: 0, cost: 1, want: queued(1, sec, 500*ms)},
-		{at: 0, cost: 1, want: queued(0, 1500*ms, sec)},
-		{at: 0, cost: 1, want: denied(0, 1500*ms, 500*ms)},
-		{at: 100 * ms, cost: 1, want: denied(0, 1400*ms, 400*ms)},
-		{at: 500 * ms, cost: 1, want: queued(0, 1500*ms, sec)},
-		{at: 3 * sec, cost: 1, want: queued(2, 500*ms, 0)},
-		{at: 3 * sec, cost: 2, want: queued(0, 1500*ms, 500*ms)},
-		{at: 3 * sec, cost: 0, want: allowed(0, 1500*ms)},
-		{at: 3 * sec, cost: 4, want: overCapacity(0, 1500*ms)},
-		{at: 3*sec + 10*year, cost: 3, want: queued(0, 1500*ms, 0)},
-	}},
-	{name: "queue: 3 per second, delays rounded up", algs: queue, requests: 3, period: sec, burst: 3, steps: []step{
-		{at: 0, cost: 1, want: queued(2, 333_333_334*ns, 0)},
-		{at: 0, cost: 1, want: queued(1, 666_666_667*ns, 333_333_334*ns)},
-		{at: 0, cost: 1, want: queued(0, sec, 666_666_667*ns)},
-	}},
-	{name: "queue: clock going back delays longer", algs: queue, requests: 1, period: sec, burst: 3, steps: []step{
-		{at: 10 * sec, cost: 1, want: queued(2, sec, 0)},
-		{at: 9 * sec, cost: 1, want: queued(0, 3*sec, 2*sec)},
-		{at: 9 * sec, cost: 1, want: denied(0, 3*sec, sec)},
-	}},
-	{name: "fixed: 10 per minute", algs: fixed, requests: 10, period: time.Minute, steps: []step{
-		{at: 0, cost: 0, want: allowed(10, 0)},
-		{at: 0, cost: 4, want: allowed(6, time.Minute)},
-		{at: 30 * sec, cost: 6, want: allowed(0, 30*sec)},
-		{at: 30 * sec, cost: 1, want: denied(0, 30*sec, 30*sec)},
-		{at: time.Minute - ns, cost: 1, want: denied(0, ns, ns)},
-		{at: time.Minute - ns, cost: 11, want: overCapacity(0, ns)},
-		{at: time.Minute, cost: 0, want: allowed(10, 0)},
-		{at: time.Minute, cost: 10, want: allowed(0, time.Minute)},
-		{at: 90 * sec, cost: 0, want: allowed(0, 30*sec)},
-		{at: 30 * sec, cost: 1, want: denied(0, 90*sec, 90*sec)},
-		{at: 30 * sec, cost: 0, want: allowed(0, 90*sec)},
-		{at: 2 * time.Minute, cost: 1, want: allowed(9, time.Minute)},
-		{at: 2*time.Minute + 10*year, cost: 1, want: allowed(9, time.Minute)},
-	}},
-	{name: "fixed: aligned to the epoch", algs: fixed, requests: 2, period: 7 * sec, steps: []step{
-		{at: 3 * sec, cost: 2, want: allowed(0, 4*sec)},
-		{at: 7*sec - ns, cost: 1, want: denied(0, ns, ns)},
-		{at: 7 * sec, cost: 2, want: allowed(0, 7*sec)},
-	}},
-	{name: "fixed: 1 per day", algs: fixed, requests: 1, period: day, steps: []step{
-		{at: 12 * time.Hour, cost: 1, want: allowed(0, 12*time.Hour)},
-		{at: day - ns, cost: 1, want: denied(0, ns, ns)},
-		{at: day, cost: 1, want: allowed(0, day)},
-	}},
-	{name: "fixed: 1e9 per second", algs: fixed, requests: 1e9, period: sec, steps: []step{
-		{at: 0, cost: 1e9, want: allowed(0, sec)},
-		{at: sec - ns, cost: 1, want: denied(0, ns, ns)},
-		{at: sec, cost: 1e9 + 1, want: overCapacity(1e9, 0)},
-		{at: sec, cost: 1, want: allowed(1e9-1, sec)},
-	}},
-	{name: "fixed: MaxSpan at MaxTime", algs: fixed, requests: maxReq, period: maxSpan, steps: []step{
-		{at: atMaxNow, cost: maxReq, want: allowed(0, ns)},
-		{at: atMaxNow, cost: 1, want: denied(0, ns, ns)},
-	}},
-	{name: "sliding: 10 per minute", algs: sliding, requests: 10, period: time.Minute, steps: []step{
-		{at: 0, cost: 0, want: allowed(10, 0)},
-		{at: 0, cost: 10, want: allowed(0, 2*time.Minute)},
-		{at: 59 * sec, cost: 1, want: denied(0, 61*sec, 7*sec)},
-		{at: 66*sec - ns, cost: 1, want: denied(0, 54*sec+ns, ns)},
-		{at: 66 * sec, cost: 1, want: allowed(0, 114*sec)},
-		{at: 72 * sec, cost: 0, want: allowed(1, 108*sec)},
-		{at: 72 * sec, cost: 2, want: denied(1, 108*sec, 6*sec)},
-		{at: 78 * sec, cost: 2, want: allowed(0, 102*sec)},
-		{at: 2 * time.Minute, cost: 0, want: allowed(7, time.Minute)},
-		{at: 2 * time.Minute, cost: 11, want: overCapacity(7, time.Minute)},
-		{at: 3*time.Minute - ns, cost: 10, want: denied(9, ns, ns)},
-		{at: 3 * time.Minute, cost: 10, want: allowed(0, 2*time.Minute)},
-		{at: 150 * sec, cost: 1, want: denied(0, 150*sec, 96*sec)},
-		{at: 150 * sec, cost: 0, want: allowed(0, 150*sec)},
-		{at: 4 * time.Minute, cost: 0, want: allowed(0, time.Minute)},
-		{at: 3*time.Minute + 10*year, cost: 1, want: allowed(9, 2*time.Minute)},
-	}},
-	{name: "sliding: clock going back with a previous count", algs: sliding, requests: 10, period: time.Minute, steps: []step{
-		{at: 0, cost: 5, want: allowed(5, 2*time.Minute)},
-		{at: time.Minute, cost: 3, want: allowed(2, 2*time.Minute)},
-		{at: 30 * sec, cost: 0, want: allowed(2, 150*sec)},
-		{at: 30 * sec, cost: 2, want: allowed(0, 150*sec)},
-		{at: 30 * sec, cost: 1, want: denied(0, 150*sec, 42*sec)},
-		{at: 72 * sec, cost: 1, want: allowed(0, 108*sec)},
-	}},
-	{name: "sliding: cost = limit", algs: sliding, requests: 4, period: sec, steps: []step{
-		{at: 500 * ms, cost: 1, want: allowed(3, 1500*ms)},
-		{at: 600 * ms, cost: 4, want: denied(3, 1400*ms, 1400*ms)},
-		{at: sec, cost: 4, want: denied(3, sec, sec)},
-		{at: 2 * sec, cost: 4, want: allowed(0, 2*sec)},
-	}},
-	{name: "sliding: 1 per day", algs: sliding, requests: 1, period: day, steps: []step{
-		{at: 0, cost: 1, want: allowed(0, 2*day)},
-		{at: day, cost: 1, want: denied(0, day, day)},
-		{at: 36 * time.Hour, cost: 1, want: denied(0, 12*time.Hour, 12*time.Hour)},
-		{at: 2 * day, cost: 1, want: allowed(0, 2*day)},
-	}},
-	{name: "sliding: 1e9 per second", algs: sliding, requests: 1e9, period: sec, steps: []step{
-		{at: 0, cost: 1e9, want: allowed(0, 2*sec)},
-		{at: sec + 250*ms, cost: 0, want: allowed(250e6, 750*ms)},
-		{at: sec + 250*ms, cost: 250e6 + 1, want: denied(250e6, 750*ms, ns)},
-		{at: sec + 250*ms, cost: 250e6, want: allowed(0, 1750*ms)},
-	}},
-	{name: "sliding: longest period at MaxTime", algs: sliding, requests: maxReq, period: maxSpan / 2, steps: []step{
-		{at: atMaxNow, cost: maxReq, want: allowed(0, maxSpan/2+ns)},
-		{at: atMaxNow, cost: 1, want: denied(0, maxSpan/2+ns, (1<<29+2)*ns)},
-	}},
-	{name: "sliding: within L+⌊L·d/P⌋ at a boundary", algs: sliding, requests: 100, period: 100 * ns, steps: []step{
-		{at: 99 * ns, cost: 100, want: allowed(0, 101*ns)},
-		{at: 100 * ns, cost: 1, want: denied(0, 100*ns, ns)},
-		{at: 101 * ns, cost: 1, want: allowed(0, 199*ns)},
-		{at: 101 * ns, cost: 1, want: denied(0, 199*ns, ns)},
-	}},
-}
-
-// EdgeCases decides internal/algorithms' own tables through the store, one
-// bucket per table, and checks every decision.
+// EdgeCases decides algotest's cases, the specification of decisions that
+// internal/algorithms' table tests decide with Limit.Decide, through the
+// store: one bucket per case and algorithm, every decision exactly the
+// case's.
 func EdgeCases(t *testing.T, newStore Factory) {
-	for _, tc := range edgeCases {
-		for _, alg := range tc.algs {
-			t.Run(alg.String()+"/"+tc.name, func(t *testing.T) {
+	for _, tc := range algotest.Cases() {
+		for _, alg := range tc.Algorithms {
+			t.Run(alg.String()+"/"+tc.Name, func(t *testing.T) {
 				c := clock.NewFake(T0)
 				s := newStore(t, c)
-				l := mustLimit(t, alg, tc.requests, tc.period, tc.burst)
-				for i, st := range tc.steps {
-					c.Set(T0 + int64(st.at))
-					got := apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: l, Cost: st.cost})
-					if got[0] != st.want {
-						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.at, st.cost, got[0], st.want)
+				l, err := tc.Limit(alg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, st := range tc.Steps {
+					c.Set(st.Now())
+					got := apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost})
+					if got[0] != st.Want {
+						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.At, st.Cost, got[0], st.Want)
 					}
 				}
 			})
