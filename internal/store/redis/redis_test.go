@@ -17,34 +17,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+	"github.com/ratelimitd/ratelimitd/internal/store/storetest"
 )
 
 const t0 = int64(1_767_225_600_000_000_000)
 
-func mustLimit(t testing.TB, alg algorithms.Algorithm, requests int64, period time.Duration, burst int64) *algorithms.Limit {
-	t.Helper()
-	l, err := algorithms.NewLimit(alg, requests, period, burst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &l
-}
-
-// apply applies charges as one request. Every charge must name its domain,
-// as the engine's do: the store keeps a domain's buckets in one hash slot.
-func apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.Decision {
-	t.Helper()
-	for i, c := range charges {
-		if c.Domain == "" {
-			t.Fatalf("charge %d (%q) names no domain; the engine names every charge's", i, c.Key)
-		}
-	}
-	d := make([]algorithms.Decision, len(charges))
-	if err := s.Apply(context.Background(), charges, d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+// mustLimit and apply are the conformance suite's helpers: apply fails a
+// charge that names no domain, as the engine names every charge's.
+var mustLimit, apply = storetest.MustLimit, storetest.Apply
 
 // engineKey is a bucket key shaped as the engine makes them:
 // length-prefixed domain, entries and limit key.
