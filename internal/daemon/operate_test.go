@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -30,6 +29,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/metrics/metricstest"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
 )
@@ -63,21 +63,7 @@ func scrape(t *testing.T, d *daemontest.Daemon) map[string]float64 {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
-	samples := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("sample %q: %v", line, err)
-		}
-		samples[line[:i]] = v
-	}
-	return samples
+	return metricstest.Samples(t, strings.NewReader(body))
 }
 
 // eventually polls cond until it holds, and fails the test if it has not

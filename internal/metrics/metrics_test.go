@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net/http/httptest"
@@ -14,6 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/metrics/metricstest"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
@@ -53,21 +53,7 @@ func scrape(t *testing.T, m *metrics.Metrics) map[string]float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	samples := map[string]float64{}
-	sc := bufio.NewScanner(rec.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("sample %q: %v", line, err)
-		}
-		samples[line[:i]] = v
-	}
-	return samples
+	return metricstest.Samples(t, rec.Body)
 }
 
 // rule returns the series names of one rule's counters.
