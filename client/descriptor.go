@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"time"
 
@@ -115,4 +117,17 @@ type Limit struct {
 	Burst uint32
 	// Name is reported back as the policy that decided.
 	Name string
+}
+
+// SecretValue returns what a descriptor carries for a value that must not
+// leave the process, such as a credential naming a user: the first 16
+// bytes of its SHA-256 digest, in hex (32 characters). Equal values give
+// equal results, so each still gets its own bucket, while the secret stays
+// out of the rate limiter's logs and a long value stays within the
+// service's bound on value length. The HTTP middleware and the gRPC
+// interceptors name users this way, so one user gets the same buckets
+// through either.
+func SecretValue(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:16])
 }

@@ -2,8 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net"
 
 	"google.golang.org/grpc/metadata"
@@ -66,17 +64,15 @@ func PerUserPerMethod(user UserFunc) DescribeFunc {
 
 // Metadata names the user by the first value of a metadata key, such as
 // "authorization" or "user-agent" (keys are lower case): "" when absent or
-// empty. The value itself is never sent to the service, only its SHA-256
-// digest (the first 16 bytes, in hex): credentials stay out of the rate
-// limiter's logs, and a long value stays within the service's bound.
+// empty. The value itself is never sent to the service, only
+// client.SecretValue of it.
 func Metadata(key string) UserFunc {
 	return func(_ context.Context, md metadata.MD) string {
 		vs := md.Get(key)
 		if len(vs) == 0 || vs[0] == "" {
 			return ""
 		}
-		sum := sha256.Sum256([]byte(vs[0]))
-		return hex.EncodeToString(sum[:16])
+		return client.SecretValue(vs[0])
 	}
 }
 

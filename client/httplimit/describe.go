@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net"
 	"net/http"
 
@@ -86,17 +84,14 @@ func Pattern(mux *http.ServeMux) RouteFunc {
 
 // Header names the user by a request header, such as Authorization or
 // User-Agent: "" when the header is absent or empty. The value itself is
-// never sent to the service, only its SHA-256 digest (the first 16 bytes,
-// in hex): credentials stay out of the rate limiter's logs, and a long
-// header stays within the service's bound on value length.
+// never sent to the service, only client.SecretValue of it.
 func Header(name string) UserFunc {
 	return func(r *http.Request) string {
 		v := r.Header.Get(name)
 		if v == "" {
 			return ""
 		}
-		sum := sha256.Sum256([]byte(v))
-		return hex.EncodeToString(sum[:16])
+		return client.SecretValue(v)
 	}
 }
 
