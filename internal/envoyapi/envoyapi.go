@@ -86,7 +86,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
+	"github.com/ratelimitd/ratelimitd/internal/grpcstatus"
 )
 
 // Server implements envoy.service.ratelimit.v3.RateLimitService on an
@@ -124,7 +124,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest
 	}
 	var resp engine.Response
 	if err := s.engine.ShouldRateLimit(ctx, req, &resp); err != nil {
-		return nil, grpcapi.Error(err)
+		return nil, grpcstatus.Of(err)
 	}
 	return s.response(in, &resp), nil
 }

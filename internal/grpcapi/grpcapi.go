@@ -4,7 +4,6 @@ package grpcapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc"
@@ -16,6 +15,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/grpcstatus"
 )
 
 // Server implements ratelimit.v1.RateLimitService on an engine.
@@ -37,24 +37,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, in *ratelimitv1.ShouldRate
 	}
 	var resp engine.Response
 	if err := s.engine.ShouldRateLimit(ctx, req, &resp); err != nil {
-		return nil, Error(err)
+		return nil, grpcstatus.Of(err)
 	}
 	return response(&resp), nil
-}
-
-// Error maps an engine error to a gRPC status error: InvalidArgument for a
-// malformed request, Unavailable for a failing store, the context's code
-// when the call was cancelled or timed out.
-func Error(err error) error {
-	var inv *engine.InvalidError
-	switch {
-	case errors.As(err, &inv):
-		return status.Error(codes.InvalidArgument, inv.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	default:
-		return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
-	}
 }
 
 var algorithmOf = map[ratelimitv1.Algorithm]algorithms.Algorithm{
