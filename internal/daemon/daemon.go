@@ -34,7 +34,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
-	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
@@ -100,24 +99,69 @@ type Daemon struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	engine   *engine.Engine
-	store    *memory.Store     // nil with Redis
-	redis    *redisstore.Store // nil with memory
+	store    storeBackend
 	stopJobs context.CancelFunc
 	served   chan error
 
-	metrics   *metrics.Metrics
-	tls       *tlsconfig.Server // nil without TLS
-	loaded    atomic.Pointer[admin.Loaded]
-	reloading sync.Mutex    // held by Reload
-	drain     chan struct{} // closed when new calls start being refused
-	shutdown  sync.Once
+	metrics     *metrics.Metrics
+	tls         *tlsconfig.Server // nil without TLS
+	policyWatch *reload.Watcher   // nil with the embedded default policy
+	tlsWatch    *reload.Watcher   // nil without TLS
+	loaded      atomic.Pointer[admin.Loaded]
+	reloading   sync.Mutex    // held by Reload
+	drain       chan struct{} // closed when new calls start being refused
+	shutdown    sync.Once
 }
 
-// Start loads the policy (and the TLS files), binds both listeners and
-// starts serving, with health SERVING. It fails without serving anything
-// when the policy or the TLS files are invalid, or an address cannot be
-// bound.
-func Start(cfg Config) (d *Daemon, err error) {
+// Start loads the policy (and the TLS files), opens the store, binds both
+// listeners and starts serving, with health SERVING. It fails without
+// serving anything, and with everything it opened closed again, when the
+// configuration, the policy or the TLS files are invalid, the store cannot
+// be opened, or an address cannot be bound.
+func Start(cfg Config) (*Daemon, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		health:  health.NewServer(),
+		served:  make(chan error, 2),
+		metrics: metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio)),
+		drain:   make(chan struct{}),
+	}
+	// Each step opens what it names; should a later one fail, abort closes
+	// what the earlier ones opened.
+	for _, step := range []func() error{
+		d.watchFiles, // before reading them, so that no change in between is missed
+		d.loadPolicy,
+		d.loadTLS,
+		d.openStore,
+		d.listen,
+	} {
+		if err := step(); err != nil {
+			d.abort()
+			return nil, err
+		}
+	}
+	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
+		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.metrics.Observe))
+	d.grpc = d.grpcServer()
+	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	d.setServing(healthpb.HealthCheckResponse_SERVING)
+	d.serve()
+	d.log.Info("ratelimitd serving",
+		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
+		"policy", policySource(cfg.ConfigPath), "domains", len(d.loadedPolicy().Policy.Domains()),
+		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
+		"tls", tlsMode(d.tls), "store", d.store.String())
+	return d, nil
+}
+
+// withDefaults returns cfg with its zero values replaced by the defaults
+// its fields document, or an error naming the first invalid field.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.NewMonotonic()
 	}
@@ -128,7 +172,7 @@ func Start(cfg Config) (d *Daemon, err error) {
 		cfg.Bounds = engine.DefaultBounds
 	}
 	if err := cfg.Bounds.Check(); err != nil {
-		return nil, fmt.Errorf("request bounds: %w", err)
+		return cfg, fmt.Errorf("request bounds: %w", err)
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
@@ -140,128 +184,137 @@ func Start(cfg Config) (d *Daemon, err error) {
 		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
 	}
 	if !(cfg.NearLimitRatio > 0 && cfg.NearLimitRatio <= 1) {
-		return nil, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
+		return cfg, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
 	}
 	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
-		return nil, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
+		return cfg, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
 	}
+	return cfg, nil
+}
 
-	// Watch files before reading them, so that no change in between is
-	// missed. Every watcher is closed if Start fails.
-	var watchers []*reload.Watcher
-	defer func() {
-		if err != nil {
-			for _, w := range watchers {
-				w.Close()
-			}
+// watchFiles starts watching the policy files and the TLS files, when
+// there are any.
+func (d *Daemon) watchFiles() (err error) {
+	if d.cfg.ConfigPath != "" {
+		if d.policyWatch, err = reload.New([]string{d.cfg.ConfigPath}); err != nil {
+			return fmt.Errorf("watching %s: %w", d.cfg.ConfigPath, err)
 		}
-	}()
-	var policyWatch, tlsWatch *reload.Watcher
-	if cfg.ConfigPath != "" {
-		if policyWatch, err = reload.New([]string{cfg.ConfigPath}); err != nil {
-			return nil, fmt.Errorf("watching %s: %w", cfg.ConfigPath, err)
+	}
+	if d.cfg.TLS.Cert != "" {
+		if d.tlsWatch, err = reload.New(d.cfg.TLS.Paths()); err != nil {
+			return fmt.Errorf("watching the TLS files: %w", err)
 		}
-		watchers = append(watchers, policyWatch)
 	}
-	policy, err := loadPolicy(cfg.ConfigPath)
-	if err != nil {
-		return nil, err
-	}
-	m := metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio))
-	loadedAt := time.Now()
-	m.PolicyLoaded(policy, loadedAt)
+	return nil
+}
 
-	var tlsServer *tlsconfig.Server
-	if cfg.TLS.Cert != "" {
-		if tlsWatch, err = reload.New(cfg.TLS.Paths()); err != nil {
-			return nil, fmt.Errorf("watching the TLS files: %w", err)
+// loadPolicy reads the policy at Config.ConfigPath (or takes the embedded
+// default) and puts it in force.
+func (d *Daemon) loadPolicy() error {
+	policy := config.Default()
+	if d.cfg.ConfigPath != "" {
+		var err error
+		if policy, err = config.Load(d.cfg.ConfigPath); err != nil {
+			return err
 		}
-		watchers = append(watchers, tlsWatch)
-		if tlsServer, err = tlsconfig.New(cfg.TLS); err != nil {
-			return nil, err
+	}
+	at := time.Now()
+	d.metrics.PolicyLoaded(policy, at)
+	d.loaded.Store(&admin.Loaded{Policy: policy, Path: d.cfg.ConfigPath, At: at})
+	return nil
+}
+
+// loadTLS reads the gRPC server's certificate files, when TLS is on.
+func (d *Daemon) loadTLS() (err error) {
+	if d.cfg.TLS.Cert == "" {
+		return nil
+	}
+	if d.tls, err = tlsconfig.New(d.cfg.TLS); err != nil {
+		return err
+	}
+	d.metrics.CertificateLoaded(false, d.tls.NotAfter(), nil)
+	return nil
+}
+
+// openStore opens the store Config.Store names and adds its metrics.
+func (d *Daemon) openStore() (err error) {
+	if d.store, err = openStore(d.cfg, d.health); err != nil {
+		return err
+	}
+	d.metrics.Registry().MustRegister(d.store.collectors()...)
+	return nil
+}
+
+// listen binds the gRPC and HTTP listeners.
+func (d *Daemon) listen() (err error) {
+	if d.grpcLis, err = net.Listen("tcp", d.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("grpc listener: %w", err)
+	}
+	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("http listener: %w", err)
+	}
+	return nil
+}
+
+// abort closes what the steps of Start opened before one of them failed.
+func (d *Daemon) abort() {
+	for _, w := range []*reload.Watcher{d.policyWatch, d.tlsWatch} {
+		if w != nil {
+			w.Close()
 		}
-		m.CertificateLoaded(false, tlsServer.NotAfter(), nil)
 	}
-
-	healthServer := health.NewServer()
-	st, mem, rs, err := newStore(cfg, healthServer)
-	if err != nil {
-		return nil, err
+	if d.store != nil {
+		d.store.close()
 	}
-	defer func() {
-		if err != nil && rs != nil {
-			rs.Close()
+	for _, l := range []net.Listener{d.grpcLis, d.httpLis} {
+		if l != nil {
+			l.Close()
 		}
-	}()
-	d = &Daemon{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		store:   mem,
-		redis:   rs,
-		health:  healthServer,
-		served:  make(chan error, 2),
-		metrics: m,
-		tls:     tlsServer,
-		drain:   make(chan struct{}),
 	}
-	d.loaded.Store(&admin.Loaded{Policy: policy, Path: cfg.ConfigPath, At: loadedAt})
-	maxBuckets := cfg.MaxBuckets
-	if maxBuckets <= 0 {
-		maxBuckets = memory.DefaultMaxBuckets
-	}
-	if mem != nil {
-		m.WatchStore(mem, maxBuckets)
-	} else {
-		m.Registry().MustRegister(rs.Collectors()...)
-	}
-	d.engine = engine.New(policy, st, engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(m.Observe))
+}
 
-	d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return nil, fmt.Errorf("grpc listener: %w", err)
+// grpcServer returns the gRPC server with every service registered:
+// ratelimit.v1, Envoy's v3, health and reflection, behind the metrics
+// interceptors and Config.UnaryInterceptors.
+func (d *Daemon) grpcServer() *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor()}, d.cfg.UnaryInterceptors...)...),
+		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor()),
 	}
-	d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		d.grpcLis.Close()
-		return nil, fmt.Errorf("http listener: %w", err)
+	if d.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
 	}
+	g := grpc.NewServer(opts...)
+	grpcapi.Register(g, d.engine)
+	envoyapi.Register(g, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
+	reflection.Register(g)
+	return g
+}
 
-	grpcOpts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{m.UnaryServerInterceptor()}, cfg.UnaryInterceptors...)...),
-		grpc.ChainStreamInterceptor(m.StreamServerInterceptor()),
-	}
-	if tlsServer != nil {
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsServer.Config())))
-	}
-	d.grpc = grpc.NewServer(grpcOpts...)
-	grpcapi.Register(d.grpc, d.engine)
-	envoyapi.Register(d.grpc, d.engine, envoyapi.WithHeaders(cfg.ResponseHeaders))
-	healthpb.RegisterHealthServer(d.grpc, &drainingHealth{Server: d.health, drain: d.drain})
-	reflection.Register(d.grpc)
-	d.setServing(healthpb.HealthCheckResponse_SERVING)
-
+// httpHandler returns what the HTTP port serves: health, readiness, the
+// store's own endpoints, metrics and the admin pages.
+func (d *Daemon) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
-	if rs != nil {
-		mux.HandleFunc("GET /healthz/redis", redisHealthz(rs))
-	}
-	mux.Handle("GET /metrics", m.Handler())
-	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: cfg.Pprof})
-	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	d.store.routes(mux)
+	mux.Handle("GET /metrics", d.metrics.Handler())
+	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: d.cfg.Pprof})
+	return mux
+}
 
+// serve starts the background jobs (the store's, the file watchers) and
+// both servers.
+func (d *Daemon) serve() {
 	jobs, stop := context.WithCancel(context.Background())
 	d.stopJobs = stop
-	if mem != nil {
-		go mem.Run(jobs, cfg.SweepInterval)
-	} else {
-		go rs.Run(jobs, time.Second)
+	go d.store.run(jobs)
+	if d.policyWatch != nil {
+		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
-	if policyWatch != nil {
-		go policyWatch.Run(jobs, func() { d.Reload() })
-	}
-	if tlsWatch != nil {
-		go tlsWatch.Run(jobs, d.reloadTLS)
+	if d.tlsWatch != nil {
+		go d.tlsWatch.Run(jobs, d.reloadTLS)
 	}
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
 	go func() {
@@ -271,19 +324,6 @@ func Start(cfg Config) (d *Daemon, err error) {
 		}
 		d.served <- err
 	}()
-	d.log.Info("ratelimitd serving",
-		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
-		"policy", policySource(cfg.ConfigPath), "domains", len(policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
-		"tls", tlsMode(tlsServer), "store", storeName(cfg))
-	return d, nil
-}
-
-func loadPolicy(path string) (*config.Policy, error) {
-	if path == "" {
-		return config.Default(), nil
-	}
-	return config.Load(path)
 }
 
 func tlsMode(s *tlsconfig.Server) string {
@@ -384,8 +424,6 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 		d.http.Close()
 	}
 	d.stopJobs()
-	if d.redis != nil {
-		d.redis.Close()
-	}
+	d.store.close()
 	d.log.Info("stopped")
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -608,6 +609,36 @@ func TestStartErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFailedStartReleasesWhatItOpened: when a late step of Start fails
+// (the HTTP address is taken), what the earlier steps opened is closed
+// again: the gRPC address can be bound at once.
+func TestFailedStartReleasesWhatItOpened(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := free.Addr().String()
+	free.Close()
+
+	_, err = daemon.Start(daemon.Config{
+		GRPCAddr: grpcAddr, HTTPAddr: taken.Addr().String(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil || !strings.Contains(err.Error(), "http listener") {
+		t.Fatalf("Start with the HTTP address taken: %v; want an http listener error", err)
+	}
+	l, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		t.Fatalf("the failed Start still holds the gRPC address: %v", err)
+	}
+	l.Close()
 }
 
 // TestShutdownFinishesCallsInFlight holds one call inside the server,

@@ -1,16 +1,21 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
@@ -24,60 +29,108 @@ import (
 // into no service.
 const RedisHealthService = "ratelimitd.redis"
 
-// newStore makes the store cfg.Store names: memory (the default) or redis.
-// Exactly one of mem and rs is set.
-func newStore(cfg Config, hs *health.Server) (st store.Store, mem *memory.Store, rs *redisstore.Store, err error) {
-	switch cfg.Store {
-	case "", "memory":
-		var opts []memory.Option
-		if cfg.MaxBuckets > 0 {
-			opts = append(opts, memory.WithMaxBuckets(cfg.MaxBuckets))
-		}
-		mem = memory.New(cfg.Clock, opts...)
-		return mem, mem, nil, nil
-	case "redis":
-		rc := cfg.Redis
-		rc.Logger = cfg.Logger
-		user := rc.OnHealth
-		rc.OnHealth = func(up bool, err error) {
-			status := healthpb.HealthCheckResponse_SERVING
-			if !up {
-				status = healthpb.HealthCheckResponse_NOT_SERVING
-			}
-			hs.SetServingStatus(RedisHealthService, status)
-			if user != nil {
-				user(up, err)
-			}
-		}
-		if rs, err = redisstore.New(rc); err != nil {
-			return nil, nil, nil, err
-		}
-		hs.SetServingStatus(RedisHealthService, healthpb.HealthCheckResponse_SERVING)
-		return rs, nil, rs, nil
-	}
-	return nil, nil, nil, fmt.Errorf("store %q: want memory or redis", cfg.Store)
+// storeBackend is the bucket store as the daemon runs it, whichever store
+// Config.Store names: the decisions (store.Store), its background work, its
+// metrics, its HTTP endpoints and its end. The daemon holds exactly one, so
+// nothing else in the daemon asks which store it is.
+type storeBackend interface {
+	store.Store
+	// run does the store's background work until ctx ends: reclaiming idle
+	// buckets (memory), pinging Redis so that health follows it (redis).
+	run(ctx context.Context)
+	// collectors are the store's Prometheus metrics.
+	collectors() []prometheus.Collector
+	// routes adds the store's own endpoints to the HTTP mux.
+	routes(mux *http.ServeMux)
+	// close releases what the store holds, once no call is deciding.
+	close()
+	// String names the store in the start log line.
+	String() string
 }
 
-// redisHealthz serves GET /healthz/redis: 200 "ok" while the Redis store
-// reaches Redis, 503 with the failure while it does not.
-func redisHealthz(rs *redisstore.Store) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		if up, why := rs.Healthy(); !up {
+// openStore makes the store cfg.Store names: memory (the default) or redis.
+// A Redis store reports its health to hs as RedisHealthService.
+func openStore(cfg Config, hs *health.Server) (storeBackend, error) {
+	switch cfg.Store {
+	case "", "memory":
+		return newMemoryBackend(cfg), nil
+	case "redis":
+		return newRedisBackend(cfg, hs)
+	}
+	return nil, fmt.Errorf("store %q: want memory or redis", cfg.Store)
+}
+
+// memoryBackend is the sharded in-memory store, swept every SweepInterval.
+type memoryBackend struct {
+	*memory.Store
+	sweepInterval time.Duration
+	maxBuckets    int
+}
+
+func newMemoryBackend(cfg Config) *memoryBackend {
+	b := &memoryBackend{sweepInterval: cfg.SweepInterval, maxBuckets: cfg.MaxBuckets}
+	if b.maxBuckets <= 0 {
+		b.maxBuckets = memory.DefaultMaxBuckets
+	}
+	b.Store = memory.New(cfg.Clock, memory.WithMaxBuckets(b.maxBuckets))
+	return b
+}
+
+func (b *memoryBackend) run(ctx context.Context) { b.Run(ctx, b.sweepInterval) }
+func (b *memoryBackend) collectors() []prometheus.Collector {
+	return metrics.MemoryStoreCollectors(b.Store, b.maxBuckets)
+}
+func (b *memoryBackend) routes(*http.ServeMux) {}
+func (b *memoryBackend) close()                {}
+func (b *memoryBackend) String() string        { return "memory" }
+
+// redisBackend is the Redis store, shared by every daemon on the same Redis.
+type redisBackend struct {
+	*redisstore.Store
+	name string
+}
+
+func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
+	rc := cfg.Redis
+	rc.Logger = cfg.Logger
+	user := rc.OnHealth
+	rc.OnHealth = func(up bool, err error) {
+		status := healthpb.HealthCheckResponse_SERVING
+		if !up {
+			status = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		hs.SetServingStatus(RedisHealthService, status)
+		if user != nil {
+			user(up, err)
+		}
+	}
+	rs, err := redisstore.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	hs.SetServingStatus(RedisHealthService, healthpb.HealthCheckResponse_SERVING)
+	name := "redis " + cfg.Redis.Addr
+	if len(cfg.Redis.ClusterAddrs) > 0 {
+		name = "redis cluster"
+	}
+	return &redisBackend{Store: rs, name: name}, nil
+}
+
+func (b *redisBackend) run(ctx context.Context)            { b.Run(ctx, time.Second) }
+func (b *redisBackend) collectors() []prometheus.Collector { return b.Collectors() }
+func (b *redisBackend) close()                             { b.Close() }
+func (b *redisBackend) String() string                     { return b.name }
+
+// routes serves GET /healthz/redis: 200 "ok" while the store reaches
+// Redis, 503 with the failure while it does not.
+func (b *redisBackend) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz/redis", func(w http.ResponseWriter, _ *http.Request) {
+		if up, why := b.Healthy(); !up {
 			http.Error(w, "redis: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
-	}
-}
-
-func storeName(cfg Config) string {
-	if cfg.Store == "redis" {
-		if len(cfg.Redis.ClusterAddrs) > 0 {
-			return "redis cluster"
-		}
-		return "redis " + cfg.Redis.Addr
-	}
-	return "memory"
+	})
 }
 
 // RedisTLS returns the TLS configuration for connecting to Redis: the

@@ -4,7 +4,7 @@
 //   - per rule, the hits it decided, fed by the engine's observer
 //     (Observe), so that no decision is made twice;
 //   - the latency of decisions and the count of them by outcome;
-//   - the memory store's buckets and evictions (WatchStore);
+//   - the memory store's buckets and evictions (MemoryStoreCollectors);
 //   - policy and certificate reloads (PolicyLoaded, PolicyReloaded,
 //     CertificateLoaded);
 //   - gRPC server requests by method and code, with latency, from
@@ -102,7 +102,6 @@ type Metrics struct {
 	tlsReloads   *prometheus.CounterVec
 	certExpiry   prometheus.Gauge
 	grpc         *grpcprom.ServerMetrics
-	storeOnce    sync.Once
 	tlsOnce      sync.Once
 }
 
@@ -201,27 +200,26 @@ func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return m.grpc.StreamServerInterceptor()
 }
 
-// Store is what WatchStore reads: the memory store's size and evictions.
+// Store is what MemoryStoreCollectors reads: the memory store's size and
+// evictions.
 type Store interface {
 	Len() int
 	Evictions() uint64
 }
 
-// WatchStore adds the bucket store's metrics, read at each scrape:
-// ratelimitd_buckets (held now), ratelimitd_buckets_max (the bound, max)
-// and ratelimitd_bucket_evictions_total (buckets not yet at rest evicted
-// to stay within the bound). Only the first call has an effect.
-func (m *Metrics) WatchStore(s Store, max int) {
-	m.storeOnce.Do(func() {
-		m.reg.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets", Help: "Buckets held in memory."},
-				func() float64 { return float64(s.Len()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets_max", Help: "The most buckets held before buckets are evicted (--max-buckets)."},
-				func() float64 { return float64(max) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "bucket_evictions_total", Help: "Buckets not yet at rest evicted to keep the store within its bound."},
-				func() float64 { return float64(s.Evictions()) }),
-		)
-	})
+// MemoryStoreCollectors returns the memory store's metrics, read at each
+// scrape: ratelimitd_buckets (held now), ratelimitd_buckets_max (the bound,
+// max) and ratelimitd_bucket_evictions_total (buckets not yet at rest
+// evicted to stay within the bound).
+func MemoryStoreCollectors(s Store, max int) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets", Help: "Buckets held in memory."},
+			func() float64 { return float64(s.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets_max", Help: "The most buckets held before buckets are evicted (--max-buckets)."},
+			func() float64 { return float64(max) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "bucket_evictions_total", Help: "Buckets not yet at rest evicted to keep the store within its bound."},
+			func() float64 { return float64(s.Evictions()) }),
+	}
 }
 
 // PolicyLoaded records the first load of policy p, at time at: it sets the

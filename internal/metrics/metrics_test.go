@@ -235,7 +235,7 @@ func (fakeStore) Evictions() uint64 { return 7 }
 
 func TestOperationalMetrics(t *testing.T) {
 	m := metrics.New()
-	m.WatchStore(fakeStore{}, 1000)
+	m.Registry().MustRegister(metrics.MemoryStoreCollectors(fakeStore{}, 1000)...)
 	m.PolicyLoaded(config.Default(), time.Unix(1_800_000_000, 0))
 	want := map[string]float64{
 		`ratelimitd_buckets`:                                      42,
