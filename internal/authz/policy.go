@@ -93,6 +93,12 @@ func (p *Policy) Files() []string { return slices.Clone(p.files) }
 // counted).
 func (p *Policy) Clients() int { return len(p.clients) }
 
+// Identifies reports whether any client is matched by a certificate rule
+// (common_name, dns, uri), and whether any by a token.
+func (p *Policy) Identifies() (byCertificate, byToken bool) {
+	return len(p.byCN)+len(p.byDNS)+len(p.byURI) > 0, len(p.byToken) > 0
+}
+
 // Load reads the policy file at path and the token files it names. It
 // returns the policy, or every problem found: config.Errors for problems in
 // the files (each "file:line: field: problem"), or another error when the
