@@ -27,7 +27,7 @@ const (
 
 // writePolicy writes a policy and its files into a new directory and
 // returns the policy's path.
-func writePolicy(t *testing.T, policy string, files map[string]string) string {
+func writePolicy(t testing.TB, policy string, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, data := range files {

@@ -7,9 +7,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"hash"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Token is a bearer token a caller presented. Its value never leaves the
@@ -54,11 +57,16 @@ var tokenKey = func() []byte {
 	return k
 }()
 
+// macs holds keyed hashes for reuse: hmac.New costs several allocations.
+var macs = sync.Pool{New: func() any { return hmac.New(sha256.New, tokenKey) }}
+
 func digestOf(token string) digest {
-	m := hmac.New(sha256.New, tokenKey)
-	m.Write([]byte(token))
+	m := macs.Get().(hash.Hash)
+	m.Reset()
+	io.WriteString(m, token)
 	var d digest
 	m.Sum(d[:0])
+	macs.Put(m)
 	return d
 }
 
