@@ -230,7 +230,7 @@ func (p *Policy) clientsOf(id Identity, byToken []*client, f func(*client)) {
 	}
 	if len(p.byDNS) > 0 {
 		for _, n := range cert.DNSNames {
-			for _, c := range p.byDNS[n] {
+			for _, c := range p.byDNS[strings.ToLower(n)] {
 				f(c)
 			}
 		}

@@ -50,8 +50,9 @@
 //     token is never ignored in favour of the certificate or of anonymous.
 //  2. The caller's clients are every client with a match rule its
 //     certificate or token satisfies: the certificate's subject common
-//     name, any of its DNS SANs, any of its URI SANs (compared as written,
-//     exactly), the token. No client, and the policy has anonymous: the
+//     name (exactly), any of its DNS SANs (ignoring case), any of its URI
+//     SANs (exactly, both written as net/url writes a parsed URI), the
+//     token. No client, and the policy has anonymous: the
 //     caller is anonymous. No client and no anonymous: Unauthenticated
 //     (ReasonNoCredentials when it presented nothing, ReasonUnknownCaller
 //     when its certificate matches no client).

@@ -353,6 +353,7 @@ func (ps *parser) match(y *yaml.Node, path string, c *client) {
 		case "common_name":
 			ps.p.byCN[s] = append(ps.p.byCN[s], c)
 		case "dns":
+			s = strings.ToLower(s)
 			ps.p.byDNS[s] = append(ps.p.byDNS[s], c)
 		case "uri":
 			u, err := url.Parse(s)
@@ -360,6 +361,7 @@ func (ps *parser) match(y *yaml.Node, path string, c *client) {
 				ps.errorf(v.Line, field, "%q is not an absolute URI (want, say, spiffe://example.org/ns/shop/sa/api)", s)
 				return
 			}
+			s = u.String() // as a certificate's URI will be written
 			ps.p.byURI[s] = append(ps.p.byURI[s], c)
 		case "tokens":
 			tf := s

@@ -53,7 +53,7 @@ clients:
       - {domains: [catalog], access: peek}
   - name: billing
     match:
-      - dns: billing.internal.example
+      - dns: Billing.Internal.Example
       - common_name: billing
     grants:
       - {domains: [billing], access: charge}
@@ -113,6 +113,8 @@ func TestAuthorize(t *testing.T) {
 		{"another tenant's domain, even a peek", shopCert, "billing", Peek, ReasonDomain, `client "shop" may not call domain "billing"`},
 		{"a DNS SAN among others", billingByDNS, "billing", Charge, 0, ""},
 		{"the common name", billingByCN, "billing", Charge, 0, ""},
+		{"DNS names ignore case", Identity{Certificate: cert("", []string{"BILLING.internal.example"})}, "billing", Charge, 0, ""},
+		{"common names do not", Identity{Certificate: cert("Billing", nil)}, "billing", Charge, ReasonUnknownCaller, "matches no client"},
 		{"domains are exact", billingByCN, "Billing", Charge, ReasonDomain, `domain "Billing"`},
 		{"* peeks everywhere", reportsCert, "shop", Peek, 0, ""},
 		{"* peek does not charge", reportsCert, "shop", Charge, ReasonPeekOnly, `client "reports" may only peek in domain "shop"`},
