@@ -193,6 +193,15 @@ func TestAuthzTenants(t *testing.T) {
 			t.Errorf("%s = %v, want %v", series, m[series], want)
 		}
 	}
+	var handled float64
+	for series, v := range m {
+		if strings.HasPrefix(series, "ratelimitd_grpc_server_handled_total{") && strings.Contains(series, `grpc_code="PermissionDenied"`) {
+			handled += v
+		}
+	}
+	if handled != 7 {
+		t.Errorf("gRPC metrics count %v PermissionDenied calls, want 7", handled)
+	}
 	if logs := tn.d.Logs(); strings.Contains(logs, "0123456789abcdefghi") {
 		t.Errorf("the logs show a token:\n%s", logs)
 	}
