@@ -22,7 +22,7 @@
 //	        access: charge               # charge (and peek) or peek (only)
 //	      - domains: [catalog]
 //	        access: peek
-//	anonymous:                           # optional: callers with no identity
+//	anonymous:                           # optional: callers matching no client
 //	  grants:
 //	    - domains: [public]
 //	      access: peek
