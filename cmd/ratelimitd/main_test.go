@@ -317,3 +317,19 @@ func TestSecondSignalCutsDrainShort(t *testing.T) {
 		t.Errorf("exit status %d after the second SIGTERM, want 0", code)
 	}
 }
+
+// TestBadAuthzPolicy: the daemon does not start on an authorization policy
+// it cannot use; it exits 1 saying where the problem is.
+func TestBadAuthzPolicy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "authz.yaml")
+	if err := os.WriteFile(path, []byte("clients:\n  - name: shop\n    match: [{common_name: shop}]\n    grants: [{domains: [shop], access: write}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+}

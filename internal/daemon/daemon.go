@@ -27,6 +27,7 @@ import (
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/admin"
+	"github.com/ratelimitd/ratelimitd/internal/authz"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
@@ -79,6 +80,12 @@ type Config struct {
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
+	// AuthzPolicy is an authorization policy file (internal/authz): which
+	// callers, by client certificate or bearer token, may peek at or charge
+	// which domains. It and its token files are reloaded when they change
+	// and on ReloadAuthz. Empty: no authorization, every caller that can
+	// connect may peek at and charge every domain.
+	AuthzPolicy string
 	// UnaryInterceptors run on every unary call after the daemon's own
 	// (metrics), in order: for a program embedding the daemon (auth,
 	// tracing) and for tests that hold a call in flight.
@@ -105,6 +112,7 @@ type Daemon struct {
 
 	metrics     *metrics.Metrics
 	tls         *tlsconfig.Server // nil without TLS
+	authz       *authz.Authorizer // nil without Config.AuthzPolicy
 	policyWatch *reload.Watcher   // nil with the embedded default policy
 	tlsWatch    *reload.Watcher   // nil without TLS
 	loaded      atomic.Pointer[admin.Loaded]
@@ -137,6 +145,7 @@ func Start(cfg Config) (*Daemon, error) {
 		d.watchFiles, // before reading them, so that no change in between is missed
 		d.loadPolicy,
 		d.loadTLS,
+		d.loadAuthz,
 		d.openStore,
 		d.listen,
 	} {
@@ -275,10 +284,11 @@ func (d *Daemon) abort() {
 
 // grpcServer returns the gRPC server with every service registered:
 // ratelimit.v1, Envoy's v3, health and reflection, behind the metrics
-// interceptors and Config.UnaryInterceptors.
+// interceptors, authorization (with Config.AuthzPolicy) and
+// Config.UnaryInterceptors.
 func (d *Daemon) grpcServer() *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor()}, d.cfg.UnaryInterceptors...)...),
+		grpc.ChainUnaryInterceptor(append(d.ownInterceptors(), d.cfg.UnaryInterceptors...)...),
 		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor()),
 	}
 	if d.tls != nil {
@@ -315,6 +325,9 @@ func (d *Daemon) serve() {
 	}
 	if d.tlsWatch != nil {
 		go d.tlsWatch.Run(jobs, d.reloadTLS)
+	}
+	if d.authz != nil {
+		go d.authz.Run(jobs)
 	}
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
 	go func() {

@@ -236,15 +236,21 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 	return nil
 }
 
-// costOf resolves a descriptor's cost: its own hits, else the request's,
-// where a request's 0 means 1.
-func costOf(req *Request, d *Descriptor) int64 {
-	hits := req.Hits
+// costOf resolves a descriptor's cost (see Cost).
+func costOf(req *Request, d *Descriptor) int64 { return Cost(req.Hits, d.Hits) }
+
+// Cost is the rule every API's cost follows: a descriptor's cost is its
+// own hits when set (descriptorHits not nil; 0 is a peek), else the
+// request's hits, where 0 means 1. Costs above math.MaxInt64 are
+// math.MaxInt64. A request charges nothing — it is a peek — exactly when
+// every descriptor's cost is 0.
+func Cost(requestHits uint64, descriptorHits *uint64) int64 {
+	hits := requestHits
 	if hits == 0 {
 		hits = 1
 	}
-	if d.Hits != nil {
-		hits = *d.Hits
+	if descriptorHits != nil {
+		hits = *descriptorHits
 	}
 	if hits > math.MaxInt64 {
 		return math.MaxInt64

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -84,6 +85,26 @@ func (ca *CA) Client(t testing.TB, name string) Pair {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		NotAfter:    time.Now().Add(24 * time.Hour),
 	})
+}
+
+// ClientSAN issues a client certificate named name whose subject
+// alternative names are these DNS names and URIs (a SPIFFE ID, say).
+func (ca *CA) ClientSAN(t testing.TB, name string, dns []string, uris ...string) Pair {
+	t.Helper()
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		DNSNames:    dns,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		NotAfter:    time.Now().Add(24 * time.Hour),
+	}
+	for _, u := range uris {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, parsed)
+	}
+	return ca.issue(t, tmpl)
 }
 
 func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) Pair {

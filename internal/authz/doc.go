@@ -1,0 +1,85 @@
+// Package authz decides which callers may ask ratelimitd what: an optional
+// authorization policy maps a caller's identity — its verified mutual-TLS
+// client certificate, or a bearer token — to the domains it may call and
+// whether it may charge there or only peek.
+//
+// Without a policy (no --authz-policy) there is no authorization: any
+// caller that can reach the gRPC port (and, with --tls-client-ca, holds a
+// certificate the CA signed) may peek at and charge every domain, and so
+// drain any tenant's buckets.
+//
+// # Policy file
+//
+//	clients:
+//	  - name: shop                       # required, unique; named in denials
+//	    match:                           # at least one; any one identifies the caller
+//	      - uri: spiffe://example.org/ns/shop/sa/api   # a URI SAN (SPIFFE ID)
+//	      - dns: shop.internal.example   # a DNS SAN
+//	      - common_name: shop            # the subject's common name
+//	      - tokens: tokens/shop          # a token file (below)
+//	    grants:                          # at least one
+//	      - domains: [shop]              # domain names, or "*" for every domain
+//	        access: charge               # charge (and peek) or peek (only)
+//	      - domains: [catalog]
+//	        access: peek
+//	anonymous:                           # optional: callers matching no client
+//	  grants:
+//	    - domains: [public]
+//	      access: peek
+//
+// A token file (its path relative to the policy file's directory, unless
+// absolute) holds bearer tokens, one a line; blank lines and lines starting
+// with "#" are skipped. A token is 16 to 512 characters of the RFC 6750
+// token alphabet (A-Z a-z 0-9 - . _ ~ + / and trailing =). The tokens are
+// read when the policy is, and the policy file and every token file are
+// watched: a change to any of them reloads the whole policy.
+//
+// A policy that cannot be read or is invalid is rejected as a whole, with
+// every problem as a config.FieldError ("file:line: field: problem"). A
+// problem in a token file names the file and line, never the token.
+//
+// # Decision
+//
+// A caller's identity is its verified client certificate (the leaf of the
+// chain the TLS handshake verified; a certificate that was not verified
+// does not count) and the token of its "authorization: Bearer <token>"
+// header or gRPC metadata. Authorize decides, in this order:
+//
+//  1. An authorization header that is not one "Bearer <token>", or a token
+//     that no token file holds: Unauthenticated (ReasonBadToken). A wrong
+//     token is never ignored in favour of the certificate or of anonymous.
+//  2. The caller's clients are every client with a match rule its
+//     certificate or token satisfies: the certificate's subject common
+//     name (exactly), any of its DNS SANs (ignoring case), any of its URI
+//     SANs (exactly, both written as net/url writes a parsed URI), the
+//     token. No client, and the policy has anonymous: the
+//     caller is anonymous. No client and no anonymous: Unauthenticated
+//     (ReasonNoCredentials when it presented nothing, ReasonUnknownCaller
+//     when its certificate matches no client).
+//  3. Its grants are those of all its clients together. A grant of charge
+//     covers peeks too. A call in a domain no grant names (nor "*"):
+//     PermissionDenied (ReasonDomain). A charge where the grants allow only
+//     peeks: PermissionDenied (ReasonPeekOnly).
+//
+// A call is a peek when it charges nothing: every descriptor's cost is 0
+// (engine.Cost). In ratelimit.v1 that is every descriptor setting its own
+// hits to 0. In Envoy v3 it is every descriptor carrying a hits_addend of
+// 0: the request-level hits_addend is 0 in what Envoy sends by default and
+// means 1, so Envoy's ordinary calls charge. A request without descriptors
+// counts as a charge.
+//
+// Denials are counted by reason (ratelimitd_authz_denied_total); no
+// identity, client name or token is ever a label, a log field or part of an
+// error other than the denial returned to the caller itself, which names
+// its clients (the policy's names) and never its token.
+//
+// # Tokens
+//
+// Tokens are kept only as keyed digests (HMAC-SHA256 under a key drawn at
+// random when the process starts), and a presented token is looked up by
+// its digest. No comparison ever touches a token's bytes: the lookup
+// compares digests under a key an attacker does not know, so its timing
+// says nothing about any token (the effect of a constant-time comparison,
+// in constant time whatever the number of tokens). Token values never appear in logs, metrics, errors or
+// endpoints; Token's String, GoString and slog value are "[redacted]".
+package authz

@@ -1,0 +1,37 @@
+package authz
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzPolicy: whatever a policy file holds, parsing it never panics, and
+// it yields either a policy whose clients all have names and grants, or
+// problems that each name the file and a line within it.
+func FuzzPolicy(f *testing.F) {
+	f.Add([]byte(semanticsPolicy))
+	f.Add([]byte("anonymous: {grants: [{domains: ['*'], access: peek}]}\n"))
+	f.Add([]byte("clients: [&c {name: a, match: [{dns: a}], grants: [{domains: [a], access: charge}]}, *c]\n"))
+	f.Add([]byte("clients:\n  - name: a\n    match: [{uri: '%zz'}]\n"))
+	f.Add([]byte("---\n---\nclients: 1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps := &parser{file: "authz.yaml", dir: ".", tokens: map[string][]*client{}, p: &Policy{
+			byCN: map[string][]*client{}, byDNS: map[string][]*client{}, byURI: map[string][]*client{}, byToken: map[digest][]*client{},
+		}}
+		ps.document(data)
+		lines := strings.Count(string(data), "\n") + 1
+		for _, e := range ps.errs {
+			if e.File != "authz.yaml" || e.Line < 0 || e.Line > lines || e.Problem == "" {
+				t.Fatalf("problem %+v (the file has %d lines)", *e, lines)
+			}
+		}
+		if len(ps.errs) > 0 {
+			return
+		}
+		for _, c := range ps.p.clients {
+			if c.name == "" || (c.all == 0 && len(c.domains) == 0) {
+				t.Fatalf("client %+v accepted", *c)
+			}
+		}
+	})
+}

@@ -1,0 +1,520 @@
+package authz
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimitd/ratelimitd/internal/config"
+)
+
+// Access is what a grant allows in a domain.
+type Access uint8
+
+const (
+	// Peek asks about buckets without charging them (every descriptor's
+	// cost 0).
+	Peek Access = 1
+	// Charge charges buckets; a grant of Charge allows Peek too.
+	Charge Access = 2
+)
+
+// String returns "peek" or "charge" (as the policy file writes them).
+func (a Access) String() string {
+	switch a {
+	case Peek:
+		return "peek"
+	case Charge:
+		return "charge"
+	}
+	return "Access(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Bounds on what a policy may make the daemon read and hold.
+const (
+	// MaxFileBytes is the largest policy file or token file read; a larger
+	// one is rejected before it is read.
+	MaxFileBytes = 1 << 20
+	// MaxTokens is the most tokens one policy's token files hold together.
+	MaxTokens = 100_000
+	// maxItems bounds the list items a policy may have, aliases (*name)
+	// counted as often as they are used, so that a small file cannot make
+	// the parser walk an exponential tree.
+	maxItems    = 1 << 16
+	maxProblems = 100
+)
+
+// Policy is a loaded authorization policy. It is immutable and safe for
+// concurrent use.
+type Policy struct {
+	source    string
+	clients   []*client
+	anonymous *client // nil: callers without identity are Unauthenticated
+	byCN      map[string][]*client
+	byDNS     map[string][]*client
+	byURI     map[string][]*client
+	byToken   map[digest][]*client
+	files     []string // the policy file, then each token file once
+	sum       [32]byte // of every byte read, to tell a reload that changes nothing
+}
+
+// client is one client of the policy, and its grants merged per domain.
+type client struct {
+	name    string
+	all     Access            // granted in every domain ("*"); 0 for none
+	domains map[string]Access // the highest access granted per domain
+}
+
+// access returns the highest access c has in domain (0 for none).
+func (c *client) access(domain string) Access {
+	return max(c.all, c.domains[domain])
+}
+
+// Source returns the policy file's path as Load was given it.
+func (p *Policy) Source() string { return p.source }
+
+// Files returns the files the policy was read from: the policy file, then
+// every token file it names. They are what a watcher watches.
+func (p *Policy) Files() []string { return slices.Clone(p.files) }
+
+// Clients returns how many clients the policy names (anonymous not
+// counted).
+func (p *Policy) Clients() int { return len(p.clients) }
+
+// Identifies reports whether any client is matched by a certificate rule
+// (common_name, dns, uri), and whether any by a token.
+func (p *Policy) Identifies() (byCertificate, byToken bool) {
+	return len(p.byCN)+len(p.byDNS)+len(p.byURI) > 0, len(p.byToken) > 0
+}
+
+// Load reads the policy file at path and the token files it names. It
+// returns the policy, or every problem found: config.Errors for problems in
+// the files (each "file:line: field: problem"), or another error when the
+// policy file cannot be read at all.
+func Load(path string) (*Policy, error) {
+	p, _, err := load(path)
+	return p, err
+}
+
+// load is Load, also returning the files it read or tried to read, the
+// policy file first (so that a policy rejected for a missing token file is
+// watched for that file's arrival too).
+func load(path string) (*Policy, []string, error) {
+	files := []string{path}
+	data, err := readFile(path)
+	if err != nil {
+		return nil, files, fmt.Errorf("%s: %w", path, err)
+	}
+	ps := &parser{
+		file:   path,
+		dir:    filepath.Dir(path),
+		tokens: map[string][]*client{},
+		p: &Policy{
+			source:  path,
+			byCN:    map[string][]*client{},
+			byDNS:   map[string][]*client{},
+			byURI:   map[string][]*client{},
+			byToken: map[digest][]*client{},
+		},
+	}
+	h := sha256.New()
+	part(h, path, data)
+	ps.document(data)
+	// Token files, each read once however many clients name it, in the
+	// order they are first named.
+	for _, tf := range ps.tokenFiles {
+		files = append(files, tf.path)
+		ps.p.files = append(ps.p.files, tf.path)
+		data, err := readFile(tf.path)
+		if err != nil {
+			ps.errorf(tf.line, tf.field, "token file %s: %v", tf.path, err)
+			continue
+		}
+		part(h, tf.path, data)
+		ps.readTokens(tf.path, data, ps.tokens[tf.path])
+	}
+	if len(ps.errs) > 0 {
+		slices.SortStableFunc(ps.errs, func(a, b *config.FieldError) int {
+			if a.File != b.File {
+				return boolInt(b.File == path) - boolInt(a.File == path) // the policy file first
+			}
+			return a.Line - b.Line
+		})
+		if ps.dropped > 0 {
+			ps.errs = append(ps.errs, &config.FieldError{File: path, Problem: fmt.Sprintf("%d more problems not listed", ps.dropped)})
+		}
+		return nil, files, ps.errs
+	}
+	ps.p.files = append([]string{path}, ps.p.files...)
+	h.Sum(ps.p.sum[:0])
+	return ps.p, files, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// part adds a file's name and bytes to h, length-prefixed.
+func part(h io.Writer, name string, data []byte) {
+	fmt.Fprintf(h, "%d:%s%d:", len(name), name, len(data))
+	h.Write(data)
+}
+
+// readFile reads a file of at most MaxFileBytes, checking the size before
+// reading (and while reading, should the file grow in between).
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, err
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.Size() > MaxFileBytes {
+		return nil, fmt.Errorf("%d bytes, larger than the limit of %d", info.Size(), MaxFileBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than the limit of %d bytes", MaxFileBytes)
+	}
+	return data, nil
+}
+
+// Fields of each mapping of a policy file.
+var (
+	fileFields      = []string{"clients", "anonymous"}
+	clientFields    = []string{"name", "match", "grants"}
+	matchFields     = []string{"common_name", "dns", "uri", "tokens"}
+	grantFields     = []string{"domains", "access"}
+	anonymousFields = []string{"grants"}
+)
+
+// anonymousName is the name denials give callers without identity.
+const anonymousName = "anonymous"
+
+// parser checks one policy file and builds its Policy.
+type parser struct {
+	file, dir  string
+	p          *Policy
+	errs       config.Errors
+	dropped    int
+	tokenFiles []tokenFile
+	tokens     map[string][]*client // token file path -> the clients naming it
+	nTokens    int
+	items      int // list items walked so far, up to maxItems
+}
+
+// tokenFile is a token file named by the policy, and where it is first
+// named.
+type tokenFile struct {
+	path, field string
+	line        int
+}
+
+func (ps *parser) errorf(line int, field, format string, args ...any) {
+	ps.errorAt(ps.file, line, field, fmt.Sprintf(format, args...))
+}
+
+func (ps *parser) errorAt(file string, line int, field, problem string) {
+	if len(ps.errs) >= maxProblems {
+		ps.dropped++
+		return
+	}
+	ps.errs = append(ps.errs, &config.FieldError{File: file, Line: line, Field: field, Problem: problem})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// document checks the file's one YAML document and fills ps.p.
+func (ps *parser) document(data []byte) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
+		msg, line := err.Error(), 0
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			line, _ = strconv.Atoi(m[1])
+			msg = msg[len(m[0]):]
+		}
+		ps.errorf(line, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+		return
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err != io.EOF {
+		ps.errorf(next.Line, "", "a second YAML document (an authorization policy is one)")
+	}
+	var root *yaml.Node
+	if len(doc.Content) > 0 {
+		root = resolve(doc.Content[0])
+	}
+	if root == nil || isNull(root) {
+		ps.errorf(0, "", "empty: an authorization policy has clients, anonymous grants or both")
+		return
+	}
+	m := ps.fields(root, "", fileFields)
+	if m == nil {
+		return
+	}
+	names := map[string]int{}
+	for i, y := range ps.list(m["clients"], "clients") {
+		ps.client(y, fmt.Sprintf("clients[%d]", i), names)
+	}
+	if a := m["anonymous"]; a != nil && !isNull(a) {
+		if am := ps.fields(a, "anonymous", anonymousFields); am != nil {
+			c := &client{name: anonymousName, domains: map[string]Access{}}
+			ps.grants(am["grants"], a.Line, "anonymous.grants", c)
+			ps.p.anonymous = c
+		}
+	}
+	if len(ps.p.clients) == 0 && ps.p.anonymous == nil && len(ps.errs) == 0 {
+		ps.errorf(root.Line, "clients", "none, and no anonymous grants: every call would be refused")
+	}
+}
+
+// client checks one client and adds it to the policy.
+func (ps *parser) client(y *yaml.Node, path string, names map[string]int) {
+	m := ps.fields(y, path, clientFields)
+	if m == nil {
+		return
+	}
+	c := &client{domains: map[string]Access{}}
+	switch n := m["name"]; {
+	case n == nil || isNull(n):
+		ps.errorf(y.Line, path+".name", "missing: every client has a name")
+	default:
+		name, ok := ps.str(n, path+".name")
+		switch {
+		case !ok:
+		case name == "":
+			ps.errorf(n.Line, path+".name", "empty: every client has a name")
+		case name == anonymousName:
+			ps.errorf(n.Line, path+".name", "%q is reserved for the anonymous grants", anonymousName)
+		case names[name] > 0:
+			ps.errorf(n.Line, path+".name", "client %q is already named at line %d", name, names[name])
+		default:
+			names[name] = n.Line
+			c.name = name
+		}
+	}
+	matches := ps.list(m["match"], path+".match")
+	if len(matches) == 0 && (m["match"] == nil || isNull(m["match"]) || resolve(m["match"]).Kind == yaml.SequenceNode) {
+		ps.errorf(y.Line, path+".match", "missing: a client needs at least one match rule")
+	}
+	for i, r := range matches {
+		ps.match(r, fmt.Sprintf("%s.match[%d]", path, i), c)
+	}
+	ps.grants(m["grants"], y.Line, path+".grants", c)
+	ps.p.clients = append(ps.p.clients, c)
+}
+
+// match checks one match rule of c and indexes c by it.
+func (ps *parser) match(y *yaml.Node, path string, c *client) {
+	m := ps.fields(y, path, matchFields)
+	if m == nil {
+		return
+	}
+	if len(m) == 0 && len(resolve(y).Content) > 0 {
+		return // its keys are reported unknown
+	}
+	if len(m) != 1 {
+		ps.errorf(y.Line, path, "want exactly one of %s; got %d", strings.Join(matchFields, ", "), len(m))
+		return
+	}
+	for key, v := range m {
+		field := path + "." + key
+		s, ok := ps.str(v, field)
+		if !ok {
+			return
+		}
+		if s == "" {
+			ps.errorf(v.Line, field, "empty")
+			return
+		}
+		switch key {
+		case "common_name":
+			ps.p.byCN[s] = append(ps.p.byCN[s], c)
+		case "dns":
+			s = strings.ToLower(s)
+			ps.p.byDNS[s] = append(ps.p.byDNS[s], c)
+		case "uri":
+			u, err := url.Parse(s)
+			if err != nil || u.Scheme == "" {
+				ps.errorf(v.Line, field, "%q is not an absolute URI (want, say, spiffe://example.org/ns/shop/sa/api)", s)
+				return
+			}
+			s = u.String() // as a certificate's URI will be written
+			ps.p.byURI[s] = append(ps.p.byURI[s], c)
+		case "tokens":
+			tf := s
+			if !filepath.IsAbs(tf) {
+				tf = filepath.Join(ps.dir, tf)
+			}
+			if _, seen := ps.tokens[tf]; !seen {
+				ps.tokenFiles = append(ps.tokenFiles, tokenFile{path: tf, field: field, line: v.Line})
+			}
+			ps.tokens[tf] = append(ps.tokens[tf], c)
+		}
+	}
+}
+
+// grants checks a list of grants and merges them into c.
+func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
+	items := ps.list(y, path)
+	if len(items) == 0 && (y == nil || isNull(y) || resolve(y).Kind == yaml.SequenceNode) {
+		ps.errorf(line, path, "missing: at least one grant {domains: [...], access: charge|peek}")
+	}
+	for i, g := range items {
+		gp := fmt.Sprintf("%s[%d]", path, i)
+		m := ps.fields(g, gp, grantFields)
+		if m == nil {
+			continue
+		}
+		var access Access
+		switch a := m["access"]; {
+		case a == nil || isNull(a):
+			ps.errorf(g.Line, gp+".access", "missing: want charge or peek")
+		default:
+			s, ok := ps.str(a, gp+".access")
+			switch {
+			case !ok:
+			case s == "charge":
+				access = Charge
+			case s == "peek":
+				access = Peek
+			default:
+				ps.errorf(a.Line, gp+".access", "%q: want charge or peek", s)
+			}
+		}
+		domains := ps.list(m["domains"], gp+".domains")
+		if len(domains) == 0 && (m["domains"] == nil || isNull(m["domains"]) || resolve(m["domains"]).Kind == yaml.SequenceNode) {
+			ps.errorf(g.Line, gp+".domains", "missing: at least one domain, or \"*\" for every domain")
+		}
+		for j, d := range domains {
+			dp := fmt.Sprintf("%s.domains[%d]", gp, j)
+			name, ok := ps.str(d, dp)
+			switch {
+			case !ok || access == 0:
+			case name == "":
+				ps.errorf(d.Line, dp, "empty domain name")
+			case name == "*":
+				c.all = max(c.all, access)
+			default:
+				c.domains[name] = max(c.domains[name], access)
+			}
+		}
+	}
+}
+
+// fields returns the values of the mapping y by key, reporting a y that is
+// not a mapping (and returning nil), and keys unknown or repeated.
+func (ps *parser) fields(y *yaml.Node, path string, known []string) map[string]*yaml.Node {
+	y = resolve(y)
+	if y.Kind != yaml.MappingNode {
+		ps.errorf(y.Line, path, "want a mapping with %s; got %s", strings.Join(known, ", "), describe(y))
+		return nil
+	}
+	m := make(map[string]*yaml.Node, len(y.Content)/2)
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		k, v := resolve(y.Content[i]), resolve(y.Content[i+1])
+		field := k.Value
+		if path != "" {
+			field = path + "." + k.Value
+		}
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			ps.errorf(k.Line, path, "a key that is %s (want one of %s)", describe(k), strings.Join(known, ", "))
+		case !slices.Contains(known, k.Value):
+			ps.errorf(k.Line, field, "unknown field (want one of %s)", strings.Join(known, ", "))
+		case m[k.Value] != nil:
+			ps.errorf(k.Line, field, "given twice (first at line %d)", m[k.Value].Line)
+		default:
+			m[k.Value] = v
+		}
+	}
+	return m
+}
+
+// list returns the items of the sequence y: none for a missing or null y,
+// and none, with a problem, for a y that is not a sequence.
+func (ps *parser) list(y *yaml.Node, path string) []*yaml.Node {
+	if y == nil || isNull(y) {
+		return nil
+	}
+	y = resolve(y)
+	if y.Kind != yaml.SequenceNode {
+		ps.errorf(y.Line, path, "want a list; got %s", describe(y))
+		return nil
+	}
+	if ps.items += len(y.Content); ps.items > maxItems {
+		if ps.items-len(y.Content) <= maxItems {
+			ps.errorf(y.Line, path, "more than %d list items in the policy (aliases counted each time they are used)", maxItems)
+		}
+		return nil
+	}
+	items := make([]*yaml.Node, len(y.Content))
+	for i, item := range y.Content {
+		items[i] = resolve(item)
+	}
+	return items
+}
+
+// str returns the scalar y as written; null is "".
+func (ps *parser) str(y *yaml.Node, path string) (string, bool) {
+	if isNull(y) {
+		return "", true
+	}
+	if y.Kind != yaml.ScalarNode {
+		ps.errorf(y.Line, path, "want a string; got %s", describe(y))
+		return "", false
+	}
+	return y.Value, true
+}
+
+// resolve follows aliases (*name) to the node they name.
+func resolve(y *yaml.Node) *yaml.Node {
+	for y != nil && y.Kind == yaml.AliasNode && y.Alias != nil {
+		y = y.Alias
+	}
+	return y
+}
+
+func isNull(y *yaml.Node) bool {
+	y = resolve(y)
+	return y != nil && y.Kind == yaml.ScalarNode && y.ShortTag() == "!!null"
+}
+
+// describe says what y is, for problems.
+func describe(y *yaml.Node) string {
+	switch y = resolve(y); {
+	case y == nil || isNull(y):
+		return "nothing"
+	case y.Kind == yaml.MappingNode:
+		return "a mapping"
+	case y.Kind == yaml.SequenceNode:
+		return "a list"
+	case y.Kind == yaml.ScalarNode && y.ShortTag() == "!!str":
+		return strconv.Quote(y.Value)
+	case y.Kind == yaml.ScalarNode:
+		return y.Value
+	}
+	return "something else"
+}
