@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // problem is one expected FieldError of t.yaml.
@@ -422,15 +421,11 @@ func TestBounds(t *testing.T) {
 		b.WriteString("]}\n")
 	}
 	b.WriteString("descriptors: [*l20]\n")
-	start := time.Now()
 	_, err := Parse("t.yaml", []byte(b.String()))
 	var errs Errors
 	if !errors.As(err, &errs) || len(errs) != 2 || errs[0].Field != "x" ||
 		errs[1].Problem != fmt.Sprintf("more than %d descriptors (aliases expanded); stopped here", maxDescriptors) {
 		t.Errorf("alias expansion: got\n%v", err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("alias expansion took %v", d)
 	}
 
 	// Problems beyond the first 1000 are counted, and still make their limit
