@@ -10,8 +10,8 @@
 //	                                  what each bucket along a descriptor holds now, charging nothing
 //	GET /console/api/simulate?…       a simulation of traffic against limits, as SVG and totals
 //
-// The console decides nothing: it reads the policy, the metrics registry
-// and the top-denied tracker, peeks through the engine (hits 0, which
+// The console decides nothing: it reads the policy, the metrics' per-rule
+// counters and the top-denied tracker, peeks through the engine (hits 0, which
 // charges no bucket), and runs internal/simulate. No endpoint walks the
 // buckets, so its cost does not grow with the store.
 package console
@@ -27,12 +27,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimitd/ratelimitd/internal/admin"
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/simulate"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 )
@@ -57,9 +56,9 @@ type Options struct {
 	Reload func() ReloadStatus
 	// Engine answers the inspect peeks.
 	Engine *engine.Engine
-	// Metrics is the registry whose ratelimitd_rule_* counters the live
-	// view reads.
-	Metrics prometheus.Gatherer
+	// RuleTotals reads the per-rule hit counters for the live view
+	// (metrics.Metrics.RuleTotals).
+	RuleTotals func(func(metrics.RuleTotal))
 	// Top is the top-denied tracker.
 	Top *topdenied.Tracker
 }
@@ -72,7 +71,7 @@ type Console struct {
 
 // New returns a console reading what o names.
 func New(o Options) *Console {
-	return &Console{o: o, live: newLive(o.Metrics)}
+	return &Console{o: o, live: newLive(o.RuleTotals)}
 }
 
 // Register adds the console's endpoints to mux.

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
 )
 
 const (
@@ -17,6 +17,10 @@ const (
 	// sampleEvery is the shortest time between two samples; views asked
 	// for sooner share the last one.
 	sampleEvery = 900 * time.Millisecond
+	// sampleBudget bounds the share of one core that sampling may take:
+	// after a sample that took d, the next waits at least d/sampleBudget
+	// (with 10,000 busy rules, a sample every few seconds).
+	sampleBudget = 0.02
 )
 
 // Rate is hits per second over one sample's interval: admitted, denied
@@ -53,14 +57,16 @@ type ruleID struct{ domain, rule string }
 
 type counts struct{ within, over, shadow float64 }
 
-// live samples the per-rule hit counters of a metrics registry, only while
+// live samples the per-rule hit counters of the metrics, only while
 // someone looks: a sample is taken when a view is asked for and the last
-// sample is older than sampleEvery. It keeps a minute of totals, and a
+// sample is older than sampleEvery (or, for a policy so large that a
+// sample is costly, than the sampleBudget allows). It keeps a minute of totals, and a
 // minute of rates for the rules that were busiest at the last sample.
 type live struct {
-	g prometheus.Gatherer
+	source func(func(metrics.RuleTotal))
 
 	mu     sync.Mutex
+	gap    time.Duration // the shortest time until the next sample
 	last   time.Time
 	prev   map[ruleID]counts
 	total  []Rate
@@ -68,19 +74,21 @@ type live struct {
 	top    []RuleRates
 }
 
-func newLive(g prometheus.Gatherer) *live {
-	return &live{g: g, series: map[ruleID][]Rate{}}
+func newLive(source func(func(metrics.RuleTotal))) *live {
+	return &live{source: source, series: map[ruleID][]Rate{}}
 }
 
 func (l *live) view(now time.Time) LiveView {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Sub(l.last) >= sampleEvery {
+	if now.Sub(l.last) >= max(l.gap, sampleEvery) {
+		took := time.Now()
 		l.sample(now)
+		l.gap = time.Duration(float64(time.Since(took)) / sampleBudget)
 	}
-	v := LiveView{Total: append([]Rate(nil), l.total...), Rules: make([]RuleRates, len(l.top)), RulesSeen: len(l.prev)}
+	v := LiveView{Total: append([]Rate{}, l.total...), Rules: make([]RuleRates, len(l.top)), RulesSeen: len(l.prev)}
 	for i, r := range l.top {
-		r.Series = append([]Rate(nil), l.series[ruleID{r.Domain, r.Rule}]...)
+		r.Series = append([]Rate{}, l.series[ruleID{r.Domain, r.Rule}]...)
 		v.Rules[i] = r
 	}
 	return v
@@ -143,40 +151,11 @@ func appendRing(s []Rate, r Rate) []Rate {
 	return append(s, r)
 }
 
-// read sums the ratelimitd_rule_* hit counters by domain and rule (over
-// detailed_metric's per-descriptor series too).
+// read returns every rule's hit counters.
 func (l *live) read() map[ruleID]counts {
 	out := map[ruleID]counts{}
-	families, err := l.g.Gather()
-	if err != nil && len(families) == 0 {
-		return out
-	}
-	for _, f := range families {
-		var pick func(*counts) *float64
-		switch f.GetName() {
-		case "ratelimitd_rule_within_limit_hits_total":
-			pick = func(c *counts) *float64 { return &c.within }
-		case "ratelimitd_rule_over_limit_hits_total":
-			pick = func(c *counts) *float64 { return &c.over }
-		case "ratelimitd_rule_shadow_mode_hits_total":
-			pick = func(c *counts) *float64 { return &c.shadow }
-		default:
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var id ruleID
-			for _, lp := range m.GetLabel() {
-				switch lp.GetName() {
-				case "domain":
-					id.domain = lp.GetValue()
-				case "rule":
-					id.rule = lp.GetValue()
-				}
-			}
-			c := out[id]
-			*pick(&c) += m.GetCounter().GetValue()
-			out[id] = c
-		}
-	}
+	l.source(func(t metrics.RuleTotal) {
+		out[ruleID{t.Domain, t.Rule}] = counts{within: t.Within, over: t.Over, shadow: t.Shadow}
+	})
 	return out
 }

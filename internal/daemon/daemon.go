@@ -341,7 +341,7 @@ func (d *Daemon) httpHandler() http.Handler {
 	if !d.cfg.NoConsole {
 		console.New(console.Options{
 			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
-			Metrics: d.metrics.Registry(), Top: d.topDenied,
+			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
 		}).Register(mux)
 	}
 	return mux

@@ -61,9 +61,10 @@ func (r *Result) SVG() string {
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`)
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14" font-weight="bold">%d requests over %s</text>`, left, r.Arrivals, fmtDur(r.Duration))
 	legend := []struct{ color, label string }{{colorAdmitted, "admitted"}, {colorDenied, "denied"}, {colorRemaining, "remaining (of capacity)"}, {colorDelay, "queue delay"}}
-	for i, l := range legend {
-		x := left + 300 + i*150
+	x := left + 300
+	for _, l := range legend {
 		fmt.Fprintf(&b, `<rect x="%d" y="8" width="12" height="12" fill="%s"/><text x="%d" y="18">%s</text>`, x, l.color, x+16, l.label)
+		x += 16 + 7*len(l.label) + 18 // about 7px a character at 12px
 	}
 	nbins := 1
 	if len(r.Lanes) > 0 {

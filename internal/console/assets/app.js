@@ -126,13 +126,17 @@ function lineChart(series, w, h, axes) {
     const bot = svg("text", { x: pad - 4, y: h - 4, "text-anchor": "end", "font-size": 11 }); bot.textContent = "0";
     s.append(top, bot);
   }
+  // The newest sample at the right edge, one step a sample back from it.
+  const step = (w - pad - 4) / (60 - 1);
+  const x = i => w - 2 - (series.length - 1 - i) * step;
+  const y = v => h - 3 - (h - 6) * (v / peak);
   for (const key of ["admitted", "denied", "shadow_denied"]) {
-    const pts = series.map((p, i) => {
-      const x = pad + (w - pad - 4) * (series.length <= 1 ? 1 : i / (60 - 1));
-      const y = h - 3 - (h - 6) * (p[key] / peak);
-      return `${x.toFixed(1)},${y.toFixed(1)}`;
-    });
+    const pts = series.map((p, i) => `${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`);
     s.append(svg("polyline", { points: pts.join(" "), fill: "none", stroke: colors[key], "stroke-width": 1.6, class: "series-" + key }));
+    if (series.length > 0) {
+      const last = series[series.length - 1];
+      s.append(svg("circle", { cx: x(series.length - 1), cy: y(last[key]), r: 2.5, fill: colors[key] }));
+    }
   }
   return s;
 }
