@@ -12,8 +12,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
 // bigPolicy has n rules in one domain.

@@ -109,15 +109,25 @@ type policyBody struct {
 	Reload ReloadStatus `json:"reload"`
 }
 
-func (c *Console) policy(w http.ResponseWriter, _ *http.Request) {
+// policy serves the policy in force and the reload status. With
+// since=<loaded_at of the policy the caller has>, and that policy still in
+// force, it serves only {"unchanged": true, "reload": …}: a page that polls
+// for reload failures does not fetch a large policy again and again.
+func (c *Console) policy(w http.ResponseWriter, r *http.Request) {
 	l := c.o.Policy()
+	var reload ReloadStatus
+	if c.o.Reload != nil {
+		reload = c.o.Reload()
+	}
+	if since := r.URL.Query().Get("since"); since != "" && since == l.At.UTC().Format(time.RFC3339Nano) {
+		writeJSON(w, map[string]any{"unchanged": true, "reload": reload})
+		return
+	}
 	body := policyBody{Policies: admin.Policies{Config: l.Path, LoadedAt: l.At.UTC(), PolicyView: l.Policy.View()}}
 	if body.Config == "" {
 		body.Config = "embedded default"
 	}
-	if c.o.Reload != nil {
-		body.Reload = c.o.Reload()
-	}
+	body.Reload = reload
 	writeJSON(w, body)
 }
 

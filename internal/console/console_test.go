@@ -102,8 +102,9 @@ func TestPolicyAndReloadStatus(t *testing.T) {
 	}
 	d := daemontest.Start(t, "", daemontest.Path(path))
 	var body struct {
-		Config  string `json:"config"`
-		Domains []struct {
+		Config   string `json:"config"`
+		LoadedAt string `json:"loaded_at"`
+		Domains  []struct {
 			Domain      string `json:"domain"`
 			Descriptors []struct {
 				Key         string `json:"key"`
@@ -120,6 +121,15 @@ func TestPolicyAndReloadStatus(t *testing.T) {
 	if body.Config != path || len(body.Domains) != 1 || body.Domains[0].Domain != "shop" ||
 		body.Domains[0].Descriptors[1].Descriptors[0].StatKey != "shop.path_/orders.user" || body.Reload.LastError != "" {
 		t.Fatalf("policy: %+v", body)
+	}
+	// A page that has this policy asks only for the reload status.
+	var again struct {
+		Unchanged bool            `json:"unchanged"`
+		Domains   json.RawMessage `json:"domains"`
+	}
+	getJSON(t, d, "/console/api/policy?since="+url.QueryEscape(body.LoadedAt), &again)
+	if !again.Unchanged || again.Domains != nil {
+		t.Errorf("since=loaded_at: unchanged %v, domains %s; want unchanged and no policy", again.Unchanged, again.Domains)
 	}
 	// A bad policy is reported with its file and line; the old one serves.
 	if err := os.WriteFile(path, []byte("domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {

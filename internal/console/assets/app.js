@@ -81,7 +81,8 @@ function renderPolicy() {
 let policyStamp = "";
 async function loadPolicy() {
   try {
-    policy = await getJSON("/console/api/policy");
+    const v = await getJSON("/console/api/policy?since=" + encodeURIComponent(policyStamp));
+    if (v.unchanged) policy.reload = v.reload; else policy = v;
   } catch (e) {
     $("#reload").textContent = "could not load the policy: " + e.message;
     return;
