@@ -2,6 +2,7 @@
 //
 //	ratelimitd [flags]                 serve (embedded default policy without --config)
 //	ratelimitd check-config PATH       validate a policy file or directory
+//	ratelimitd simulate [flags]        replay traffic against limits (CSV, SVG)
 //
 // Signals: SIGHUP reloads the policy and the authorization policy; SIGTERM and SIGINT drain and stop the
 // daemon (see daemon.Daemon.Shutdown), which then exits 0.
@@ -34,6 +35,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "check-config" {
 		return checkConfig(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "simulate" {
+		return simulateCmd(args[1:], stdout, stderr)
+	}
 
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -43,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 Usage:
   ratelimitd [flags]               serve; without --config, the embedded default policy
   ratelimitd check-config PATH     validate a policy file or directory and exit
+  ratelimitd simulate [flags]      replay traffic against limits; CSV and an SVG chart (see simulate --help)
 
 Flags:
 `)
@@ -52,12 +57,14 @@ Flags:
 	b := engine.DefaultBounds
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address`")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /debug/pprof/)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, /debug/pprof/)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory; past it, idle buckets are reclaimed and then those nearest rest evicted")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long to go on deciding with health NOT_SERVING before refusing new calls")
 	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
+	console := fs.Bool("console", true, "serve the web console at /console on --http-addr (--console=false to disable)")
+	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
 	fs.BoolVar(&cfg.Pprof, "pprof", true, "serve /debug/pprof/ on --http-addr (--pprof=false to disable)")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
@@ -81,6 +88,7 @@ Flags:
 		return 2
 	}
 	cfg.Bounds = b
+	cfg.NoConsole = !*console
 	if cfg.NearLimitRatio == 0 { // the daemon would read 0 as "the default"
 		fmt.Fprintln(stderr, "ratelimitd: --near-limit-ratio 0: want a number in (0, 1]")
 		return 2

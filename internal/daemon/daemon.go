@@ -30,6 +30,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/authz"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/console"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
@@ -37,6 +38,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
+	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 )
 
 // Config is what the daemon is started with.
@@ -69,6 +71,12 @@ type Config struct {
 	NearLimitRatio float64
 	// Pprof serves /debug/pprof/ on the HTTP address.
 	Pprof bool
+	// NoConsole turns off the web console (/console), which is served on
+	// the HTTP address by default.
+	NoConsole bool
+	// ConsoleValues says how the console's list of the most denied
+	// descriptors keeps descriptor values (zero value: as they are).
+	ConsoleValues topdenied.Values
 	// TLS, when TLS.Cert is set, serves gRPC over TLS, and mutual TLS when
 	// TLS.ClientCA is set too. The files are loaded again when they change.
 	TLS tlsconfig.Files
@@ -111,13 +119,15 @@ type Daemon struct {
 	served   chan error
 
 	metrics     *metrics.Metrics
+	topDenied   *topdenied.Tracker
 	tls         *tlsconfig.Server // nil without TLS
 	authz       *authz.Authorizer // nil without Config.AuthzPolicy
 	policyWatch *reload.Watcher   // nil with the embedded default policy
 	tlsWatch    *reload.Watcher   // nil without TLS
 	loaded      atomic.Pointer[admin.Loaded]
-	reloading   sync.Mutex    // held by Reload
-	drain       chan struct{} // closed when new calls start being refused
+	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
+	reloading   sync.Mutex                           // held by Reload
+	drain       chan struct{}                        // closed when new calls start being refused
 	shutdown    sync.Once
 }
 
@@ -132,12 +142,13 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		health:  health.NewServer(),
-		served:  make(chan error, 2),
-		metrics: metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio)),
-		drain:   make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		health:    health.NewServer(),
+		served:    make(chan error, 2),
+		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio)),
+		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
+		drain:     make(chan struct{}),
 	}
 	// Each step opens what it names; should a later one fail, abort closes
 	// what the earlier ones opened.
@@ -155,7 +166,7 @@ func Start(cfg Config) (*Daemon, error) {
 		}
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
-		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.metrics.Observe))
+		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
 	d.grpc = d.grpcServer()
 	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	d.setServing(healthpb.HealthCheckResponse_SERVING)
@@ -166,6 +177,22 @@ func Start(cfg Config) (*Daemon, error) {
 		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String())
 	return d, nil
+}
+
+// topDeniedCapacity is how many descriptors the console's top-denied
+// tracker counts per stripe (8 stripes of places of ~300 bytes, two
+// generations: under 1.5 MB, whatever the traffic).
+const topDeniedCapacity = 300
+
+// topDeniedGeneration is how long one generation of the top-denied tracker
+// lasts: the console's list covers the last one to two of them.
+const topDeniedGeneration = time.Minute
+
+// observe is the engine's observer: the metrics, and the console's
+// top-denied tracker.
+func (d *Daemon) observe(req *engine.Request, resp *engine.Response, took time.Duration) {
+	d.metrics.Observe(req, resp, took)
+	d.topDenied.Observe(req, resp)
 }
 
 // withDefaults returns cfg with its zero values replaced by the defaults
@@ -311,6 +338,12 @@ func (d *Daemon) httpHandler() http.Handler {
 	d.store.routes(mux)
 	mux.Handle("GET /metrics", d.metrics.Handler())
 	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: d.cfg.Pprof})
+	if !d.cfg.NoConsole {
+		console.New(console.Options{
+			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
+			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
+		}).Register(mux)
+	}
 	return mux
 }
 
@@ -320,6 +353,7 @@ func (d *Daemon) serve() {
 	jobs, stop := context.WithCancel(context.Background())
 	d.stopJobs = stop
 	go d.store.run(jobs)
+	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -337,6 +371,20 @@ func (d *Daemon) serve() {
 		}
 		d.served <- err
 	}()
+}
+
+// every calls f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 func tlsMode(s *tlsconfig.Server) string {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/admin"
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/console"
 )
 
 // Reload reads the policy at Config.ConfigPath again. A valid policy is
@@ -31,18 +32,29 @@ func (d *Daemon) Reload() error {
 	now := time.Now()
 	if err != nil {
 		d.metrics.PolicyReloaded(nil, now, err)
+		d.reloadFail.Store(&console.ReloadStatus{LastError: err.Error(), LastErrorAt: now})
 		d.log.Error("policy reload failed; the previous policy goes on serving", "config", path, "error", err)
 		return err
 	}
 	d.engine.SetPolicy(p)
 	d.loaded.Store(&admin.Loaded{Policy: p, Path: path, At: now})
 	d.metrics.PolicyReloaded(p, now, nil)
+	d.reloadFail.Store(nil)
 	d.log.Info("policy reloaded", "config", path, "domains", len(p.Domains()))
 	return nil
 }
 
 // loadedPolicy returns the policy in force, for /policies.
 func (d *Daemon) loadedPolicy() admin.Loaded { return *d.loaded.Load() }
+
+// reloadStatus returns the last failed reload since the last successful
+// load, for the console.
+func (d *Daemon) reloadStatus() console.ReloadStatus {
+	if f := d.reloadFail.Load(); f != nil {
+		return *f
+	}
+	return console.ReloadStatus{}
+}
 
 // reloadTLS loads the gRPC server's certificate files again, after they
 // changed; on failure the previous ones stay in use.

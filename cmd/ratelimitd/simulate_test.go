@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSimulate(t *testing.T) {
+	dir := t.TempDir()
+	csvPath, svgPath := filepath.Join(dir, "sim.csv"), filepath.Join(dir, "sim.svg")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"simulate", "--algorithms", "fixed_window,token_bucket", "--bin", "10s", "--csv", csvPath, "--svg", svgPath}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	// The default traffic is the window-boundary comparison.
+	for _, want := range []string{
+		"fixed_window         admitted     20  denied      0  most admitted within 1m0s: 20",
+		"token_bucket         admitted     10  denied     10  most admitted within 1m0s: 10",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("totals lack %q:\n%s", want, stderr.String())
+		}
+	}
+	csv, err := os.ReadFile(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(csv)), "\n"); len(lines) != 1+2*12 || !strings.Contains(string(csv), "\n50,fixed_window,10,0,") {
+		t.Errorf("CSV: %d lines:\n%s", len(lines), csv)
+	}
+	if svg, err := os.ReadFile(svgPath); err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Errorf("SVG: %v %.40q", err, svg)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "--algorithms", "gcra"}, `unknown algorithm "gcra"`},
+		{[]string{"simulate", "--pattern", "steady", "--rate", "0"}, "rate: must be a positive"},
+		{[]string{"simulate", "--pattern", "recorded", "--times", "1s,soon"}, `--times: "soon" is not a duration`},
+		{[]string{"simulate", "--requests", "0"}, "requests must be positive"},
+	} {
+		stderr.Reset()
+		if code := run(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}

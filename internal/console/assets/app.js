@@ -1,0 +1,248 @@
+// The ratelimitd console. Plain JavaScript, no libraries and no network
+// fetches beyond this daemon's own /console/api. Request data (descriptor
+// values) is only ever inserted as text, never as HTML.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const el = (tag, attrs = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+};
+
+async function getJSON(url) {
+  const r = await fetch(url, { cache: "no-store" });
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+// ---- tabs ----
+let active = "policies";
+const refreshers = {};
+function show(tab) {
+  active = tab;
+  for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === tab);
+  for (const s of document.querySelectorAll("section.tab")) s.classList.toggle("active", s.id === tab);
+  if (refreshers[tab]) refreshers[tab]();
+  history.replaceState(null, "", "#" + tab);
+}
+
+// ---- policies ----
+let policy = null;
+function limitBadges(l) {
+  const out = [];
+  if (l.unlimited) out.push(el("span", { class: "badge unlimited" }, "unlimited"));
+  else if (l.deny_all) out.push(el("span", { class: "badge deny" }, "deny all"));
+  else {
+    let text = `${l.algorithm} · ${l.requests_per_unit} per ${l.period}`;
+    if (l.burst && l.burst !== l.requests_per_unit) text += ` · burst ${l.burst}`;
+    out.push(el("span", { class: "badge" }, text));
+  }
+  if (l.name) out.push(el("span", { class: "badge" }, l.name));
+  return out;
+}
+function renderNode(d, filter) {
+  const label = d.value ? `${d.key}=${d.value}` : `${d.key} (any value)`;
+  const kids = (d.descriptors || []).map(c => renderNode(c, filter)).filter(Boolean);
+  const own = [label, d.stat_key || "", ...(d.rate_limits || []).flatMap(l => [l.name || "", l.algorithm || ""])].join(" ").toLowerCase();
+  if (filter && !own.includes(filter) && kids.length === 0) return null;
+  const summary = el("summary", { class: "node" }, el("code", {}, label));
+  for (const l of d.rate_limits || []) summary.append(...limitBadges(l));
+  if (d.shadow_mode) summary.append(el("span", { class: "badge shadow" }, "shadow"));
+  if (d.detailed_metric) summary.append(el("span", { class: "badge" }, "detailed metric"));
+  const node = el("details", {}, summary, ...kids);
+  node.open = kids.length > 0 && kids.length <= 50;
+  return node;
+}
+function countRules(ds) {
+  return ds.reduce((n, d) => n + (d.rate_limits ? 1 : 0) + countRules(d.descriptors || []), 0);
+}
+function renderPolicy() {
+  const tree = $("#policy-tree");
+  tree.replaceChildren();
+  if (!policy) return;
+  const filter = $("#policy-filter").value.trim().toLowerCase();
+  let rules = 0;
+  for (const dom of policy.domains) {
+    rules += countRules(dom.descriptors || []);
+    const kids = (dom.descriptors || []).map(d => renderNode(d, filter)).filter(Boolean);
+    if (filter && kids.length === 0 && !dom.domain.toLowerCase().includes(filter)) continue;
+    const sum = el("summary", {}, el("strong", {}, "domain " + dom.domain), el("span", { class: "muted" }, `  ${dom.source}`));
+    const det = el("details", { class: "card domain" }, sum, ...kids);
+    det.open = true;
+    tree.append(det);
+  }
+  $("#policy-count").textContent = `${policy.domains.length} domains, ${rules} rules`;
+}
+let policyStamp = "";
+async function loadPolicy() {
+  try {
+    const v = await getJSON("/console/api/policy?since=" + encodeURIComponent(policyStamp));
+    if (v.unchanged) policy.reload = v.reload; else policy = v;
+  } catch (e) {
+    $("#reload").textContent = "could not load the policy: " + e.message;
+    return;
+  }
+  const r = $("#reload");
+  r.replaceChildren(
+    el("div", {}, "Policy from ", el("code", {}, policy.config), " loaded ", new Date(policy.loaded_at).toLocaleString()));
+  if (policy.reload.last_error) {
+    r.append(el("div", { class: "error" }, `Last reload failed ${new Date(policy.reload.last_error_at).toLocaleString()} — the policy above goes on serving:`),
+      el("pre", { class: "mono error" }, policy.reload.last_error));
+  } else {
+    r.append(el("div", { class: "ok" }, "No failed reload since."));
+  }
+  $("#status").textContent = `${policy.domains.length} domains · ${policy.config}`;
+  // Redraw the tree (closing what was opened) only for a new policy.
+  if (policy.loaded_at !== policyStamp) {
+    policyStamp = policy.loaded_at;
+    renderPolicy();
+    fillRuleChoices();
+  }
+}
+refreshers.policies = loadPolicy;
+
+// ---- charts ----
+const SVGNS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+const colors = { admitted: "#2e7d32", denied: "#c62828", shadow_denied: "#ef6c00" };
+// lineChart draws series of {t, admitted, denied, shadow_denied} as three
+// lines, scaled to their peak.
+function lineChart(series, w, h, axes) {
+  const s = svg("svg", { width: w, height: h, viewBox: `0 0 ${w} ${h}`, class: "line-chart", "data-points": series.length });
+  const pad = axes ? 34 : 2;
+  let peak = 1;
+  for (const p of series) peak = Math.max(peak, p.admitted, p.denied, p.shadow_denied);
+  s.append(svg("rect", { x: pad, y: 2, width: w - pad - 2, height: h - 4, fill: "#fafafa", stroke: "#e0e0e0" }));
+  if (axes) {
+    const top = svg("text", { x: pad - 4, y: 12, "text-anchor": "end", "font-size": 11 }); top.textContent = peak.toFixed(peak < 10 ? 1 : 0);
+    const bot = svg("text", { x: pad - 4, y: h - 4, "text-anchor": "end", "font-size": 11 }); bot.textContent = "0";
+    s.append(top, bot);
+  }
+  // The newest sample at the right edge, one step a sample back from it.
+  const step = (w - pad - 4) / (60 - 1);
+  const x = i => w - 2 - (series.length - 1 - i) * step;
+  const y = v => h - 3 - (h - 6) * (v / peak);
+  for (const key of ["admitted", "denied", "shadow_denied"]) {
+    const pts = series.map((p, i) => `${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`);
+    s.append(svg("polyline", { points: pts.join(" "), fill: "none", stroke: colors[key], "stroke-width": 1.6, class: "series-" + key }));
+    if (series.length > 0) {
+      const last = series[series.length - 1];
+      s.append(svg("circle", { cx: x(series.length - 1), cy: y(last[key]), r: 2.5, fill: colors[key] }));
+    }
+  }
+  return s;
+}
+
+// ---- live ----
+const fmt = v => v >= 100 ? v.toFixed(0) : v.toFixed(1);
+async function loadLive() {
+  let v;
+  try { v = await getJSON("/console/api/live"); } catch (e) { $("#live-note").textContent = e.message; return; }
+  $("#live-total").replaceChildren(lineChart(v.total, 900, 180, true));
+  const last = v.total[v.total.length - 1];
+  $("#live-note").textContent = last
+    ? `Now: ${fmt(last.admitted)} admitted/s, ${fmt(last.denied)} denied/s, ${fmt(last.shadow_denied)} shadow-denied/s · ${v.rules_seen} rules have counted hits since start.`
+    : "Waiting for the second sample…";
+  const body = $("#live-rules tbody");
+  body.replaceChildren(...v.rules.map(r => el("tr", {},
+    el("td", {}, r.domain), el("td", {}, el("code", {}, r.rule)),
+    el("td", { class: "num" }, fmt(r.now.admitted)), el("td", { class: "num" }, fmt(r.now.denied)),
+    el("td", { class: "num" }, fmt(r.now.shadow_denied)), el("td", {}, lineChart(r.series, 180, 28, false)))));
+}
+refreshers.live = loadLive;
+
+// ---- top denied ----
+async function loadTop() {
+  let v;
+  try { v = await getJSON("/console/api/top?n=50"); } catch (e) { return; }
+  const body = $("#top-table tbody");
+  if (v.top.length === 0) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "Nothing denied lately.")));
+    return;
+  }
+  body.replaceChildren(...v.top.map(e => el("tr", {},
+    el("td", { class: "num" }, e.denials), el("td", { class: "num muted" }, e.error),
+    el("td", {}, el("code", {}, e.descriptor), e.shadow ? el("span", { class: "badge shadow" }, "shadow") : ""))));
+}
+refreshers.top = loadTop;
+
+// ---- inspect ----
+async function inspect(ev) {
+  ev.preventDefault();
+  const f = new FormData($("#inspect-form"));
+  const q = new URLSearchParams({ domain: f.get("domain") });
+  for (const part of String(f.get("descriptor")).split(",")) if (part.trim()) q.append("entry", part.trim());
+  $("#inspect-error").textContent = "";
+  let v;
+  try { v = await getJSON("/console/api/inspect?" + q); } catch (e) { $("#inspect-error").textContent = e.message; return; }
+  $("#inspect-table tbody").replaceChildren(...v.buckets.map(b => el("tr", {},
+    el("td", {}, el("code", {}, b.descriptor)),
+    el("td", {}, b.matched ? (b.rule || "") : el("span", { class: "muted" }, "no rule matches")),
+    el("td", {}, b.unlimited ? "unlimited" : (b.limit ? `${b.algorithm ? b.algorithm + " · " : ""}${b.limit}` : "")),
+    el("td", { class: "num" }, b.matched && !b.unlimited ? b.remaining : ""),
+    el("td", {}, b.matched && !b.unlimited ? b.reset_after : ""))));
+}
+
+// ---- simulate ----
+function fillRuleChoices() {
+  const sel = $("#sim-form select[name=rule]");
+  const keep = sel.value;
+  sel.replaceChildren(el("option", { value: "" }, "these algorithms:"));
+  const walk = (domain, ds) => {
+    for (const d of ds || []) {
+      if (d.rate_limits && d.rate_limits.some(l => !l.unlimited && !l.deny_all)) {
+        sel.append(el("option", { value: JSON.stringify([domain, d.stat_key]) }, `rule ${d.stat_key}`));
+      }
+      walk(domain, d.descriptors);
+    }
+  };
+  let n = 0;
+  for (const dom of policy.domains) { if (n++ < 200) walk(dom.domain, dom.descriptors); }
+  sel.value = keep;
+}
+async function runSimulation(ev) {
+  if (ev) ev.preventDefault();
+  const f = new FormData($("#sim-form"));
+  const q = new URLSearchParams();
+  if (f.get("rule")) {
+    const [domain, key] = JSON.parse(f.get("rule"));
+    q.set("domain", domain); q.set("stat_key", key);
+  } else {
+    q.set("alg", f.getAll("alg").join(","));
+    for (const k of ["requests", "period", "burst"]) q.set(k, f.get(k));
+  }
+  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times"]) if (f.get(k)) q.set(k, f.get(k));
+  $("#sim-error").textContent = "";
+  let v;
+  try { v = await getJSON("/console/api/simulate?" + q); } catch (e) { $("#sim-error").textContent = e.message; return; }
+  $("#sim-totals").replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, el("th", {}, "lane"), el("th", { class: "num" }, "admitted"), el("th", { class: "num" }, "denied"), el("th", { class: "num" }, `most admitted within ${v.period}`))),
+    el("tbody", {}, ...v.lanes.map(l => el("tr", { "data-lane": l.lane }, el("td", {}, l.lane), el("td", { class: "num" }, l.admitted), el("td", { class: "num" }, l.denied), el("td", { class: "num" }, l.max_admitted_in_period))))));
+  // The SVG is drawn by the daemon (internal/simulate), which escapes every
+  // name in it; it has no scripts.
+  const doc = new DOMParser().parseFromString(v.svg, "image/svg+xml");
+  $("#sim-chart").replaceChildren(document.importNode(doc.documentElement, true));
+}
+let simulated = false;
+refreshers.simulate = () => { if (!simulated) { simulated = true; runSimulation(); } };
+
+// ---- start ----
+document.addEventListener("DOMContentLoaded", () => {
+  for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => show(b.dataset.tab));
+  $("#policy-filter").addEventListener("input", renderPolicy);
+  $("#inspect-form").addEventListener("submit", inspect);
+  $("#sim-form").addEventListener("submit", runSimulation);
+  loadPolicy().then(() => show(location.hash.slice(1) || "policies"));
+  setInterval(() => { if (active === "live") loadLive(); }, 1000);
+  setInterval(() => { if (active === "top") loadTop(); }, 2000);
+  setInterval(() => { if (active === "policies") loadPolicy(); }, 5000);
+});
