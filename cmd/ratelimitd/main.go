@@ -2,6 +2,7 @@
 //
 //	ratelimitd [flags]                 serve (embedded default policy without --config)
 //	ratelimitd check-config PATH       validate a policy file or directory
+//	ratelimitd bench --target HOST:PORT load a rate-limit service and report (see bench --help)
 //
 // Signals: SIGHUP reloads the policy and the authorization policy; SIGTERM and SIGINT drain and stop the
 // daemon (see daemon.Daemon.Shutdown), which then exits 0.
@@ -34,6 +35,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "check-config" {
 		return checkConfig(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "bench" {
+		return bench(args[1:], stdout, stderr)
+	}
 
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -43,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 Usage:
   ratelimitd [flags]               serve; without --config, the embedded default policy
   ratelimitd check-config PATH     validate a policy file or directory and exit
+  ratelimitd bench --target H:P    load a rate-limit service, report throughput and latency (bench --help)
 
 Flags:
 `)
