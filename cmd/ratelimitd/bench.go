@@ -77,7 +77,16 @@ Flags:
 	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "how long to measure")
 	fs.DurationVar(&cfg.Warmup, "warmup", 2e9, "how long to send before measuring")
 	fs.DurationVar(&cfg.Timeout, "timeout", loadgen.DefaultTimeout, "each request's deadline, from its send (open loop: from when it was due); past it, a DeadlineExceeded error")
-	fs.IntVar(&cfg.PID, "pid", 0, "the server's process `id` on this machine: report its CPU per request and memory (from /proc)")
+	fs.Func("pid", "the server's process `ID[,ID...]` on this machine (the daemon; its Redis too, say): report the CPU per request and memory of each (from /proc)", func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid <= 0 {
+				return fmt.Errorf("%q is not a process id", f)
+			}
+			cfg.PIDs = append(cfg.PIDs, pid)
+		}
+		return nil
+	})
 	fs.BoolVar(&cfg.TLS.Enabled, "tls", false, "connect with TLS (implied by the other --tls flags)")
 	fs.StringVar(&cfg.TLS.CA, "tls-ca", "", "PEM CA certificates `file` to verify the server with (default: the system's)")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM client certificate `file`, for mutual TLS (with --tls-key)")

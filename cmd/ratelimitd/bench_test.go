@@ -91,6 +91,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--target", "127.0.0.1:1", "--workload", "/no/such/file.yaml"}, 2, "no such file"},
 		{[]string{"--target", "127.0.0.1:1", "-c", "0"}, 2, "-c 0"},
 		{[]string{"--target", "127.0.0.1:1", "--duration", "0s"}, 2, "--duration"},
+		{[]string{"--target", "127.0.0.1:1", "--pid", "12,x"}, 2, `"x" is not a process id`},
 		{[]string{"--target", "192.0.2.1:8081"}, 1, "--allow-remote"},
 		{[]string{"--serve-empty", "192.0.2.1:0"}, 2, "--allow-remote"},
 		{[]string{"--serve-empty", "127.0.0.1:0", "--target", "127.0.0.1:1"}, 2, "no --target"},
@@ -142,8 +143,8 @@ func TestBenchServeEmpty(t *testing.T) {
 	if rep.Counts.Admitted != rep.Requests {
 		t.Errorf("admitted %d of %d", rep.Counts.Admitted, rep.Requests)
 	}
-	if rep.Server == nil || rep.Server.PID != cmd.Process.Pid || rep.Server.RSSBytes == 0 {
-		t.Errorf("server stats %+v", rep.Server)
+	if len(rep.Servers) != 1 || rep.Servers[0].PID != cmd.Process.Pid || rep.Servers[0].RSSBytes == 0 {
+		t.Errorf("server stats %+v", rep.Servers)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

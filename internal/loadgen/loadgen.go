@@ -98,9 +98,9 @@ type Config struct {
 	// TLS, when Enabled, connects with TLS.
 	TLS TLS
 
-	// PID, when above 0, is the server's process on this machine: its CPU
-	// and memory are reported (Report.Server).
-	PID int
+	// PIDs are the server's processes on this machine (the daemon, and its
+	// Redis, say): the CPU and memory of each are reported (Report.Servers).
+	PIDs []int
 	// Progress, when not nil, receives a line a second while the run goes.
 	Progress io.Writer
 }
@@ -189,10 +189,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	if cfg.PID > 0 {
-		if _, err := sampleProc(cfg.PID); err != nil {
-			return nil, err
-		}
+	procs, err := watchProcs(cfg.PIDs)
+	if err != nil {
+		return nil, err
 	}
 	conns, err := dial(ctx, cfg)
 	if err != nil {
@@ -203,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			c.Close()
 		}
 	}()
-	r := &runner{cfg: cfg, conns: conns, call: cfg.API.caller(), rec: newRecorder(16)}
+	r := &runner{cfg: cfg, conns: conns, call: cfg.API.caller(), rec: newRecorder(16), procs: procs}
 	return r.run(ctx)
 }
 
@@ -257,6 +256,7 @@ type runner struct {
 	conns []*grpc.ClientConn
 	call  caller
 	rec   *recorder
+	procs *procWatch
 
 	start, measureStart, end time.Time
 	sent                     atomic.Int64 // answered, warmup included
@@ -279,18 +279,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 
 	// Sample at the window's start, report progress until its end.
-	var before procSample
 	var beforeSelf time.Duration
-	var peakRSS int64
-	windowStarted := false
-	sample := func() {
-		if r.cfg.PID <= 0 {
-			return
-		}
-		if s, err := sampleProc(r.cfg.PID); err == nil {
-			peakRSS = max(peakRSS, s.rss)
-		}
-	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	startTimer := time.NewTimer(r.cfg.Warmup)
@@ -303,15 +292,10 @@ wait:
 	for {
 		select {
 		case <-startTimer.C:
-			windowStarted = true
 			beforeSelf = selfCPU()
-			if r.cfg.PID > 0 {
-				if s, err := sampleProc(r.cfg.PID); err == nil {
-					before, peakRSS = s, s.rss
-				}
-			}
+			r.procs.start()
 		case <-tick.C:
-			sample()
+			r.procs.sample()
 			n := r.sent.Load()
 			r.progress(n - lastSent)
 			lastSent = n
@@ -335,28 +319,14 @@ wait:
 		elapsed = max(0, stopped.Sub(r.measureStart))
 	}
 	rep := r.report(elapsed)
+	var err error
 	if rep.Requests > 0 {
 		cpu := selfCPU() - beforeSelf
 		rep.Client.CPUSeconds = cpu.Seconds()
-		rep.Client.CPUPerRequestUS = float64(cpu.Microseconds()) / float64(rep.Requests)
+		rep.Client.CPUPerRequestUS = float64(cpu.Nanoseconds()) / 1e3 / float64(rep.Requests)
 	}
-	if r.cfg.PID > 0 {
-		after, err := sampleProc(r.cfg.PID)
-		if err != nil {
-			return nil, err
-		}
-		if !windowStarted { // interrupted in the warmup: nothing measured
-			before = after
-		}
-		cpu := after.cpu - before.cpu
-		s := &ServerStats{PID: r.cfg.PID, CPUSeconds: cpu.Seconds(), RSSBytes: after.rss, PeakRSSBytes: max(peakRSS, after.rss)}
-		if rep.Requests > 0 {
-			s.CPUPerRequestUS = float64(cpu.Microseconds()) / float64(rep.Requests)
-		}
-		if w := finished.Sub(r.measureStart); w > 0 {
-			s.CoresBusy = cpu.Seconds() / w.Seconds()
-		}
-		rep.Server = s
+	if rep.Servers, err = r.procs.finish(rep.Requests, finished.Sub(r.measureStart)); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
@@ -443,8 +413,10 @@ func (r *runner) progress(lastSecond int64) {
 		return
 	}
 	now := time.Now()
-	if now.Before(r.measureStart) {
-		fmt.Fprintf(r.cfg.Progress, "bench: warmup %.0fs/%s  %d/s\n", now.Sub(r.start).Seconds(), r.cfg.Warmup, lastSecond)
+	// Ticks come every second from the start; one within half a second of
+	// the window's start still belongs to the warmup.
+	if now.Before(r.measureStart.Add(time.Second / 2)) {
+		fmt.Fprintf(r.cfg.Progress, "bench: warmup %s/%s  %d/s\n", now.Sub(r.start).Round(time.Second), r.cfg.Warmup, lastSecond)
 		return
 	}
 	var c [numOutcomes]int64
@@ -459,8 +431,8 @@ func (r *runner) progress(lastSecond int64) {
 		}
 		return 100 * float64(k) / float64(n)
 	}
-	fmt.Fprintf(r.cfg.Progress, "bench: %.0fs/%s  %d/s  %d requests  admitted %.1f%%  denied %.1f%%  over capacity %.1f%%  errors %d\n",
-		now.Sub(r.measureStart).Seconds(), r.cfg.Duration, lastSecond, n, pct(c[Admitted]), pct(c[Denied]), pct(c[OverCapacity]), c[Failed])
+	fmt.Fprintf(r.cfg.Progress, "bench: %s/%s  %d/s  %d requests  admitted %.1f%%  denied %.1f%%  over capacity %.1f%%  errors %d\n",
+		now.Sub(r.measureStart).Round(time.Second), r.cfg.Duration, lastSecond, n, pct(c[Admitted]), pct(c[Denied]), pct(c[OverCapacity]), c[Failed])
 }
 
 func (r *runner) report(elapsed time.Duration) *Report {

@@ -282,23 +282,27 @@ func TestErrorsAreCountedByCode(t *testing.T) {
 	}
 }
 
-// TestServerProcessStats: with the server's pid (here, this process, which
-// runs the daemon), its CPU and memory are reported.
+// TestServerProcessStats: with the server's pids (here, this process,
+// which runs the daemon, twice), the CPU and memory of each are reported.
 func TestServerProcessStats(t *testing.T) {
 	d := daemontest.Start(t, policy)
-	rep := run(t, d, loadgen.Config{Workload: workload(t, 0, "user=u{1..100000}"), PID: os.Getpid()})
-	s := rep.Server
-	if s == nil {
-		t.Fatal("no server stats")
+	pid := os.Getpid()
+	rep := run(t, d, loadgen.Config{Workload: workload(t, 0, "user=u{1..100000}"), PIDs: []int{pid, pid}})
+	if len(rep.Servers) != 2 {
+		t.Fatalf("server stats %+v, want two", rep.Servers)
 	}
-	if s.PID != os.Getpid() || s.RSSBytes <= 0 || s.PeakRSSBytes < s.RSSBytes || s.CPUSeconds < 0 {
-		t.Errorf("server stats %+v", s)
+	for _, s := range rep.Servers {
+		if s.PID != pid || s.Name == "" || s.RSSBytes <= 0 || s.PeakRSSBytes < s.RSSBytes || s.CPUSeconds < 0 {
+			t.Errorf("server stats %+v", s)
+		}
+		if got, want := s.CPUPerRequestUS, s.CPUSeconds*1e6/float64(rep.Requests); got < want*0.999 || got > want*1.001 {
+			t.Errorf("CPU %vs over %d requests, but %vµs per request", s.CPUSeconds, rep.Requests, got)
+		}
 	}
-	if s.CPUSeconds > 0 && s.CPUPerRequestUS <= 0 {
-		t.Errorf("CPU %vs but %vµs per request", s.CPUSeconds, s.CPUPerRequestUS)
-	}
-	if _, err := loadgen.Run(context.Background(), loadgen.Config{Target: d.GRPCAddr(), Workload: workload(t, 0, "k=v"), PID: 1 << 30}); err == nil {
-		t.Error("a pid that does not exist was accepted")
+	for _, bad := range []int{1 << 30, 0, -1} {
+		if _, err := loadgen.Run(context.Background(), loadgen.Config{Target: d.GRPCAddr(), Workload: workload(t, 0, "k=v"), PIDs: []int{bad}}); err == nil {
+			t.Errorf("pid %d was accepted", bad)
+		}
 	}
 }
 

@@ -41,7 +41,7 @@ type Report struct {
 	Counts    Counts        `json:"counts"`
 	Ratios    Ratios        `json:"ratios"`
 	Errors    []ErrorCount  `json:"errors,omitempty"`
-	Server    *ServerStats  `json:"server,omitempty"`
+	Servers   []ServerStats `json:"servers,omitempty"`
 	Client    ClientStats   `json:"client"`
 	Precision string        `json:"precision"`
 	warmup    time.Duration // for the table
@@ -83,11 +83,14 @@ type ErrorCount struct {
 	Example string `json:"example"`
 }
 
-// ServerStats describe the server process (--pid) over the measured window,
-// from /proc/PID/stat: CPU is user + system time, counted by the kernel in
-// 10ms ticks, so a window should hold at least a few seconds of CPU.
+// ServerStats describe one of the server's processes (--pid) over the
+// measured window, from /proc/PID/stat: CPU is user + system time, counted
+// by the kernel in 10ms ticks, so a window should hold at least a few
+// seconds of CPU.
 type ServerStats struct {
-	PID        int     `json:"pid"`
+	PID int `json:"pid"`
+	// Name is the process's command name (/proc/PID/comm).
+	Name       string  `json:"name"`
 	CPUSeconds float64 `json:"cpu_s"`
 	// CPUPerRequestUS is CPUSeconds per request, in microseconds: the
 	// server's cost of one request; 1e6 / CPUPerRequestUS requests per
@@ -142,9 +145,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, e := range r.Errors {
 		p("  %s\t%d\t%s", e.Code, e.Count, e.Example)
 	}
-	if s := r.Server; s != nil {
-		p("server\tpid %d: %s CPU per request (%.2fs CPU, %.2f cores busy), RSS %s (peak %s)",
-			s.PID, us(s.CPUPerRequestUS), s.CPUSeconds, s.CoresBusy, mib(s.RSSBytes), mib(s.PeakRSSBytes))
+	for _, s := range r.Servers {
+		p("server\t%s (pid %d): %s CPU per request (%.2fs CPU, %.2f cores busy), RSS %s (peak %s)",
+			s.Name, s.PID, us(s.CPUPerRequestUS), s.CPUSeconds, s.CoresBusy, mib(s.RSSBytes), mib(s.PeakRSSBytes))
 	}
 	c := r.Client
 	line := fmt.Sprintf("this tool: %s CPU per request (%.2fs CPU)", us(c.CPUPerRequestUS), c.CPUSeconds)
