@@ -63,7 +63,7 @@ Flags:
 	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "load a target that is not a loopback address (or serve --serve-empty on one)")
 	fs.StringVar(&apiName, "api", "v1", "`API` to call: v1 (ratelimit.v1) or envoy (envoy.service.ratelimit.v3, as envoyproxy/ratelimit serves)")
 	fs.StringVar(&domain, "domain", "default", "the requests' `domain`")
-	fs.Func("descriptor", "a descriptor of every request, `KEY=VALUE[,KEY=VALUE...]`; repeat for several", func(s string) error {
+	fs.Func("descriptor", "a descriptor of every request, as `KEY=VALUE[,KEY=VALUE...]`, most general entry first; repeat it for several descriptors per request", func(s string) error {
 		descriptors = append(descriptors, s)
 		return nil
 	})
@@ -77,7 +77,7 @@ Flags:
 	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "how long to measure")
 	fs.DurationVar(&cfg.Warmup, "warmup", 2e9, "how long to send before measuring")
 	fs.DurationVar(&cfg.Timeout, "timeout", loadgen.DefaultTimeout, "each request's deadline, from its send (open loop: from when it was due); past it, a DeadlineExceeded error")
-	fs.Func("pid", "the server's process `ID[,ID...]` on this machine (the daemon; its Redis too, say): report the CPU per request and memory of each (from /proc)", func(s string) error {
+	fs.Func("pid", "the server's processes on this machine, as `PID[,PID...]` (the daemon; its Redis too, say): report the CPU per request and memory of each (from /proc)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
 			pid, err := strconv.Atoi(f)
 			if err != nil || pid <= 0 {
