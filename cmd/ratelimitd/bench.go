@@ -75,6 +75,7 @@ Flags:
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", loadgen.DefaultMaxInFlight, "open loop: most requests awaiting answers; a request due beyond it waits, and its wait counts in its latency")
 	fs.IntVar(&cfg.Conns, "conns", loadgen.DefaultConns, "HTTP/2 connections the calls are spread over")
 	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "how long to measure")
+	fs.Int64Var(&cfg.MaxRequests, "requests", 0, "stop measuring after `N` requests (0: no limit), if --duration has not ended the run before")
 	fs.DurationVar(&cfg.Warmup, "warmup", 2e9, "how long to send before measuring")
 	fs.DurationVar(&cfg.Timeout, "timeout", loadgen.DefaultTimeout, "each request's deadline, from its send (open loop: from when it was due); past it, a DeadlineExceeded error")
 	fs.Func("pid", "the server's processes on this machine, as `PID[,PID...]` (the daemon; its Redis too, say): report the CPU per request and memory of each (from /proc)", func(s string) error {
@@ -159,8 +160,8 @@ Flags:
 			return usageErr("-%s %d: want at least 1", name, v)
 		}
 	}
-	if cfg.Duration <= 0 || cfg.Warmup < 0 || cfg.Timeout <= 0 {
-		return usageErr("--duration and --timeout must be above 0, --warmup not below")
+	if cfg.Duration <= 0 || cfg.Warmup < 0 || cfg.Timeout <= 0 || cfg.MaxRequests < 0 {
+		return usageErr("--duration and --timeout must be above 0, --warmup and --requests not below")
 	}
 	cfg.Rate = float64(rate)
 	cfg.TLS.Enabled = cfg.TLS.Enabled || cfg.TLS.CA != "" || cfg.TLS.Cert != "" || cfg.TLS.Key != "" || cfg.TLS.ServerName != ""

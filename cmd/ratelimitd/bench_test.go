@@ -30,7 +30,7 @@ descriptors:
 func benchJSON(t *testing.T, args ...string) *loadgen.Report {
 	t.Helper()
 	var stdout, stderr strings.Builder
-	args = append([]string{"bench", "--json", "--progress=false", "--warmup", "0s", "--duration", "300ms"}, args...)
+	args = append([]string{"bench", "--json", "--progress=false", "--warmup", "0s", "--duration", "30s", "--requests", "200", "--timeout", "30s"}, args...)
 	if code := run(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("%v: exit %d\n%s", args, code, stderr.String())
 	}
@@ -64,7 +64,7 @@ func TestBenchFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := daemontest.Start(t, benchPolicy)
 			rep := benchJSON(t, append([]string{"--target", d.GRPCAddr()}, tt.args...)...)
-			if rep.Counts.Admitted != 50 || rep.Counts.Denied != rep.Requests-50 {
+			if rep.Requests != 200 || rep.Counts.Admitted != 50 || rep.Counts.Denied != 150 {
 				t.Errorf("counts %+v of %d requests, want 50 admitted and the rest denied", rep.Counts, rep.Requests)
 			}
 			if strings.Join(rep.Workload, " | ") != "domain=bench | generic_key=tiny" {
@@ -91,6 +91,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--target", "127.0.0.1:1", "--workload", "/no/such/file.yaml"}, 2, "no such file"},
 		{[]string{"--target", "127.0.0.1:1", "-c", "0"}, 2, "-c 0"},
 		{[]string{"--target", "127.0.0.1:1", "--duration", "0s"}, 2, "--duration"},
+		{[]string{"--target", "127.0.0.1:1", "--requests", "-1"}, 2, "--requests"},
 		{[]string{"--target", "127.0.0.1:1", "--pid", "12,x"}, 2, `"x" is not a process id`},
 		{[]string{"--target", "192.0.2.1:8081"}, 1, "--allow-remote"},
 		{[]string{"--serve-empty", "192.0.2.1:0"}, 2, "--allow-remote"},

@@ -19,7 +19,8 @@
 //
 // # Window
 //
-// Both loops run Config.Warmup and then Config.Duration. Only requests sent
+// Both loops run Config.Warmup and then Config.Duration (or until
+// Config.MaxRequests have been sent in it). Only requests sent
 // (closed) or due (open) within the duration are counted; every one of
 // them is counted once, when its answer arrives, as admitted, denied, over
 // capacity or an error (see Outcome); an open loop sends every request due
@@ -88,6 +89,10 @@ type Config struct {
 	// Duration is the measured window (default DefaultDuration); Warmup
 	// runs before it, its requests sent but not counted.
 	Duration, Warmup time.Duration
+	// MaxRequests, when above 0, ends the run once that many requests of
+	// the measured window have been sent (and answered), if Duration has
+	// not ended it before.
+	MaxRequests int64
 	// Timeout bounds each request (default DefaultTimeout), counted from
 	// its send (closed loop) or from when it was due (open loop, so that a
 	// request that waited that long to be sent fails at once): a request
@@ -165,6 +170,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("no workload")
 	case c.Callers < 0 || c.Conns < 0 || c.MaxInFlight < 0:
 		return errors.New("callers, connections and in-flight bound must be at least 1")
+	case c.MaxRequests < 0:
+		return errors.New("request count must not be negative")
 	case c.Rate < 0:
 		return errors.New("rate must not be negative")
 	case c.Duration < 0 || c.Warmup < 0 || c.Timeout < 0:
@@ -260,6 +267,7 @@ type runner struct {
 
 	start, measureStart, end time.Time
 	sent                     atomic.Int64 // answered, warmup included
+	tickets                  atomic.Int64 // measured requests begun
 	late                     atomic.Int64
 	wg                       sync.WaitGroup
 }
@@ -287,37 +295,47 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	endTimer := time.NewTimer(r.cfg.Warmup + r.cfg.Duration)
 	defer endTimer.Stop()
 	var lastSent int64
-	interrupted := false
+	windowStarted := false
+	startWindow := func() {
+		windowStarted = true
+		beforeSelf = selfCPU()
+		r.procs.start()
+	}
+	loopsDone := make(chan struct{})
+	go func() {
+		schedule.Wait()
+		r.wg.Wait() // every request sent has its answer (or its deadline)
+		close(loopsDone)
+	}()
 wait:
 	for {
 		select {
 		case <-startTimer.C:
-			beforeSelf = selfCPU()
-			r.procs.start()
+			startWindow()
 		case <-tick.C:
 			r.procs.sample()
 			n := r.sent.Load()
 			r.progress(n - lastSent)
 			lastSent = n
+		case <-loopsDone: // MaxRequests sent and answered
+			break wait
 		case <-endTimer.C:
 			break wait
 		case <-ctx.Done():
-			interrupted = true
 			break wait
 		}
 	}
-	schedule.Wait()
-	r.wg.Wait() // every request sent has its answer (or its deadline)
+	if !windowStarted && !time.Now().Before(r.measureStart) {
+		startWindow()
+	}
+	<-loopsDone
 	finished := time.Now()
 
-	elapsed := r.cfg.Duration
-	if interrupted {
-		stopped := finished
-		if stopped.After(r.end) {
-			stopped = r.end
-		}
-		elapsed = max(0, stopped.Sub(r.measureStart))
+	stopped := finished // the window ends at r.end, or earlier when the loops stopped sooner
+	if stopped.After(r.end) {
+		stopped = r.end
 	}
+	elapsed := max(0, stopped.Sub(r.measureStart))
 	rep := r.report(elapsed)
 	var err error
 	if rep.Requests > 0 {
@@ -334,6 +352,12 @@ wait:
 // measured reports whether a request sent (closed) or due (open) at t is
 // counted.
 func (r *runner) measured(t time.Time) bool { return !t.Before(r.measureStart) }
+
+// ticket reports whether another measured request may be sent (always,
+// without MaxRequests).
+func (r *runner) ticket() bool {
+	return r.cfg.MaxRequests <= 0 || r.tickets.Add(1) <= r.cfg.MaxRequests
+}
 
 // send calls the target with req and records the answer when counted:
 // latency from since, which is the send instant (closed) or the due
@@ -359,7 +383,7 @@ func (r *runner) closed(ctx context.Context) {
 			for ctx.Err() == nil {
 				req := s.next()
 				t := time.Now()
-				if !t.Before(r.end) {
+				if !t.Before(r.end) || r.measured(t) && !r.ticket() {
 					return
 				}
 				r.send(i, req, t)
@@ -378,8 +402,12 @@ func (r *runner) open(ctx context.Context) {
 	defer timer.Stop()
 	for i := 0; ; i++ {
 		due := r.start.Add(time.Duration(float64(i) * interval))
-		if !due.Before(r.end) {
-			return
+		// The schedule ends at the window's end, or at the slot after the
+		// last request allowed: it is waited for, so that the window
+		// lasts as long as the schedule says.
+		last := !due.Before(r.end) || r.measured(due) && !r.ticket()
+		if due.After(r.end) {
+			due = r.end
 		}
 		if wait := time.Until(due); wait > 0 {
 			timer.Reset(wait)
@@ -388,6 +416,9 @@ func (r *runner) open(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
+		}
+		if last {
+			return
 		}
 		req := s.next()
 		select {

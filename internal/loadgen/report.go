@@ -30,7 +30,7 @@ type Report struct {
 	Workload []string `json:"workload"`
 	WarmupS  float64  `json:"warmup_s"`
 	// ElapsedS is the measured window, in seconds: --duration, or less when
-	// the run was interrupted.
+	// --requests ended it sooner or the run was interrupted.
 	ElapsedS          float64 `json:"elapsed_s"`
 	Requests          int64   `json:"requests"`
 	RequestsPerSecond float64 `json:"requests_per_second"`
