@@ -47,10 +47,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults of Config's zero fields.
@@ -243,12 +245,14 @@ func dial(ctx context.Context, cfg Config) ([]*grpc.ClientConn, error) {
 		c.Connect()
 		for s := c.GetState(); s != connectivity.Ready; s = c.GetState() {
 			if s == connectivity.TransientFailure {
-				// A call that does not wait for readiness says why.
+				// A call that does not wait for readiness says why; any
+				// answer but Unavailable (Unimplemented, say) came from a
+				// server over a working connection.
 				_, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{})
-				if err == nil {
-					continue
+				if status.Code(err) == codes.Unavailable || ctx.Err() != nil {
+					return fail(fmt.Errorf("cannot connect to %s: %w", cfg.Target, err))
 				}
-				return fail(fmt.Errorf("cannot connect to %s: %w", cfg.Target, err))
+				continue
 			}
 			if !c.WaitForStateChange(ctx, s) {
 				return fail(fmt.Errorf("cannot connect to %s: %w (connection %v)", cfg.Target, ctx.Err(), s))
@@ -478,7 +482,6 @@ func (r *runner) report(elapsed time.Duration) *Report {
 		WarmupS:   r.cfg.Warmup.Seconds(),
 		ElapsedS:  elapsed.Seconds(),
 		Precision: fmt.Sprintf("latency percentiles to %d significant digits, 1µs to %s; server CPU in 10ms ticks", latencySigFigs, maxLatency),
-		warmup:    r.cfg.Warmup,
 	}
 	if r.cfg.Workload.Hits != 0 {
 		rep.Workload[0] += fmt.Sprintf(" hits=%d", r.cfg.Workload.Hits)

@@ -358,6 +358,21 @@ func TestRefusesRemoteTargets(t *testing.T) {
 	}
 }
 
+// TestNothingListening: a target with no server is an error that says so,
+// not a report of errors.
+func TestNothingListening(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	_, err = loadgen.Run(context.Background(), loadgen.Config{Target: addr, Workload: workload(t, 0, "k=v")})
+	if err == nil || !strings.Contains(err.Error(), "cannot connect to "+addr) || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("error %v, want cannot connect ... refused", err)
+	}
+}
+
 // TestInterruptReports: a run whose context ends early stops sending and
 // reports the part it measured.
 func TestInterruptReports(t *testing.T) {

@@ -44,7 +44,6 @@ type Report struct {
 	Servers   []ServerStats `json:"servers,omitempty"`
 	Client    ClientStats   `json:"client"`
 	Precision string        `json:"precision"`
-	warmup    time.Duration // for the table
 }
 
 // Latency holds percentiles of the measured latencies, in microseconds,
@@ -134,7 +133,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("load\tclosed loop, %d caller(s) over %d connection(s)", r.Callers, r.Conns)
 	}
 	p("workload\t%s (seed %d)", strings.Join(r.Workload, " | "), r.Seed)
-	p("measured\t%.1fs after %s warmup", r.ElapsedS, r.warmup)
+	p("measured\t%.1fs after %s warmup", r.ElapsedS, time.Duration(r.WarmupS*float64(time.Second)))
 	p("requests\t%d\t%s/s", r.Requests, num(r.RequestsPerSecond))
 	l := r.LatencyUS
 	p("latency\tp50 %s  p90 %s  p99 %s  p99.9 %s  max %s", us(l.P50), us(l.P90), us(l.P99), us(l.P999), us(l.Max))
