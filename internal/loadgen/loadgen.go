@@ -23,8 +23,9 @@
 // Config.MaxRequests have been sent in it). Only requests sent
 // (closed) or due (open) within the duration are counted; every one of
 // them is counted once, when its answer arrives, as admitted, denied, over
-// capacity or an error (see Outcome); an open loop sends every request due
-// in the window, however late, before it reports. A run interrupted by its
+// capacity or an error (see Outcome). An open loop accounts for every
+// request due in the window, however late: one still unsent Config.Timeout
+// after it was due fails as DeadlineExceeded. A run interrupted by its
 // context stops sending at once and reports what it measured until then.
 //
 // # Targets
