@@ -3,6 +3,7 @@
 //	ratelimitd [flags]                 serve (embedded default policy without --config)
 //	ratelimitd check-config PATH       validate a policy file or directory
 //	ratelimitd simulate [flags]        replay traffic against limits (CSV, SVG)
+//	ratelimitd bench --target HOST:PORT load a rate-limit service and report (see bench --help)
 //
 // Signals: SIGHUP reloads the policy and the authorization policy; SIGTERM and SIGINT drain and stop the
 // daemon (see daemon.Daemon.Shutdown), which then exits 0.
@@ -32,11 +33,15 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "check-config" {
-		return checkConfig(args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "simulate" {
-		return simulateCmd(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "check-config":
+			return checkConfig(args[1:], stdout, stderr)
+		case "simulate":
+			return simulateCmd(args[1:], stdout, stderr)
+		case "bench":
+			return bench(args[1:], stdout, stderr)
+		}
 	}
 
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
@@ -48,6 +53,7 @@ Usage:
   ratelimitd [flags]               serve; without --config, the embedded default policy
   ratelimitd check-config PATH     validate a policy file or directory and exit
   ratelimitd simulate [flags]      replay traffic against limits; CSV and an SVG chart (see simulate --help)
+  ratelimitd bench --target H:P    load a rate-limit service, report throughput and latency (bench --help)
 
 Flags:
 `)
