@@ -44,6 +44,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if err := refuseSecretArgs(args); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -63,7 +67,7 @@ Flags:
 	b := engine.DefaultBounds
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address`")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, /debug/pprof/)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console; /debug/pprof/ with --pprof)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory; past it, idle buckets are reclaimed and then those nearest rest evicted")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
@@ -71,7 +75,7 @@ Flags:
 	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
 	console := fs.Bool("console", true, "serve the web console at /console on --http-addr (--console=false to disable)")
 	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
-	fs.BoolVar(&cfg.Pprof, "pprof", true, "serve /debug/pprof/ on --http-addr (--pprof=false to disable)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --http-addr (never /debug/pprof/cmdline); only where operators alone reach --http-addr")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")

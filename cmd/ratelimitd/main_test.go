@@ -333,3 +333,28 @@ func TestBadAuthzPolicy(t *testing.T) {
 		t.Errorf("stderr %q does not say %q", stderr.String(), want)
 	}
 }
+
+// TestPprofOffByDefault: a daemon started with default flags serves no
+// profiles; with --pprof it does, but never its command line, which may
+// hold what the operator did not mean to publish.
+func TestPprofOffByDefault(t *testing.T) {
+	get := func(p *process, path string) (int, string) {
+		resp, err := http.Get("http://" + p.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get(startProcess(t), "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("default flags: /debug/pprof/ %d, want 404", code)
+	}
+	p := startProcess(t, "--pprof", "--max-value-bytes", "777")
+	if code, _ := get(p, "/debug/pprof/heap?debug=1"); code != http.StatusOK {
+		t.Errorf("--pprof: heap profile %d, want 200", code)
+	}
+	if code, body := get(p, "/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "777") {
+		t.Errorf("--pprof: /debug/pprof/cmdline %d %q, want 404 without the command line", code, body)
+	}
+}
