@@ -310,9 +310,9 @@ func TestDetailedSeriesCapped(t *testing.T) {
 	send(t, e, []call{{descriptors: [][]string{{"path", "/orders", "user", "u0"}}}})
 	got := series(scrape(t, m), "hits_total", "path_/orders.user")
 	want := map[string]float64{
-		rule("hits_total", "path_/orders.user", "path_/orders.user_u0"): 2,
-		rule("hits_total", "path_/orders.user", "path_/orders.user_u1"): 1,
-		rule("hits_total", "path_/orders.user", "path_/orders.user_u2"): 1,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_u0"):     2,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_u1"):     1,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_u2"):     1,
 		rule("hits_total", "path_/orders.user", metrics.OverflowDescriptor): 7,
 	}
 	if len(got) != len(want) {
