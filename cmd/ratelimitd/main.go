@@ -75,6 +75,8 @@ Flags:
 	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
 	console := fs.Bool("console", true, "serve the web console at /console on --http-addr (--console=false to disable)")
 	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
+	fs.IntVar(&cfg.MaxDetailedSeries, "max-detailed-series", metrics.DefaultMaxDetailedSeries, "most metric series of one detailed_metric rule; the hits of further values count on its descriptor=\"_overflow_\" series")
+	addPolicyLimitFlags(fs, &cfg.PolicyLimits)
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --http-addr (never /debug/pprof/cmdline); only where operators alone reach --http-addr")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
@@ -140,18 +142,43 @@ Flags:
 	}
 }
 
+// addPolicyLimitFlags adds the flags that bound policy files, for serving
+// and for check-config alike.
+func addPolicyLimitFlags(fs *flag.FlagSet, l *config.Limits) {
+	*l = config.DefaultLimits
+	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together, in `bytes`; larger ones are rejected before they are read")
+	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together)")
+}
+
 func checkConfig(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: ratelimitd check-config PATH")
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
+		fs.PrintDefaults()
+	}
+	var limits config.Limits
+	addPolicyLimitFlags(fs, &limits)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
-	p, err := config.Load(args[0])
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	p, err := config.LoadWithin(fs.Arg(0), limits)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1
 	}
 	for _, d := range p.Domains() {
 		fmt.Fprintf(stdout, "ok: domain %q from %s\n", d.Name, d.Source)
+		if !d.HasRules() {
+			fmt.Fprintf(stdout, "warning: domain %q has no rate limits: it admits every request\n", d.Name)
+		}
 	}
 	return 0
 }

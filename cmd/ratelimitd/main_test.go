@@ -358,3 +358,33 @@ func TestPprofOffByDefault(t *testing.T) {
 		t.Errorf("--pprof: /debug/pprof/cmdline %d %q, want 404 without the command line", code, body)
 	}
 }
+
+// TestCheckConfigLimits: check-config applies the policy bounds as the
+// daemon does, and warns of a domain that admits everything.
+func TestCheckConfigLimits(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("domain: big\ndescriptors:\n"+strings.Repeat("#", 3000)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(dir, "open.yaml")
+	if err := os.WriteFile(open, []byte("domain: open\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"check-config", "--max-policy-bytes", "1000", big}, 1, "", big + ": 3026 bytes, more than the limit of 1000 (--max-policy-bytes); not parsed\n"},
+		{[]string{"check-config", open}, 0, "ok: domain \"open\" from " + open + "\nwarning: domain \"open\" has no rate limits: it admits every request\n", ""},
+		{[]string{"check-config"}, 2, "", "usage: ratelimitd check-config"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr strings.Builder
+		code := run(tt.args, &stdout, &stderr)
+		if code != tt.code || stdout.String() != tt.stdout || !strings.HasPrefix(stderr.String(), tt.stderr) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d, %q, %q", tt.args, code, stdout.String(), stderr.String(), tt.code, tt.stdout, tt.stderr)
+		}
+	}
+}

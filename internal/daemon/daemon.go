@@ -69,7 +69,13 @@ type Config struct {
 	// NearLimitRatio is the per-rule metrics' near-limit ratio, in (0, 1]
 	// (0: metrics.DefaultNearLimitRatio, 0.8).
 	NearLimitRatio float64
-	// Pprof serves /debug/pprof/ on the HTTP address.
+	// MaxDetailedSeries caps the metric series of each detailed_metric
+	// rule (0: metrics.DefaultMaxDetailedSeries).
+	MaxDetailedSeries int
+	// PolicyLimits bounds the policy files at ConfigPath, at start and at
+	// every reload (zero value: config.DefaultLimits).
+	PolicyLimits config.Limits
+	// Pprof serves /debug/pprof/ on the HTTP address (never its cmdline).
 	Pprof bool
 	// NoConsole turns off the web console (/console), which is served on
 	// the HTTP address by default.
@@ -146,7 +152,7 @@ func Start(cfg Config) (*Daemon, error) {
 		log:       cfg.Logger,
 		health:    health.NewServer(),
 		served:    make(chan error, 2),
-		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio)),
+		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
 		drain:     make(chan struct{}),
 	}
@@ -210,6 +216,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := cfg.Bounds.Check(); err != nil {
 		return cfg, fmt.Errorf("request bounds: %w", err)
 	}
+	if cfg.PolicyLimits == (config.Limits{}) {
+		cfg.PolicyLimits = config.DefaultLimits
+	}
+	if err := cfg.PolicyLimits.Check(); err != nil {
+		return cfg, err
+	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
 	}
@@ -250,10 +262,11 @@ func (d *Daemon) loadPolicy() error {
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
-		if policy, err = config.Load(d.cfg.ConfigPath); err != nil {
+		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
 			return err
 		}
 	}
+	d.warnPolicy(policy)
 	at := time.Now()
 	d.metrics.PolicyLoaded(policy, at)
 	d.loaded.Store(&admin.Loaded{Policy: policy, Path: d.cfg.ConfigPath, At: at})
@@ -269,6 +282,7 @@ func (d *Daemon) loadTLS() (err error) {
 		return err
 	}
 	d.metrics.CertificateLoaded(false, d.tls.NotAfter(), nil)
+	d.warnCertificate()
 	return nil
 }
 
