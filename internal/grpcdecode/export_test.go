@@ -1,0 +1,8 @@
+package grpcdecode
+
+import "google.golang.org/protobuf/proto"
+
+// InvalidUTF8 exposes invalidUTF8 for m's type to the tests.
+func InvalidUTF8(m proto.Message, b []byte) string {
+	return invalidUTF8(m.ProtoReflect().Descriptor(), b, "", 0)
+}
