@@ -34,6 +34,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
+	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
@@ -101,8 +102,9 @@ type Config struct {
 	// connect may peek at and charge every domain.
 	AuthzPolicy string
 	// UnaryInterceptors run on every unary call after the daemon's own
-	// (metrics), in order: for a program embedding the daemon (auth,
-	// tracing) and for tests that hold a call in flight.
+	// (metrics, the check that the request decoded, authorization), in
+	// order: for a program embedding the daemon (auth, tracing) and for
+	// tests that hold a call in flight.
 	UnaryInterceptors []grpc.UnaryServerInterceptor
 	// Clock is the decision clock (nil: the real monotonic clock).
 	Clock clock.Clock
@@ -328,9 +330,13 @@ func (d *Daemon) abort() {
 // interceptors, authorization (with Config.AuthzPolicy) and
 // Config.UnaryInterceptors.
 func (d *Daemon) grpcServer() *grpc.Server {
+	// A request that does not decode is InvalidArgument, counted by the
+	// metrics interceptors before it.
+	dec := grpcdecode.New()
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(append(d.ownInterceptors(), d.cfg.UnaryInterceptors...)...),
-		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor()),
+		dec.ServerOption(),
+		grpc.ChainUnaryInterceptor(append(d.ownInterceptors(dec), d.cfg.UnaryInterceptors...)...),
+		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
 	}
 	if d.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
