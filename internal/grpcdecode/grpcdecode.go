@@ -28,6 +28,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -44,8 +45,9 @@ import (
 // Decoder turns undecodable requests into InvalidArgument. Its zero value
 // is not usable: call New. It is safe for concurrent use.
 type Decoder struct {
-	proto  encoding.CodecV2
-	failed sync.Map // the message (a pointer) -> error, until an interceptor takes it
+	proto   encoding.CodecV2
+	failed  sync.Map     // the message (a pointer) -> error, until an interceptor takes it
+	pending atomic.Int64 // entries of failed, so that well-formed calls skip the lookup
 }
 
 // New returns a Decoder wrapping grpc-go's proto codec.
@@ -92,7 +94,11 @@ func (s *stream) RecvMsg(m any) error {
 // take returns, and forgets, the InvalidArgument error for m when m did
 // not decode; nil otherwise.
 func (d *Decoder) take(m any) error {
+	if d.pending.Load() == 0 {
+		return nil
+	}
 	if err, ok := d.failed.LoadAndDelete(m); ok {
+		d.pending.Add(-1)
 		return err.(error)
 	}
 	return nil
@@ -112,6 +118,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return err // not a protobuf message: nothing this package can name
 	}
+	c.d.pending.Add(1)
 	c.d.failed.Store(v, invalidArgument(m, data.Materialize(), err))
 	proto.Reset(m) // nothing half-decoded reaches anyone
 	return nil

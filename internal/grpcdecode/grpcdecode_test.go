@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
@@ -48,7 +49,7 @@ func corrupt(t *testing.T, m proto.Message, marker string) []byte {
 	return bytes.Replace(b, []byte(marker), bytes.Repeat([]byte{0xff}, len(marker)), 1)
 }
 
-func mustMarshal(t *testing.T, m proto.Message) []byte {
+func mustMarshal(t testing.TB, m proto.Message) []byte {
 	t.Helper()
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -166,5 +167,38 @@ func TestInvalidUTF8Path(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("%v: %q, want %q", tt.msg, got, tt.want)
 		}
+	}
+}
+
+// BenchmarkWellFormed is the cost of decoding a well-formed request
+// through the Decoder (its codec and its interceptor), against grpc-go's
+// proto codec alone (baseline): the difference is what the Decoder adds.
+func BenchmarkWellFormed(b *testing.B) {
+	dec := grpcdecode.New()
+	in := mustMarshal(b, &ratelimitv1.ShouldRateLimitRequest{Domain: "default", Descriptors: []*ratelimitv1.Descriptor{
+		{Entries: []*ratelimitv1.Entry{{Key: "path", Value: "/orders"}, {Key: "user", Value: "alice"}}}}})
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	for _, bb := range []struct {
+		name        string
+		codec       encoding.CodecV2
+		interceptor grpc.UnaryServerInterceptor
+	}{
+		{"baseline", encoding.GetCodecV2("proto"), func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return h(ctx, req)
+		}},
+		{"decoder", dec.Codec(), dec.UnaryServerInterceptor()},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m := new(ratelimitv1.ShouldRateLimitRequest)
+				if err := bb.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(in)}, m); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := bb.interceptor(context.Background(), m, nil, handler); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
