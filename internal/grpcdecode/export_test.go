@@ -12,3 +12,7 @@ func InvalidUTF8(m proto.Message, b []byte) string {
 
 // Codec returns d's codec, as ServerOption installs it.
 func (d *Decoder) Codec() encoding.CodecV2 { return codec{d} }
+
+// Check returns what the interceptors do with a received message: the
+// InvalidArgument error remembered for it, once.
+func (d *Decoder) Check() func(m any) error { return d.take }

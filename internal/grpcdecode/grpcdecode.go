@@ -142,29 +142,37 @@ const maxDepth = 100
 // invalidUTF8 returns the path (descriptors[0].entries[1].value) of the
 // first string field of b, an encoded message of md, that is not valid
 // UTF-8, with prefix before it; "" when there is none, or when b is
-// malformed before one is found. A map field's entries are named by their
-// position ("labels[2].value").
+// malformed before one is found (protobuf, which decodes in the same
+// order, then reports the malformation). A map field's entries are named by
+// their position ("labels[2].value").
 func invalidUTF8(md protoreflect.MessageDescriptor, b []byte, prefix string, depth int) string {
+	path, _ := walk(md, b, prefix, depth)
+	return path
+}
+
+// walk is invalidUTF8, also reporting whether it stopped at malformed
+// bytes (here or in a nested message).
+func walk(md protoreflect.MessageDescriptor, b []byte, prefix string, depth int) (path string, malformed bool) {
 	if depth > maxDepth {
-		return ""
+		return "", true
 	}
 	seen := map[protowire.Number]int{} // occurrences so far, for indices
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return ""
+			return "", true
 		}
 		b = b[n:]
 		if typ != protowire.BytesType {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return ""
+				return "", true
 			}
 			b = b[n:]
 			continue
 		}
 		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
-			return ""
+			return "", true
 		}
 		b = b[n:]
 		fd := md.Fields().ByNumber(num)
@@ -178,12 +186,12 @@ func invalidUTF8(md protoreflect.MessageDescriptor, b []byte, prefix string, dep
 		}
 		switch {
 		case fd.Kind() == protoreflect.StringKind && !utf8.Valid(v):
-			return name
+			return name, false
 		case fd.Message() != nil:
-			if p := invalidUTF8(fd.Message(), v, name+".", depth+1); p != "" {
-				return p
+			if p, bad := walk(fd.Message(), v, name+".", depth+1); p != "" || bad {
+				return p, bad
 			}
 		}
 	}
-	return ""
+	return "", false
 }
