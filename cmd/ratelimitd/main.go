@@ -101,6 +101,14 @@ Flags:
 	}
 	cfg.Bounds = b
 	cfg.NoConsole = !*console
+	if cfg.MaxDetailedSeries < 1 { // the daemon would read 0 as "the default"
+		fmt.Fprintf(stderr, "ratelimitd: --max-detailed-series %d: want at least 1\n", cfg.MaxDetailedSeries)
+		return 2
+	}
+	if err := checkPolicyLimits(cfg.PolicyLimits); err != nil { // a zero limit would be read as "the default"
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
 	if cfg.NearLimitRatio == 0 { // the daemon would read 0 as "the default"
 		fmt.Fprintln(stderr, "ratelimitd: --near-limit-ratio 0: want a number in (0, 1]")
 		return 2
@@ -150,6 +158,17 @@ func addPolicyLimitFlags(fs *flag.FlagSet, l *config.Limits) {
 	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together)")
 }
 
+// checkPolicyLimits refuses a policy bound below 1, naming its flag.
+func checkPolicyLimits(l config.Limits) error {
+	switch {
+	case l.MaxBytes < 1:
+		return fmt.Errorf("--max-policy-bytes %d: want at least 1", l.MaxBytes)
+	case l.MaxDescriptors < 1:
+		return fmt.Errorf("--max-policy-descriptors %d: want at least 1", l.MaxDescriptors)
+	}
+	return nil
+}
+
 func checkConfig(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -167,6 +186,10 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
+		return 2
+	}
+	if err := checkPolicyLimits(limits); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd check-config: %v\n", err)
 		return 2
 	}
 	p, err := config.LoadWithin(fs.Arg(0), limits)

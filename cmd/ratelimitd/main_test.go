@@ -276,6 +276,10 @@ func TestBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--near-limit-ratio", "0"}, "--near-limit-ratio"},
+		{[]string{"--max-detailed-series", "0"}, "--max-detailed-series 0: want at least 1"},
+		{[]string{"--max-policy-bytes", "0"}, "--max-policy-bytes 0: want at least 1"},
+		{[]string{"--max-policy-descriptors", "-1"}, "--max-policy-descriptors -1: want at least 1"},
+		{[]string{"check-config", "--max-policy-bytes", "0", "p.yaml"}, "--max-policy-bytes 0: want at least 1"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 	}

@@ -41,10 +41,14 @@ type Limits struct {
 // while it runs, a loaded descriptor ~600 bytes.
 var DefaultLimits = Limits{MaxBytes: 2 << 20, MaxDescriptors: 100_000}
 
-// Check reports a limit that is not positive.
+// Check reports a limit that is not positive: such a limit would reject
+// every policy.
 func (l Limits) Check() error {
-	if l.MaxBytes <= 0 || l.MaxDescriptors <= 0 {
-		return fmt.Errorf("policy limits %+v: want both at least 1", l)
+	switch {
+	case l.MaxBytes <= 0:
+		return fmt.Errorf("max policy bytes is %d: want at least 1", l.MaxBytes)
+	case l.MaxDescriptors <= 0:
+		return fmt.Errorf("max policy descriptors is %d: want at least 1", l.MaxDescriptors)
 	}
 	return nil
 }

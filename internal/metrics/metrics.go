@@ -414,11 +414,12 @@ type ruleCounters struct {
 
 	// For a detailed_metric rule: its series by descriptor label, how
 	// many there are (at most Metrics.maxDetailed), and the overflow
-	// series once the cap is reached. mu guards n and overflow.
+	// series once the cap is reached, so that a flood of new values past
+	// the cap takes no lock. mu guards n and the creation of series.
 	detailed sync.Map // descriptor label -> *ruleCounters
 	mu       sync.Mutex
 	n        int
-	overflow *ruleCounters
+	overflow atomic.Pointer[ruleCounters]
 }
 
 // counters creates (or finds) the series of one rule and descriptor label.
@@ -467,16 +468,21 @@ func (m *Metrics) detailedCounters(c *ruleCounters, entries []config.Entry) *rul
 	if d, ok := c.detailed.Load(descriptor); ok {
 		return d.(*ruleCounters)
 	}
+	if o := c.overflow.Load(); o != nil {
+		return o
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d, ok := c.detailed.Load(descriptor); ok {
 		return d.(*ruleCounters)
 	}
+	if o := c.overflow.Load(); o != nil {
+		return o
+	}
 	if c.n >= m.maxDetailed {
-		if c.overflow == nil {
-			c.overflow = m.counters(c.domain, c.rule, OverflowDescriptor)
-		}
-		return c.overflow
+		o := m.counters(c.domain, c.rule, OverflowDescriptor)
+		c.overflow.Store(o)
+		return o
 	}
 	d := m.counters(c.domain, c.rule, descriptor)
 	c.detailed.Store(descriptor, d)
