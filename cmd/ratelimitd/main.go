@@ -44,6 +44,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if err := refuseSecretArgs(args); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -63,7 +67,7 @@ Flags:
 	b := engine.DefaultBounds
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address`")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, /debug/pprof/)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console; /debug/pprof/ with --pprof)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory; past it, idle buckets are reclaimed and then those nearest rest evicted")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
@@ -71,7 +75,9 @@ Flags:
 	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
 	console := fs.Bool("console", true, "serve the web console at /console on --http-addr (--console=false to disable)")
 	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
-	fs.BoolVar(&cfg.Pprof, "pprof", true, "serve /debug/pprof/ on --http-addr (--pprof=false to disable)")
+	fs.IntVar(&cfg.MaxDetailedSeries, "max-detailed-series", metrics.DefaultMaxDetailedSeries, "most metric series of one detailed_metric rule; the hits of further values count on its descriptor=\"_overflow_\" series")
+	addPolicyLimitFlags(fs, &cfg.PolicyLimits)
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --http-addr (never /debug/pprof/cmdline); only where operators alone reach --http-addr")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")
@@ -95,6 +101,14 @@ Flags:
 	}
 	cfg.Bounds = b
 	cfg.NoConsole = !*console
+	if cfg.MaxDetailedSeries < 1 { // the daemon would read 0 as "the default"
+		fmt.Fprintf(stderr, "ratelimitd: --max-detailed-series %d: want at least 1\n", cfg.MaxDetailedSeries)
+		return 2
+	}
+	if err := checkPolicyLimits(cfg.PolicyLimits); err != nil { // a zero limit would be read as "the default"
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
 	if cfg.NearLimitRatio == 0 { // the daemon would read 0 as "the default"
 		fmt.Fprintln(stderr, "ratelimitd: --near-limit-ratio 0: want a number in (0, 1]")
 		return 2
@@ -136,18 +150,58 @@ Flags:
 	}
 }
 
+// addPolicyLimitFlags adds the flags that bound policy files, for serving
+// and for check-config alike.
+func addPolicyLimitFlags(fs *flag.FlagSet, l *config.Limits) {
+	*l = config.DefaultLimits
+	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together, in `bytes`; larger ones are rejected before they are read")
+	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together)")
+}
+
+// checkPolicyLimits refuses a policy bound below 1, naming its flag.
+func checkPolicyLimits(l config.Limits) error {
+	switch {
+	case l.MaxBytes < 1:
+		return fmt.Errorf("--max-policy-bytes %d: want at least 1", l.MaxBytes)
+	case l.MaxDescriptors < 1:
+		return fmt.Errorf("--max-policy-descriptors %d: want at least 1", l.MaxDescriptors)
+	}
+	return nil
+}
+
 func checkConfig(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: ratelimitd check-config PATH")
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
+		fs.PrintDefaults()
+	}
+	var limits config.Limits
+	addPolicyLimitFlags(fs, &limits)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
-	p, err := config.Load(args[0])
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	if err := checkPolicyLimits(limits); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd check-config: %v\n", err)
+		return 2
+	}
+	p, err := config.LoadWithin(fs.Arg(0), limits)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1
 	}
 	for _, d := range p.Domains() {
 		fmt.Fprintf(stdout, "ok: domain %q from %s\n", d.Name, d.Source)
+		if !d.HasRules() {
+			fmt.Fprintf(stdout, "warning: domain %q has no rate limits: it admits every request\n", d.Name)
+		}
 	}
 	return 0
 }

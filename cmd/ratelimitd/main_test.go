@@ -276,6 +276,10 @@ func TestBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--near-limit-ratio", "0"}, "--near-limit-ratio"},
+		{[]string{"--max-detailed-series", "0"}, "--max-detailed-series 0: want at least 1"},
+		{[]string{"--max-policy-bytes", "0"}, "--max-policy-bytes 0: want at least 1"},
+		{[]string{"--max-policy-descriptors", "-1"}, "--max-policy-descriptors -1: want at least 1"},
+		{[]string{"check-config", "--max-policy-bytes", "0", "p.yaml"}, "--max-policy-bytes 0: want at least 1"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 	}
@@ -331,5 +335,60 @@ func TestBadAuthzPolicy(t *testing.T) {
 	}
 	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+}
+
+// TestPprofOffByDefault: a daemon started with default flags serves no
+// profiles; with --pprof it does, but never its command line, which may
+// hold what the operator did not mean to publish.
+func TestPprofOffByDefault(t *testing.T) {
+	get := func(p *process, path string) (int, string) {
+		resp, err := http.Get("http://" + p.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get(startProcess(t), "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("default flags: /debug/pprof/ %d, want 404", code)
+	}
+	p := startProcess(t, "--pprof", "--max-value-bytes", "777")
+	if code, _ := get(p, "/debug/pprof/heap?debug=1"); code != http.StatusOK {
+		t.Errorf("--pprof: heap profile %d, want 200", code)
+	}
+	if code, body := get(p, "/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "777") {
+		t.Errorf("--pprof: /debug/pprof/cmdline %d %q, want 404 without the command line", code, body)
+	}
+}
+
+// TestCheckConfigLimits: check-config applies the policy bounds as the
+// daemon does, and warns of a domain that admits everything.
+func TestCheckConfigLimits(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("domain: big\ndescriptors:\n"+strings.Repeat("#", 3000)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(dir, "open.yaml")
+	if err := os.WriteFile(open, []byte("domain: open\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"check-config", "--max-policy-bytes", "1000", big}, 1, "", big + ": 3026 bytes, more than the limit of 1000 (--max-policy-bytes); not parsed\n"},
+		{[]string{"check-config", open}, 0, "ok: domain \"open\" from " + open + "\nwarning: domain \"open\" has no rate limits: it admits every request\n", ""},
+		{[]string{"check-config"}, 2, "", "usage: ratelimitd check-config"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr strings.Builder
+		code := run(tt.args, &stdout, &stderr)
+		if code != tt.code || stdout.String() != tt.stdout || !strings.HasPrefix(stderr.String(), tt.stderr) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d, %q, %q", tt.args, code, stdout.String(), stderr.String(), tt.code, tt.stdout, tt.stderr)
+		}
 	}
 }

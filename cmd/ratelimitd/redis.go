@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"os"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -14,6 +13,7 @@ import (
 // parsing; the rest write into cfg.Redis directly.
 type redisFlags struct {
 	cluster                string
+	passwordFile           string
 	tls                    bool
 	tlsCA, tlsCert, tlsKey string
 }
@@ -25,7 +25,7 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis)")
 	fs.StringVar(&f.cluster, "redis-cluster", "", "Redis Cluster seed `addresses`, comma-separated (instead of --redis-addr)")
 	fs.StringVar(&r.Username, "redis-username", "", "Redis ACL user name")
-	fs.StringVar(&r.Password, "redis-password", "", "Redis password (default: $RATELIMITD_REDIS_PASSWORD, which keeps it out of the process list)")
+	fs.StringVar(&f.passwordFile, "redis-password-file", "", "`file` holding the Redis password (a trailing line break is ignored); or $RATELIMITD_REDIS_PASSWORD. Never on the command line: --redis-password is refused")
 	fs.BoolVar(&f.tls, "redis-tls", false, "connect to Redis over TLS, trusting the system's roots (or --redis-tls-ca)")
 	fs.StringVar(&f.tlsCA, "redis-tls-ca", "", "PEM CA certificates `file` to trust for Redis (implies --redis-tls)")
 	fs.StringVar(&f.tlsCert, "redis-tls-cert", "", "PEM client certificate `file` for Redis (with --redis-tls-key; implies --redis-tls)")
@@ -43,9 +43,11 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 	if cfg.Store != "redis" {
 		return nil
 	}
-	if cfg.Redis.Password == "" {
-		cfg.Redis.Password = os.Getenv("RATELIMITD_REDIS_PASSWORD")
+	password, err := secret("redis-password-file", f.passwordFile, "RATELIMITD_REDIS_PASSWORD")
+	if err != nil {
+		return err
 	}
+	cfg.Redis.Password = password
 	if f.cluster != "" {
 		for _, a := range strings.Split(f.cluster, ",") {
 			if a = strings.TrimSpace(a); a != "" {

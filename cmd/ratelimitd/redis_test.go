@@ -3,7 +3,10 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,15 @@ import (
 )
 
 func TestRedisFlags(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	secretFile, crlfFile, emptyFile := write("secret", "s3cret\n"), write("crlf", "with crlf\r\n"), write("empty", "\n")
 	tests := []struct {
 		name    string
 		args    []string
@@ -21,7 +33,7 @@ func TestRedisFlags(t *testing.T) {
 	}{{
 		name: "standalone with every option",
 		args: []string{"--store", "redis", "--redis-addr", "10.1.2.3:6380", "--redis-timeout", "50ms", "--redis-failure-mode", "closed",
-			"--redis-key-prefix", "rl:", "--redis-deny-cache", "1000", "--redis-username", "rl", "--redis-password", "s3cret"},
+			"--redis-key-prefix", "rl:", "--redis-deny-cache", "1000", "--redis-username", "rl", "--redis-password-file", secretFile},
 		want: redisstore.Config{Addr: "10.1.2.3:6380", Timeout: 50 * time.Millisecond, FailureMode: redisstore.FailClosed,
 			KeyPrefix: "rl:", DenyCache: 1000, Username: "rl", Password: "s3cret"},
 	}, {
@@ -30,6 +42,23 @@ func TestRedisFlags(t *testing.T) {
 		env:  "fromenv",
 		want: redisstore.Config{ClusterAddrs: []string{"a:7000", "b:7001"}, SpreadKeys: true, Password: "fromenv",
 			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+	}, {
+		name: "the password from a file, its line break dropped",
+		args: []string{"--store", "redis", "--redis-password-file", crlfFile},
+		want: redisstore.Config{Addr: "127.0.0.1:6379", Password: "with crlf", Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+	}, {
+		name:    "a password file and the environment both",
+		args:    []string{"--store", "redis", "--redis-password-file", secretFile},
+		env:     "fromenv",
+		wantErr: true,
+	}, {
+		name:    "an empty password file",
+		args:    []string{"--store", "redis", "--redis-password-file", emptyFile},
+		wantErr: true,
+	}, {
+		name:    "a missing password file",
+		args:    []string{"--store", "redis", "--redis-password-file", filepath.Join(dir, "absent")},
+		wantErr: true,
 	}, {
 		name:    "an unknown failure mode",
 		args:    []string{"--store", "redis", "--redis-failure-mode", "maybe"},
@@ -61,5 +90,25 @@ func TestRedisFlags(t *testing.T) {
 				t.Fatalf("got  %+v\nwant %+v", cfg.Redis, tt.want)
 			}
 		})
+	}
+}
+
+// TestSecretOnCommandLineRefused: a password on the command line is
+// refused before anything starts, saying how to pass it instead and
+// without repeating it.
+func TestSecretOnCommandLineRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--store", "redis", "--redis-password", "hunter2"},
+		{"-redis-password=hunter2"},
+		{"--redis-password=hunter2", "--store", "redis"},
+	} {
+		var stderr strings.Builder
+		if code := run(args, io.Discard, &stderr); code != 2 {
+			t.Errorf("%q: exit status %d, want 2", args, code)
+		}
+		msg := stderr.String()
+		if !strings.Contains(msg, "--redis-password-file") || !strings.Contains(msg, "$RATELIMITD_REDIS_PASSWORD") || strings.Contains(msg, "hunter2") {
+			t.Errorf("%q: stderr %q: want how to pass the password instead, without the password", args, msg)
+		}
 	}
 }

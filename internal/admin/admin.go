@@ -3,6 +3,10 @@
 //
 //	GET /policies        the policy in force as JSON, with where each domain came from
 //	GET /debug/pprof/    net/http/pprof's index and profiles (when enabled)
+//
+// /debug/pprof/cmdline is never served, not even with profiles enabled: the
+// command line may hold what an operator did not mean to publish (it is
+// answered 404, as an unknown profile).
 package admin
 
 import (
@@ -30,9 +34,11 @@ type Options struct {
 	// Policy returns the policy in force; it is called for each request
 	// to /policies.
 	Policy func() Loaded
-	// Pprof serves /debug/pprof/. Profiles show the daemon's internals
-	// and cost CPU while they run: serve them only on an address that
-	// only operators reach.
+	// Pprof serves /debug/pprof/: the index, every runtime profile by
+	// name (heap, goroutine, ...), profile (CPU), symbol and trace; never
+	// cmdline. Profiles show the daemon's internals (goroutine stacks
+	// include request data being decided) and cost CPU while they run:
+	// serve them only on an address that only operators reach.
 	Pprof bool
 }
 
@@ -51,7 +57,6 @@ func Register(mux *http.ServeMux, o Options) {
 	})
 	if o.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)

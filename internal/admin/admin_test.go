@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,13 @@ func TestPprof(t *testing.T) {
 		if !on && rec.Code != http.StatusNotFound {
 			t.Errorf("pprof off: %d, want 404", rec.Code)
 		}
-		if rec := get(mux, "/debug/pprof/cmdline"); on != (rec.Code == http.StatusOK) {
-			t.Errorf("pprof on=%v: cmdline %d", on, rec.Code)
+		if rec := get(mux, "/debug/pprof/heap?debug=1"); on != (rec.Code == http.StatusOK) {
+			t.Errorf("pprof on=%v: heap %d", on, rec.Code)
+		}
+		// The command line may carry secrets: never served.
+		rec = get(mux, "/debug/pprof/cmdline")
+		if rec.Code != http.StatusNotFound || strings.Contains(rec.Body.String(), os.Args[0]) {
+			t.Errorf("pprof on=%v: cmdline %d %q, want 404 without the command line", on, rec.Code, rec.Body)
 		}
 	}
 }

@@ -84,9 +84,19 @@
 // not a duration or is negative; a period beyond algorithms.MaxSpan or a
 // bucket that takes longer to drain; replaces entries without a name,
 // naming their own limit, or naming no limit of the domain; rate_limit and
-// rate_limits together, or an empty one. A file with more than 262144
-// descriptors (counting each use of an alias) is rejected, and a file's
-// problems are listed up to 1000, then counted.
+// rate_limits together, or an empty one. A file's problems are listed up
+// to 1000, then counted.
+//
+// Loading is bounded (Limits, DefaultLimits): a file larger than
+// MaxBytes (2 MiB by default), or a directory whose files are larger
+// together, is rejected from its size before it is read; a policy with more
+// than MaxDescriptors descriptors (100,000 by default, counting each use of
+// an alias, all files of a directory together) is rejected as soon as
+// building reaches the first one too many.
+//
+// A domain without any rate limit (no descriptors, or descriptors without
+// rate_limit or rate_limits anywhere) is valid and admits every request:
+// Domain.HasRules tells, so that the daemon and check-config can warn.
 //
 // # Matching
 //

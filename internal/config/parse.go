@@ -20,17 +20,60 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 )
 
-// Load reads the policy at path: one YAML file (whatever its name), or a
-// directory whose *.yaml and *.yml files each hold one domain. In a
+// Limits bound what loading a policy may cost, so that an oversize file
+// is rejected before it is read into memory, and one whose aliases expand
+// enormously is stopped early.
+type Limits struct {
+	// MaxBytes is the most bytes of one policy file, and of all the files
+	// of a directory together. A file beyond it is rejected from its size
+	// (os.Stat) without being read; reading stops one byte past it in any
+	// case, for a file that grows or is not a regular file.
+	MaxBytes int64
+	// MaxDescriptors is the most descriptors of a policy (all files of a
+	// directory together), counting each use of a YAML alias: building
+	// stops at the first one beyond it.
+	MaxDescriptors int
+}
+
+// DefaultLimits are generous for hand-written policies (envoyproxy/ratelimit
+// policy files are usually kilobytes) and keep loading a policy within
+// about 100 MB of memory: the YAML decoder holds ~50 bytes a byte of file
+// while it runs, a loaded descriptor ~600 bytes.
+var DefaultLimits = Limits{MaxBytes: 2 << 20, MaxDescriptors: 100_000}
+
+// Check reports a limit that is not positive: such a limit would reject
+// every policy.
+func (l Limits) Check() error {
+	switch {
+	case l.MaxBytes <= 0:
+		return fmt.Errorf("max policy bytes is %d: want at least 1", l.MaxBytes)
+	case l.MaxDescriptors <= 0:
+		return fmt.Errorf("max policy descriptors is %d: want at least 1", l.MaxDescriptors)
+	}
+	return nil
+}
+
+// Load reads the policy at path within DefaultLimits; see LoadWithin.
+func Load(path string) (*Policy, error) { return LoadWithin(path, DefaultLimits) }
+
+// LoadWithin reads the policy at path: one YAML file (whatever its name),
+// or a directory whose *.yaml and *.yml files each hold one domain. In a
 // directory, files are read in name order; names starting with "." and
 // subdirectories are skipped; symbolic links are followed. A directory
 // without a policy file is an error.
 //
-// Load checks every file completely and returns the policy, or every
-// problem it finds as Errors. A domain defined in two files is a problem of
-// the second file. A path that cannot be read, or a directory without
+// It checks every file completely and returns the policy, or every problem
+// it finds as Errors. A domain defined in two files is a problem of the
+// second file. Beyond the limits l (see Limits): a file larger than
+// l.MaxBytes is a problem of that file, and a directory whose files are
+// larger together is a problem of the directory, found before any file is
+// read; more than l.MaxDescriptors descriptors is a problem where the first
+// one too many is. A path that cannot be read, or a directory without
 // policy files, is reported as a single error of another type.
-func Load(path string) (*Policy, error) {
+func LoadWithin(path string, l Limits) (*Policy, error) {
+	if err := l.Check(); err != nil {
+		return nil, err
+	}
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -45,9 +88,26 @@ func Load(path string) (*Policy, error) {
 		domains []*Domain
 		byName  = map[string]*Domain{}
 		errs    Errors
+		total   int64
 	)
 	for _, file := range files {
-		data, err := os.ReadFile(file)
+		if info, err := os.Stat(file); err == nil {
+			if info.Size() > l.MaxBytes {
+				errs = append(errs, tooLarge(file, info.Size(), l.MaxBytes))
+			}
+			total += info.Size()
+		}
+	}
+	if len(errs) == 0 && total > l.MaxBytes {
+		errs = append(errs, &FieldError{File: path,
+			Problem: fmt.Sprintf("the policy files are %d bytes together, more than the limit of %d (--max-policy-bytes)", total, l.MaxBytes)})
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	budget := l
+	for _, file := range files {
+		data, err := readLimited(file, budget.MaxBytes)
 		if err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
@@ -56,7 +116,13 @@ func Load(path string) (*Policy, error) {
 			errs = append(errs, &FieldError{File: file, Problem: err.Error()})
 			continue
 		}
-		d, ferrs := parseDomain(file, data)
+		if int64(len(data)) > budget.MaxBytes {
+			errs = append(errs, tooLarge(file, int64(len(data)), l.MaxBytes))
+			break
+		}
+		budget.MaxBytes -= int64(len(data))
+		d, used, ferrs := parseDomain(file, data, budget.MaxDescriptors, l.MaxDescriptors)
+		budget.MaxDescriptors -= used
 		errs = append(errs, ferrs...)
 		if d == nil {
 			continue
@@ -73,6 +139,22 @@ func Load(path string) (*Policy, error) {
 		return nil, errs
 	}
 	return newPolicy(domains), nil
+}
+
+// readLimited reads file up to one byte past max.
+func readLimited(file string, max int64) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max+1))
+}
+
+// tooLarge reports a file of size bytes (or, when read, at least size)
+// beyond the limit of max.
+func tooLarge(file string, size, max int64) *FieldError {
+	return &FieldError{File: file, Problem: fmt.Sprintf("%d bytes, more than the limit of %d (--max-policy-bytes); not parsed", size, max)}
 }
 
 // policyFiles returns the paths of dir's policy files in name order.
@@ -101,10 +183,13 @@ func policyFiles(dir string) ([]string, error) {
 }
 
 // Parse returns the policy in data, one policy file's contents, or every
-// problem in it (see Errors). source names the file in errors and becomes
-// the domain's Source.
+// problem in it (see Errors), within DefaultLimits. source names the file in
+// errors and becomes the domain's Source.
 func Parse(source string, data []byte) (*Policy, error) {
-	d, errs := parseDomain(source, data)
+	if int64(len(data)) > DefaultLimits.MaxBytes {
+		return nil, Errors{tooLarge(source, int64(len(data)), DefaultLimits.MaxBytes)}
+	}
+	d, _, errs := parseDomain(source, data, DefaultLimits.MaxDescriptors, DefaultLimits.MaxDescriptors)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -139,15 +224,15 @@ type parser struct {
 	replaces []replacesRef   // every replaces entry, checked against names at the end
 
 	descriptorCount int // so far, to stop at maxDescriptors
+	maxDescriptors  int // what is left of Limits.MaxDescriptors
+	descriptorLimit int // Limits.MaxDescriptors, for the report
+	tooMany         bool
 	dropped         int // problems beyond maxProblems
 }
 
-// Bounds on one file, so that a file whose aliases (*name) expand
-// exponentially is rejected quickly and with a readable report.
-const (
-	maxDescriptors = 1 << 18
-	maxProblems    = 1000
-)
+// maxProblems bounds the problems listed for one file, so that a report
+// stays readable.
+const maxProblems = 1000
 
 // replacesRef is a name in a replaces list, and where it is.
 type replacesRef struct {
@@ -155,10 +240,12 @@ type replacesRef struct {
 	line        int
 }
 
-// parseDomain returns the domain in data and every problem in it, sorted
-// by line. The domain is nil when there are problems.
-func parseDomain(file string, data []byte) (*Domain, Errors) {
-	p := &parser{file: file, names: map[string]bool{}}
+// parseDomain returns the domain in data, how many descriptors it built
+// (at most budget), and every problem in it, sorted by line. The domain is
+// nil when there are problems. budget is what is left of the policy's limit
+// of descriptors, limit.
+func parseDomain(file string, data []byte, budget, limit int) (*Domain, int, Errors) {
+	p := &parser{file: file, names: map[string]bool{}, maxDescriptors: budget, descriptorLimit: limit}
 	d := p.document(data)
 	for _, r := range p.replaces {
 		if !p.names[r.name] {
@@ -174,9 +261,9 @@ func parseDomain(file string, data []byte) (*Domain, Errors) {
 			}
 			p.errs = append(p.errs, &FieldError{File: file, Problem: more})
 		}
-		return nil, p.errs
+		return nil, p.descriptorCount, p.errs
 	}
-	return d, nil
+	return d, p.descriptorCount, nil
 }
 
 // problems returns how many problems have been found so far, listed or not.
@@ -267,13 +354,15 @@ func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, statKey 
 
 // descriptor checks one descriptor and adds it to parent.
 func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey string, where map[Entry]string) {
-	if p.descriptorCount++; p.descriptorCount > maxDescriptors {
-		if p.descriptorCount == maxDescriptors+1 { // reported even beyond maxProblems
+	if p.descriptorCount >= p.maxDescriptors {
+		if !p.tooMany { // reported even beyond maxProblems
+			p.tooMany = true
 			p.errs = append(p.errs, &FieldError{File: p.file, Line: y.Line, Field: path,
-				Problem: fmt.Sprintf("more than %d descriptors (aliases expanded); stopped here", maxDescriptors)})
+				Problem: fmt.Sprintf("more than %d descriptors (--max-policy-descriptors; aliases expanded, the files of a directory together); stopped here", p.descriptorLimit)})
 		}
 		return
 	}
+	p.descriptorCount++
 	m := p.fields(y, path, descriptorFields)
 	if m == nil {
 		return

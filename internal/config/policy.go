@@ -99,3 +99,30 @@ func (p *Policy) Domain(name string) *Domain { return p.domains[name] }
 func (p *Policy) Domains() []*Domain {
 	return append([]*Domain(nil), p.sorted...)
 }
+
+// HasRules reports whether the domain has at least one rule: a descriptor
+// with rate_limit or rate_limits, at any depth. A domain without rules
+// matches no request descriptor, so it admits every request.
+func (d *Domain) HasRules() bool { return d.root.hasRules() }
+
+func (n *node) hasRules() bool {
+	if n.rule != nil {
+		return true
+	}
+	for _, c := range n.exact {
+		if c.hasRules() {
+			return true
+		}
+	}
+	for _, w := range n.wildcard {
+		if w.n.hasRules() {
+			return true
+		}
+	}
+	for _, c := range n.keyOnly {
+		if c.hasRules() {
+			return true
+		}
+	}
+	return false
+}

@@ -4,6 +4,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimitd/ratelimitd/internal/authz"
+	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 )
 
 // loadAuthz reads the authorization policy, when Config.AuthzPolicy names
@@ -32,9 +33,10 @@ func (d *Daemon) loadAuthz() (err error) {
 
 // ownInterceptors returns the daemon's unary interceptors, outermost
 // first: metrics (so that refused calls are counted with their codes),
-// then authorization when it is on.
-func (d *Daemon) ownInterceptors() []grpc.UnaryServerInterceptor {
-	own := []grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor()}
+// the check that the request decoded (dec), then authorization when it is
+// on.
+func (d *Daemon) ownInterceptors(dec *grpcdecode.Decoder) []grpc.UnaryServerInterceptor {
+	own := []grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor(), dec.UnaryServerInterceptor()}
 	if d.authz != nil {
 		own = append(own, d.authz.UnaryServerInterceptor())
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
+	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
@@ -69,7 +70,13 @@ type Config struct {
 	// NearLimitRatio is the per-rule metrics' near-limit ratio, in (0, 1]
 	// (0: metrics.DefaultNearLimitRatio, 0.8).
 	NearLimitRatio float64
-	// Pprof serves /debug/pprof/ on the HTTP address.
+	// MaxDetailedSeries caps the metric series of each detailed_metric
+	// rule (0: metrics.DefaultMaxDetailedSeries).
+	MaxDetailedSeries int
+	// PolicyLimits bounds the policy files at ConfigPath, at start and at
+	// every reload (zero value: config.DefaultLimits).
+	PolicyLimits config.Limits
+	// Pprof serves /debug/pprof/ on the HTTP address (never its cmdline).
 	Pprof bool
 	// NoConsole turns off the web console (/console), which is served on
 	// the HTTP address by default.
@@ -95,8 +102,9 @@ type Config struct {
 	// connect may peek at and charge every domain.
 	AuthzPolicy string
 	// UnaryInterceptors run on every unary call after the daemon's own
-	// (metrics), in order: for a program embedding the daemon (auth,
-	// tracing) and for tests that hold a call in flight.
+	// (metrics, the check that the request decoded, authorization), in
+	// order: for a program embedding the daemon (auth, tracing) and for
+	// tests that hold a call in flight.
 	UnaryInterceptors []grpc.UnaryServerInterceptor
 	// Clock is the decision clock (nil: the real monotonic clock).
 	Clock clock.Clock
@@ -146,7 +154,7 @@ func Start(cfg Config) (*Daemon, error) {
 		log:       cfg.Logger,
 		health:    health.NewServer(),
 		served:    make(chan error, 2),
-		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio)),
+		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
 		drain:     make(chan struct{}),
 	}
@@ -210,6 +218,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := cfg.Bounds.Check(); err != nil {
 		return cfg, fmt.Errorf("request bounds: %w", err)
 	}
+	if cfg.PolicyLimits == (config.Limits{}) {
+		cfg.PolicyLimits = config.DefaultLimits
+	}
+	if err := cfg.PolicyLimits.Check(); err != nil {
+		return cfg, err
+	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
 	}
@@ -250,10 +264,11 @@ func (d *Daemon) loadPolicy() error {
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
-		if policy, err = config.Load(d.cfg.ConfigPath); err != nil {
+		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
 			return err
 		}
 	}
+	d.warnPolicy(policy)
 	at := time.Now()
 	d.metrics.PolicyLoaded(policy, at)
 	d.loaded.Store(&admin.Loaded{Policy: policy, Path: d.cfg.ConfigPath, At: at})
@@ -269,6 +284,7 @@ func (d *Daemon) loadTLS() (err error) {
 		return err
 	}
 	d.metrics.CertificateLoaded(false, d.tls.NotAfter(), nil)
+	d.warnCertificate()
 	return nil
 }
 
@@ -314,9 +330,13 @@ func (d *Daemon) abort() {
 // interceptors, authorization (with Config.AuthzPolicy) and
 // Config.UnaryInterceptors.
 func (d *Daemon) grpcServer() *grpc.Server {
+	// A request that does not decode is InvalidArgument, counted by the
+	// metrics interceptors before it.
+	dec := grpcdecode.New()
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(append(d.ownInterceptors(), d.cfg.UnaryInterceptors...)...),
-		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor()),
+		dec.ServerOption(),
+		grpc.ChainUnaryInterceptor(append(d.ownInterceptors(dec), d.cfg.UnaryInterceptors...)...),
+		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
 	}
 	if d.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))

@@ -378,6 +378,7 @@ func TestInvalidArgument(t *testing.T) {
 		{"inline limit with negative period", req("d", withLimit(&rl.Limit{Requests: 1, Period: durationpb.New(-time.Second)})), "descriptors[0].limit"},
 		{"inline burst on a window", req("d", withLimit(&rl.Limit{Requests: 1, Period: sec, Burst: 5})), "descriptors[0].limit"},
 		{"inline unknown algorithm", req("d", withLimit(&rl.Limit{Algorithm: 99, Requests: 1, Period: sec})), "descriptors[0].limit.algorithm"},
+		{"inline limit name too long", req("d", withLimit(&rl.Limit{Requests: 1, Period: sec, Name: long})), "descriptors[0].limit.name"},
 	}
 	h := start(t, "")
 	for _, tt := range tests {

@@ -6,6 +6,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/admin"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/console"
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
 
 // Reload reads the policy at Config.ConfigPath again. A valid policy is
@@ -28,7 +29,7 @@ func (d *Daemon) Reload() error {
 	}
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
-	p, err := config.Load(path)
+	p, err := config.LoadWithin(path, d.cfg.PolicyLimits)
 	now := time.Now()
 	if err != nil {
 		d.metrics.PolicyReloaded(nil, now, err)
@@ -36,6 +37,7 @@ func (d *Daemon) Reload() error {
 		d.log.Error("policy reload failed; the previous policy goes on serving", "config", path, "error", err)
 		return err
 	}
+	d.warnPolicy(p)
 	d.engine.SetPolicy(p)
 	d.loaded.Store(&admin.Loaded{Policy: p, Path: path, At: now})
 	d.metrics.PolicyReloaded(p, now, nil)
@@ -66,4 +68,24 @@ func (d *Daemon) reloadTLS() {
 		return
 	}
 	d.log.Info("TLS certificate reloaded", "cert", d.cfg.TLS.Cert, "not_after", d.tls.NotAfter())
+	d.warnCertificate()
+}
+
+// warnPolicy logs a warning for each domain of p without rules, which
+// admits every request.
+func (d *Daemon) warnPolicy(p *config.Policy) {
+	for _, dom := range p.Domains() {
+		if !dom.HasRules() {
+			d.log.Warn("policy domain has no rate limits: it admits every request", "domain", dom.Name, "source", dom.Source)
+		}
+	}
+}
+
+// warnCertificate logs a warning when the gRPC server's certificate in use
+// has expired or expires within tlsconfig.ExpirySoon (7 days).
+func (d *Daemon) warnCertificate() {
+	notAfter := d.tls.NotAfter()
+	if w := tlsconfig.ExpiryWarning(notAfter, time.Now()); w != "" {
+		d.log.Warn("TLS certificate "+w, "cert", d.cfg.TLS.Cert, "not_after", notAfter)
+	}
 }

@@ -131,11 +131,13 @@ func (r *Response) MostRestrictive() int {
 const UnlimitedRemaining = 1<<32 - 1
 
 // Bounds limits the size of a request. A request beyond any bound is
-// rejected with an *InvalidError.
+// rejected with an *InvalidError. Every string a request carries is
+// bounded: the domain, entry keys and an inline limit's name by
+// MaxKeyBytes, entry values by MaxValueBytes.
 type Bounds struct {
 	MaxDescriptors int // descriptors per request
 	MaxEntries     int // entries per descriptor
-	MaxKeyBytes    int // bytes in the domain and in each entry key
+	MaxKeyBytes    int // bytes in the domain, in each entry key and in an inline limit's name
 	MaxValueBytes  int // bytes in each entry value
 }
 
@@ -199,6 +201,8 @@ func (b *Bounds) validate(req *Request) error {
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required")
 		case len(d.Entries) > b.MaxEntries:
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", len(d.Entries), b.MaxEntries)
+		case d.Limit != nil && len(d.Limit.Name) > b.MaxKeyBytes:
+			return invalid(fmt.Sprintf("descriptors[%d].limit.name", i), "is %d bytes; the limit is %d", len(d.Limit.Name), b.MaxKeyBytes)
 		}
 		for j, e := range d.Entries {
 			switch {

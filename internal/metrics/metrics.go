@@ -46,9 +46,23 @@
 // detailed_metric: true, whose hits are counted per request value instead,
 // under the request's entries as key_value joined by dots
 // ("path_/orders.user_alice"). That is as many series as there are
-// values, which is why a policy has to ask for it. Descriptors that matched
-// no rule, and inline limits, which a request names itself, are counted in
-// the decision totals only.
+// values, which is why a policy has to ask for it, and why their number is
+// capped: a detailed_metric rule has at most WithMaxDetailedSeries (default
+// DefaultMaxDetailedSeries, 1000) descriptor series; the hits of every
+// further value count on one series whose descriptor is OverflowDescriptor
+// ("_overflow_"). Descriptors that matched no rule, and inline limits, which
+// a request names itself, are counted in the decision totals only. No other
+// label takes its value from a request: domain and rule are the policy's,
+// and the gRPC metrics' method labels are the server's registered methods.
+//
+// # Reloads
+//
+// A successful reload (PolicyReloaded) drops the series of every rule the
+// new policy no longer has, and every detailed_metric series (the cap starts
+// again from zero); the series of a rule it keeps, named by the same domain
+// and descriptor path, count on. A request deciding while the reload happens
+// may count on the previous policy's series, or in a series the reload just
+// dropped.
 package metrics
 
 import (
@@ -76,6 +90,14 @@ const namespace = "ratelimitd"
 // DefaultNearLimitRatio is the near-limit ratio of envoyproxy/ratelimit.
 const DefaultNearLimitRatio = 0.8
 
+// DefaultMaxDetailedSeries is the default cap on the descriptor series of
+// one detailed_metric rule.
+const DefaultMaxDetailedSeries = 1000
+
+// OverflowDescriptor is the descriptor label of the series that counts a
+// detailed_metric rule's hits beyond its cap of series.
+const OverflowDescriptor = "_overflow_"
+
 // DecisionBuckets are the upper bounds, in seconds, of the decision
 // latency histogram: 1µs to 10ms, as an in-process decision takes well
 // under a microsecond to a few.
@@ -87,11 +109,18 @@ var GRPCBuckets = []float64{5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 
 
 // Metrics holds the daemon's metrics. It is safe for concurrent use.
 type Metrics struct {
-	reg       *prometheus.Registry
-	nearRatio float64
+	reg         *prometheus.Registry
+	nearRatio   float64
+	maxDetailed int
 
 	hits, within, near, over, shadow *prometheus.CounterVec
 	rules                            atomic.Pointer[sync.Map] // *config.Rule -> *ruleCounters
+
+	// series holds the labels of every per-rule series there is, so that
+	// a reload can drop those the new policy no longer has. mu serializes
+	// series creation with reloads.
+	mu     sync.Mutex
+	series map[seriesLabels]struct{}
 
 	latency      prometheus.Histogram
 	allowed      prometheus.Counter
@@ -113,11 +142,20 @@ type Option func(*Metrics)
 // near-limit hits.
 func WithNearLimitRatio(r float64) Option { return func(m *Metrics) { m.nearRatio = r } }
 
+// WithMaxDetailedSeries sets the most descriptor series that one
+// detailed_metric rule has (default DefaultMaxDetailedSeries; n < 1 means
+// the default). Hits of further values count on the rule's
+// OverflowDescriptor series.
+func WithMaxDetailedSeries(n int) Option { return func(m *Metrics) { m.maxDetailed = n } }
+
 // New returns the daemon's metrics, registered on a new registry.
 func New(opts ...Option) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), nearRatio: DefaultNearLimitRatio}
+	m := &Metrics{reg: prometheus.NewRegistry(), nearRatio: DefaultNearLimitRatio, series: map[seriesLabels]struct{}{}}
 	for _, opt := range opts {
 		opt(m)
+	}
+	if m.maxDetailed < 1 {
+		m.maxDetailed = DefaultMaxDetailedSeries
 	}
 	m.rules.Store(new(sync.Map))
 
@@ -230,35 +268,66 @@ func MemoryStoreCollectors(s Store, max int) []prometheus.Collector {
 func (m *Metrics) PolicyLoaded(p *config.Policy, at time.Time) {
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
 	m.lastReloadOK.Set(1)
-	for _, d := range p.View().Domains {
-		m.initRules(d.Domain, d.Descriptors)
+	for l := range plainRules(p) {
+		m.counters(l.domain, l.rule, "")
 	}
 }
 
-func (m *Metrics) initRules(domain string, descriptors []config.DescriptorView) {
-	for _, dv := range descriptors {
-		if dv.StatKey != "" && !dv.DetailedMetric {
-			m.counters(domain, strings.TrimPrefix(dv.StatKey, domain+"."), "")
+// ruleLabels are the domain and rule labels of a rule's series.
+type ruleLabels struct{ domain, rule string }
+
+// seriesLabels are the labels of one per-rule series.
+type seriesLabels struct{ domain, rule, descriptor string }
+
+// plainRules returns the labels of p's rules that are not detailed_metric.
+func plainRules(p *config.Policy) map[ruleLabels]struct{} {
+	rules := map[ruleLabels]struct{}{}
+	var walk func(domain string, descriptors []config.DescriptorView)
+	walk = func(domain string, descriptors []config.DescriptorView) {
+		for _, dv := range descriptors {
+			if dv.StatKey != "" && !dv.DetailedMetric {
+				rules[ruleLabels{domain, strings.TrimPrefix(dv.StatKey, domain+".")}] = struct{}{}
+			}
+			walk(domain, dv.Descriptors)
 		}
-		m.initRules(domain, dv.Descriptors)
 	}
+	for _, d := range p.View().Domains {
+		walk(d.Domain, d.Descriptors)
+	}
+	return rules
 }
 
 // PolicyReloaded records a reload at time at that failed with err, or that
 // put policy p in force when err is nil. After a success the rules of the
-// previous policy are forgotten, and p's series are created as
-// PolicyLoaded does; the series of rules that p no longer has stay, and
-// an unchanged rule counts on in its series, as series are named by domain
-// and descriptor path.
+// previous policy are forgotten; the series of every rule p no longer has,
+// and every detailed_metric series, are dropped; and p's series are created
+// as PolicyLoaded does. A rule p keeps (the same domain and descriptor
+// path, not detailed_metric) counts on in its series.
 func (m *Metrics) PolicyReloaded(p *config.Policy, at time.Time, err error) {
 	if err != nil {
 		m.reloads.WithLabelValues("failure").Inc()
 		m.lastReloadOK.Set(0)
 		return
 	}
+	keep := plainRules(p)
+	m.mu.Lock()
 	m.rules.Store(new(sync.Map))
+	for l := range m.series {
+		if _, ok := keep[ruleLabels{l.domain, l.rule}]; ok && l.descriptor == "" {
+			continue
+		}
+		for _, v := range m.ruleVecs() {
+			v.DeleteLabelValues(l.domain, l.rule, l.descriptor)
+		}
+		delete(m.series, l)
+	}
+	m.mu.Unlock()
 	m.reloads.WithLabelValues("success").Inc()
 	m.PolicyLoaded(p, at)
+}
+
+func (m *Metrics) ruleVecs() []*prometheus.CounterVec {
+	return []*prometheus.CounterVec{m.hits, m.within, m.near, m.over, m.shadow}
 }
 
 // CertificateLoaded records a load of the gRPC server's certificate: the
@@ -342,10 +411,22 @@ type ruleCounters struct {
 	hits, within, near, over, shadow prometheus.Counter
 
 	domain, rule string
-	detailed     sync.Map // descriptor label -> *ruleCounters, for detailed_metric
+
+	// For a detailed_metric rule: its series by descriptor label, how
+	// many there are (at most Metrics.maxDetailed), and the overflow
+	// series once the cap is reached, so that a flood of new values past
+	// the cap takes no lock. mu guards n and the creation of series.
+	detailed sync.Map // descriptor label -> *ruleCounters
+	mu       sync.Mutex
+	n        int
+	overflow atomic.Pointer[ruleCounters]
 }
 
+// counters creates (or finds) the series of one rule and descriptor label.
 func (m *Metrics) counters(domain, rule, descriptor string) *ruleCounters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.series[seriesLabels{domain, rule, descriptor}] = struct{}{}
 	return &ruleCounters{
 		hits:   m.hits.WithLabelValues(domain, rule, descriptor),
 		within: m.within.WithLabelValues(domain, rule, descriptor),
@@ -387,6 +468,24 @@ func (m *Metrics) detailedCounters(c *ruleCounters, entries []config.Entry) *rul
 	if d, ok := c.detailed.Load(descriptor); ok {
 		return d.(*ruleCounters)
 	}
-	d, _ := c.detailed.LoadOrStore(descriptor, m.counters(c.domain, c.rule, descriptor))
-	return d.(*ruleCounters)
+	if o := c.overflow.Load(); o != nil {
+		return o
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.detailed.Load(descriptor); ok {
+		return d.(*ruleCounters)
+	}
+	if o := c.overflow.Load(); o != nil {
+		return o
+	}
+	if c.n >= m.maxDetailed {
+		o := m.counters(c.domain, c.rule, OverflowDescriptor)
+		c.overflow.Store(o)
+		return o
+	}
+	d := m.counters(c.domain, c.rule, descriptor)
+	c.detailed.Store(descriptor, d)
+	c.n++
+	return d
 }

@@ -286,3 +286,120 @@ func TestOperationalMetrics(t *testing.T) {
 	want[`ratelimitd_tls_certificate_expiry_timestamp_seconds`] = 1.95e9
 	check("certificate reloads")
 }
+
+// series returns the series of one counter whose rule label is r.
+func series(got map[string]float64, counter, r string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range got {
+		if strings.HasPrefix(k, "ratelimitd_rule_"+counter+"{") && strings.Contains(k, `rule="`+r+`"`) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestDetailedSeriesCapped: a detailed_metric rule gets a series for each
+// of its first values up to the cap; every further value counts on the
+// overflow series, and a value that has its series keeps counting there.
+func TestDetailedSeriesCapped(t *testing.T) {
+	m := metrics.New(metrics.WithMaxDetailedSeries(3))
+	e := newEngine(t, m)
+	for i := range 10 {
+		send(t, e, []call{{descriptors: [][]string{{"path", "/orders", "user", "u" + strconv.Itoa(i)}}}})
+	}
+	send(t, e, []call{{descriptors: [][]string{{"path", "/orders", "user", "u0"}}}})
+	got := series(scrape(t, m), "hits_total", "path_/orders.user")
+	want := map[string]float64{
+		rule("hits_total", "path_/orders.user", "path_/orders.user_u0"):     2,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_u1"):     1,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_u2"):     1,
+		rule("hits_total", "path_/orders.user", metrics.OverflowDescriptor): 7,
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d series, want %d: %v", len(got), len(want), got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+// TestDetailedSeriesDefaultCap: with the default cap, a flood of distinct
+// values makes at most DefaultMaxDetailedSeries+1 series per counter.
+func TestDetailedSeriesDefaultCap(t *testing.T) {
+	m := metrics.New()
+	e := newEngine(t, m)
+	const values = metrics.DefaultMaxDetailedSeries + 500
+	for i := range values {
+		send(t, e, []call{{descriptors: [][]string{{"path", "/orders", "user", "u" + strconv.Itoa(i)}}}})
+	}
+	got := series(scrape(t, m), "hits_total", "path_/orders.user")
+	if len(got) != metrics.DefaultMaxDetailedSeries+1 {
+		t.Errorf("%d series, want %d", len(got), metrics.DefaultMaxDetailedSeries+1)
+	}
+	if o := got[rule("hits_total", "path_/orders.user", metrics.OverflowDescriptor)]; o != 500 {
+		t.Errorf("overflow %v hits, want 500", o)
+	}
+}
+
+// TestReloadDropsSeries: a reload drops the series of rules the new policy
+// no longer has and every detailed series (the cap counts again from
+// zero), and keeps those of the rules it keeps.
+func TestReloadDropsSeries(t *testing.T) {
+	m := metrics.New(metrics.WithMaxDetailedSeries(2))
+	e := newEngine(t, m)
+	send(t, e, []call{
+		{descriptors: [][]string{{"k", "a"}}, times: 3},
+		{descriptors: [][]string{{"wide", "a"}}},
+		{descriptors: [][]string{{"path", "/orders", "user", "alice"}}},
+		{descriptors: [][]string{{"path", "/orders", "user", "bob"}}},
+		{descriptors: [][]string{{"path", "/orders", "user", "carol"}}},
+	})
+	// k stays; wide goes; the detailed rule stays detailed.
+	p, err := config.Parse("d.yaml", []byte(`
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: path
+    value: /orders
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetPolicy(p)
+	m.PolicyReloaded(p, time.Unix(1_800_000_000, 0), nil)
+	got := scrape(t, m)
+	if v, ok := got[rule("hits_total", "k", "")]; !ok || v != 3 {
+		t.Errorf("kept rule k: %v (present %v), want 3", v, ok)
+	}
+	for _, r := range []string{"wide", "path_/orders.user"} {
+		if s := series(got, "hits_total", r); len(s) > 0 {
+			t.Errorf("rule %s: series after the reload: %v", r, s)
+		}
+	}
+	send(t, e, []call{
+		{descriptors: [][]string{{"path", "/orders", "user", "dave"}}},
+		{descriptors: [][]string{{"path", "/orders", "user", "erin"}}},
+		{descriptors: [][]string{{"path", "/orders", "user", "frank"}}},
+	})
+	got = series(scrape(t, m), "hits_total", "path_/orders.user")
+	want := map[string]float64{
+		rule("hits_total", "path_/orders.user", "path_/orders.user_dave"):   1,
+		rule("hits_total", "path_/orders.user", "path_/orders.user_erin"):   1,
+		rule("hits_total", "path_/orders.user", metrics.OverflowDescriptor): 1,
+	}
+	if len(got) != len(want) {
+		t.Errorf("after the reload: %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("after the reload: %s = %v, want %v", k, got[k], v)
+		}
+	}
+}

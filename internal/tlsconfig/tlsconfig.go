@@ -118,5 +118,25 @@ func (s *Server) Config() *tls.Config {
 // NotAfter returns when the certificate in use expires.
 func (s *Server) NotAfter() time.Time { return s.cur.Load().notAfter }
 
+// ExpirySoon is how close to its expiry a certificate is said to expire
+// soon (ExpiryWarning).
+const ExpirySoon = 7 * 24 * time.Hour
+
+// ExpiryWarning describes, at now, a certificate that expires at notAfter,
+// when it has expired or expires within ExpirySoon: "expired 2h0m0s ago",
+// "expires in 71h59m0s" (durations rounded to the minute). It returns ""
+// for a certificate valid for longer. A certificate is expired from
+// notAfter on (at notAfter itself, "expired 0s ago").
+func ExpiryWarning(notAfter, now time.Time) string {
+	left := notAfter.Sub(now)
+	switch {
+	case left <= 0:
+		return fmt.Sprintf("expired %v ago", (-left).Round(time.Minute))
+	case left <= ExpirySoon:
+		return fmt.Sprintf("expires in %v", left.Round(time.Minute))
+	}
+	return ""
+}
+
 // MutualTLS reports whether client certificates are required.
 func (s *Server) MutualTLS() bool { return s.files.ClientCA != "" }

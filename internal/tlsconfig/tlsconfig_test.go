@@ -174,3 +174,23 @@ func TestNewErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestExpiryWarning(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		notAfter time.Time
+		want     string
+	}{
+		{now.Add(-2 * time.Hour), "expired 2h0m0s ago"},
+		{now, "expired 0s ago"},
+		{now.Add(time.Minute), "expires in 1m0s"},
+		{now.Add(tlsconfig.ExpirySoon), "expires in 168h0m0s"},
+		{now.Add(tlsconfig.ExpirySoon + time.Second), ""},
+		{now.Add(365 * 24 * time.Hour), ""},
+	}
+	for _, tt := range tests {
+		if got := tlsconfig.ExpiryWarning(tt.notAfter, now); got != tt.want {
+			t.Errorf("ExpiryWarning(now%+v) = %q, want %q", tt.notAfter.Sub(now), got, tt.want)
+		}
+	}
+}
