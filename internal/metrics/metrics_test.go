@@ -403,3 +403,24 @@ descriptors:
 		}
 	}
 }
+
+// TestRuleTotals: a rule's totals are its series summed — a detailed rule's
+// per-value series and its overflow series included — and agree with what
+// /metrics shows.
+func TestRuleTotals(t *testing.T) {
+	m := metrics.New(metrics.WithMaxDetailedSeries(3))
+	e := newEngine(t, m)
+	for i := range 10 {
+		send(t, e, []call{{descriptors: [][]string{{"path", "/orders", "user", "u" + strconv.Itoa(i)}}}})
+	}
+	totals := map[string]metrics.RuleTotal{}
+	m.RuleTotals(func(rt metrics.RuleTotal) { totals[rt.Domain+"/"+rt.Rule] = rt })
+	got := totals["d/path_/orders.user"]
+	var scraped float64
+	for _, v := range series(scrape(t, m), "within_limit_hits_total", "path_/orders.user") {
+		scraped += v
+	}
+	if got.Within != 10 || got.Within != scraped || got.Over != 0 {
+		t.Errorf("totals of the detailed rule: %+v (scraped within: %v); want 10 within, as scraped, over the 3 series and the overflow", got, scraped)
+	}
+}

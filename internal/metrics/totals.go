@@ -8,7 +8,8 @@ import (
 )
 
 // RuleTotal is one rule's hit counters, as its ratelimitd_rule_* series
-// count them (summed over a detailed_metric rule's per-descriptor series).
+// count them (summed over a detailed_metric rule's per-descriptor series
+// and its overflow series).
 type RuleTotal struct {
 	Domain string
 	// Rule is the series' rule label: the rule's descriptor path.
@@ -31,6 +32,9 @@ func (m *Metrics) RuleTotals(f func(RuleTotal)) {
 			d.(*ruleCounters).addTo(&t)
 			return true
 		})
+		if o := c.overflow.Load(); o != nil {
+			o.addTo(&t)
+		}
 		f(t)
 		return true
 	})
