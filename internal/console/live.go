@@ -108,6 +108,7 @@ func (l *live) sample(now time.Time) {
 	at := now.UnixMilli()
 	total := Rate{At: at}
 	var rates []RuleRates
+	hits := map[ruleID]float64{} // hits since the last sample: whole numbers, so ties are exact
 	for id, c := range cur {
 		p := prev[id]
 		r := Rate{At: at,
@@ -118,15 +119,15 @@ func (l *live) sample(now time.Time) {
 		total.Admitted += r.Admitted
 		total.Denied += r.Denied
 		total.ShadowDenied += r.ShadowDenied
-		if r.Admitted+r.Denied+r.ShadowDenied > 0 {
+		if n := (c.within - p.within) + (c.over - p.over); n > 0 {
+			hits[id] = n
 			rates = append(rates, RuleRates{Domain: id.domain, Rule: id.rule, Now: r})
 		}
 	}
 	l.total = appendRing(l.total, total)
 	sort.Slice(rates, func(i, j int) bool {
-		a, b := rates[i].Now, rates[j].Now
-		if sa, sb := a.Admitted+a.Denied+a.ShadowDenied, b.Admitted+b.Denied+b.ShadowDenied; sa != sb {
-			return sa > sb
+		if a, b := hits[ruleID{rates[i].Domain, rates[i].Rule}], hits[ruleID{rates[j].Domain, rates[j].Rule}]; a != b {
+			return a > b
 		}
 		if rates[i].Domain != rates[j].Domain {
 			return rates[i].Domain < rates[j].Domain
