@@ -277,6 +277,8 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{[]string{"--near-limit-ratio", "0"}, "--near-limit-ratio"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"--max-memory", "256MB"}, "max-memory"},
+		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 	}
 	for _, tt := range tests {
