@@ -29,13 +29,13 @@ import (
 // stay under, whatever its callers send.
 const floodRSSBound = 512 << 20
 
-// floodValues is how many distinct 1 KB descriptor values each flood
+// floodValues is how many distinct descriptor values each flood
 // sends.
 const floodValues = 2_000_000
 
 // TestKeyFlood floods a daemon started with default flags (the built
 // binary, not under the race detector, so that its resident memory is
-// what a user would see) with 2,000,000 distinct 1 KB descriptor values
+// what a user would see) with 2,000,000 distinct descriptor values
 // over a real gRPC connection, 64 descriptors a request, and samples the
 // daemon's VmRSS throughout and for two seconds after: it must stay under
 // 512 MiB. Each flood makes every bucket it creates busy for long (hits
@@ -48,13 +48,18 @@ const floodValues = 2_000_000
 //     values (the default request bounds) with an inline limit of one a
 //     day: a bucket per 16 values, with a 20 KB key.
 //   - Envoy v3: as v1, over envoy.service.ratelimit.v3 with hits_addend.
+//   - v1 64-byte keys: as v1 with values of 22 bytes, so that every
+//     bucket key is 64 bytes, the longest the store keeps as it is (not
+//     as a digest): the costliest buckets, so the bound in bytes binds
+//     before the bound on their number.
 //
 // The requests are encoded by hand into reused buffers (and checked
 // against the generated types), so that the client, which runs under the
 // race detector in CI, costs little beside the daemon. Its cost, about
 // 2.5 GB sent per variant over loopback: measured with -race, 15 s of the
 // daemon's CPU and 15 s of this process's for v1 and for Envoy v3, 6 s and
-// 9 s for v1 inline; about 40 s on two idle cores in all.
+// 9 s for v1 inline, 13 s and 8 s for 64-byte keys; about 60 s on two
+// idle cores in all.
 func TestKeyFlood(t *testing.T) {
 	inlineLimit, err := proto.Marshal(&rl.Limit{Algorithm: rl.Algorithm_ALGORITHM_FIXED_WINDOW, Requests: 1, Period: durationpb.New(24 * time.Hour), Name: "flood"})
 	if err != nil {
@@ -88,9 +93,18 @@ func TestKeyFlood(t *testing.T) {
 				t.Fatalf("Envoy v3 request decodes as %v, %v", &m, err)
 			}
 		}},
+		{"v1 64-byte keys", floodRequest{method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", entries: 1, hits: 4000, valueLen: 22}, func(t *testing.T, b []byte) {
+			var m rl.ShouldRateLimitRequest
+			if err := proto.Unmarshal(b, &m); err != nil || len(m.Descriptors) != 64 || len(m.Descriptors[0].Entries[0].Value) != 22 {
+				t.Fatalf("v1 request decodes as %v, %v", &m, err)
+			}
+		}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
+			if v.req.valueLen == 0 {
+				v.req.valueLen = 1024
+			}
 			v.check(t, v.req.encode(nil, nil, 0))
 			p := startProcess(t)
 			rss := watchRSS(t, p.cmd.Process.Pid)
@@ -136,9 +150,11 @@ const floodPerRequest = 64
 // field 3.
 type floodRequest struct {
 	method  string
-	entries int    // 1 KB values per descriptor
+	entries int    // values per descriptor
 	hits    uint32 // the request's hits, when not 0
 	limit   []byte // each descriptor's encoded v1 limit, when not nil
+	// valueLen is the length of a value (0: 1024), up to 1024.
+	valueLen int
 }
 
 // encode appends to b the request whose values are numbered from first,
@@ -162,14 +178,14 @@ func (r floodRequest) encode(b, scratch []byte, first int64) []byte {
 			if r.entries > 1 {
 				key = floodKeys[e]
 			}
-			strconv.AppendInt(value[:0], n, 10) // 1024 bytes: the number, then filler
+			strconv.AppendInt(value[:0], n, 10) // the number, then filler
 			n++
 			d = protowire.AppendTag(d, 1, protowire.BytesType)
-			d = protowire.AppendVarint(d, uint64(protowire.SizeTag(1)+protowire.SizeBytes(len(key))+protowire.SizeTag(2)+protowire.SizeBytes(len(value))))
+			d = protowire.AppendVarint(d, uint64(protowire.SizeTag(1)+protowire.SizeBytes(len(key))+protowire.SizeTag(2)+protowire.SizeBytes(r.valueLen)))
 			d = protowire.AppendTag(d, 1, protowire.BytesType)
 			d = protowire.AppendString(d, key)
 			d = protowire.AppendTag(d, 2, protowire.BytesType)
-			d = protowire.AppendBytes(d, value[:])
+			d = protowire.AppendBytes(d, value[:r.valueLen])
 		}
 		if r.limit != nil {
 			d = protowire.AppendTag(d, 3, protowire.BytesType)
@@ -191,7 +207,7 @@ var floodKeys = func() []string {
 	return keys
 }()
 
-// flood sends floodValues distinct 1 KB values in requests r encodes,
+// flood sends floodValues distinct values in requests r encodes,
 // from 4 goroutines; every request must be admitted (every bucket is new).
 // It stops early when the daemon's RSS passes four times the bound, to
 // spare the machine.
