@@ -89,25 +89,30 @@ func TestPeekCreatesNoBucket(t *testing.T) {
 	}
 }
 
-// BenchmarkApply measures one charge on one of many keys.
+// BenchmarkApply measures one charge on one of many keys: keys stored as
+// they are, and keys of 1 KB stored as their digests.
 func BenchmarkApply(b *testing.B) {
-	s := New(clock.NewMonotonic())
-	l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
-	keys := make([][]byte, 1024)
-	for i := range keys {
-		keys[i] = []byte(fmt.Sprintf("domain/path=/orders/user=%06d", i))
+	for _, keyLen := range []int{32, 1024} {
+		b.Run(fmt.Sprintf("key=%dB", keyLen), func(b *testing.B) {
+			s := New(clock.NewMonotonic())
+			l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
+			keys := make([][]byte, 1024)
+			for i := range keys {
+				keys[i] = fmt.Appendf(bytes.Repeat([]byte("v"), keyLen-6), "%06d", i)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+				d := make([]algorithms.Decision, 1)
+				i := 0
+				for pb.Next() {
+					charges[0].Key = keys[i%len(keys)]
+					s.Apply(context.Background(), charges, d)
+					i++
+				}
+			})
+		})
 	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
-		d := make([]algorithms.Decision, 1)
-		i := 0
-		for pb.Next() {
-			charges[0].Key = keys[i%len(keys)]
-			s.Apply(context.Background(), charges, d)
-			i++
-		}
-	})
 }
 
 // BenchmarkBucketBytes reports the heap a store holds per bucket
