@@ -121,9 +121,9 @@ func BenchmarkApply(b *testing.B) {
 // idle (not yet at rest), and what the store accounts per bucket
 // (Bytes/Len), for keys of 24 bytes, of MaxVerbatimKey bytes (the longest
 // stored as they are) and of 2 KB (stored as digests). The churn variants
-// fill a store bounded at half the buckets and then charge as many new
-// keys again, so that every new bucket evicts one: the heap the store
-// holds once it has churned through twice its room.
+// charge 3,000,000 keys into a store bounded at room for 500,000, so that
+// nearly every new bucket evicts one: the heap the store holds once it
+// has churned through six times its room, as under a flood.
 func BenchmarkBucketBytes(b *testing.B) {
 	const n = 1_000_000
 	for _, bc := range []struct {
@@ -146,12 +146,16 @@ func BenchmarkBucketBytes(b *testing.B) {
 				runtime.ReadMemStats(&before)
 				opts := []Option{WithMaxBytes(1 << 40), WithMaxBuckets(n)}
 				if bc.churn {
-					opts = []Option{WithMaxBytes(n / 2 * BucketBytes(min(bc.keyLen, DigestSize)))}
+					stored := bc.keyLen
+					if stored > MaxVerbatimKey || stored == DigestSize {
+						stored = DigestSize
+					}
+					opts = []Option{WithMaxBytes(n / 2 * BucketBytes(stored))}
 				}
 				s := New(clock.NewFake(t0), opts...)
 				fill(s, l, bc.keyLen, 0, n)
 				if bc.churn {
-					fill(s, l, bc.keyLen, n, n)
+					fill(s, l, bc.keyLen, n, 2*n)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
