@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -27,6 +28,11 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
+
+// memoryHeadroom is what the daemon's soft memory limit allows above
+// --max-memory: the Go runtime, the gRPC transport's buffers and requests
+// in flight.
+const memoryHeadroom = 192 << 20
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -68,7 +74,9 @@ Flags:
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address`")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console; /debug/pprof/ with --pprof)")
-	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory; past it, idle buckets are reclaimed and then those nearest rest evicted")
+	maxMemory := byteSize(memory.DefaultMaxBytes)
+	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (KiB, MiB, GiB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
+	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long to go on deciding with health NOT_SERVING before refusing new calls")
@@ -116,6 +124,13 @@ Flags:
 	if err := redisFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
+	}
+	cfg.MaxMemory = int64(maxMemory)
+	if cfg.Store == "memory" && os.Getenv("GOMEMLIMIT") == "" {
+		// Go's garbage collector then collects harder as the process nears
+		// the bound and the headroom above it (the transport, the runtime),
+		// instead of letting the heap grow to twice what is live.
+		debug.SetMemoryLimit(cfg.MaxMemory + memoryHeadroom)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 

@@ -281,6 +281,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-policy-descriptors", "-1"}, "--max-policy-descriptors -1: want at least 1"},
 		{[]string{"check-config", "--max-policy-bytes", "0", "p.yaml"}, "--max-policy-bytes 0: want at least 1"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"--max-memory", "256MB"}, "max-memory"},
+		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 	}
 	for _, tt := range tests {

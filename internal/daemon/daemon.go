@@ -56,8 +56,12 @@ type Config struct {
 	// Redis configures the Redis store (Store "redis"). It decides on Redis
 	// TIME, not Clock; its Logger is the daemon's.
 	Redis redisstore.Config
-	// MaxBuckets bounds the memory store (0 for its default).
+	// MaxBuckets bounds the memory store's buckets (0 for
+	// memory.DefaultMaxBuckets).
 	MaxBuckets int
+	// MaxMemory bounds the bytes of the memory store's bucket state, keys
+	// included (0 for memory.DefaultMaxBytes; see package memory).
+	MaxMemory int64
 	// SweepInterval is how often idle buckets are reclaimed (0: 10s).
 	SweepInterval time.Duration
 	// ShutdownGrace is how long in-flight requests may take to finish on

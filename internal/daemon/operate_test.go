@@ -31,6 +31,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/metrics/metricstest"
+	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
 )
@@ -145,7 +146,8 @@ descriptors:
 		`ratelimitd_grpc_server_handling_seconds_count{` + method + `}`:                    17,
 
 		`ratelimitd_buckets`:                                2, // /orders, alice
-		`ratelimitd_buckets_max`:                            1_000_000,
+		`ratelimitd_buckets_max`:                            memory.DefaultMaxBuckets,
+		`ratelimitd_bucket_bytes_max`:                       memory.DefaultMaxBytes,
 		`ratelimitd_bucket_evictions_total`:                 0,
 		`ratelimitd_policy_reloads_total{result="success"}`: 0,
 		`ratelimitd_policy_reloads_total{result="failure"}`: 0,
@@ -156,6 +158,10 @@ descriptors:
 		if got[series] != v {
 			t.Errorf("%s = %v, want %v", series, got[series], v)
 		}
+	}
+	// Two buckets of short keys.
+	if b := got[`ratelimitd_bucket_bytes`]; b < 2*float64(memory.BucketBytes(1)) || b > 2*float64(memory.BucketBytes(memory.MaxVerbatimKey)) {
+		t.Errorf("ratelimitd_bucket_bytes = %v, want two short-keyed buckets' worth", b)
 	}
 	if got[`ratelimitd_policy_last_reload_success_timestamp_seconds`] < float64(time.Now().Add(-time.Hour).Unix()) {
 		t.Errorf("last reload time %v is not the start", got[`ratelimitd_policy_last_reload_success_timestamp_seconds`])

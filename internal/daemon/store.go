@@ -64,21 +64,22 @@ func openStore(cfg Config, hs *health.Server) (storeBackend, error) {
 type memoryBackend struct {
 	*memory.Store
 	sweepInterval time.Duration
-	maxBuckets    int
 }
 
 func newMemoryBackend(cfg Config) *memoryBackend {
-	b := &memoryBackend{sweepInterval: cfg.SweepInterval, maxBuckets: cfg.MaxBuckets}
-	if b.maxBuckets <= 0 {
-		b.maxBuckets = memory.DefaultMaxBuckets
+	var opts []memory.Option
+	if cfg.MaxBuckets > 0 {
+		opts = append(opts, memory.WithMaxBuckets(cfg.MaxBuckets))
 	}
-	b.Store = memory.New(cfg.Clock, memory.WithMaxBuckets(b.maxBuckets))
-	return b
+	if cfg.MaxMemory > 0 {
+		opts = append(opts, memory.WithMaxBytes(cfg.MaxMemory))
+	}
+	return &memoryBackend{Store: memory.New(cfg.Clock, opts...), sweepInterval: cfg.SweepInterval}
 }
 
 func (b *memoryBackend) run(ctx context.Context) { b.Run(ctx, b.sweepInterval) }
 func (b *memoryBackend) collectors() []prometheus.Collector {
-	return metrics.MemoryStoreCollectors(b.Store, b.maxBuckets)
+	return metrics.MemoryStoreCollectors(b.Store)
 }
 func (b *memoryBackend) routes(*http.ServeMux) {}
 func (b *memoryBackend) close()                {}

@@ -4,7 +4,8 @@
 //   - per rule, the hits it decided, fed by the engine's observer
 //     (Observe), so that no decision is made twice;
 //   - the latency of decisions and the count of them by outcome;
-//   - the memory store's buckets and evictions (MemoryStoreCollectors);
+//   - the memory store's buckets, bytes and evictions
+//     (MemoryStoreCollectors);
 //   - policy and certificate reloads (PolicyLoaded, PolicyReloaded,
 //     CertificateLoaded);
 //   - gRPC server requests by method and code, with latency, from
@@ -238,24 +239,33 @@ func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return m.grpc.StreamServerInterceptor()
 }
 
-// Store is what MemoryStoreCollectors reads: the memory store's size and
-// evictions.
+// Store is what MemoryStoreCollectors reads: the memory store's size,
+// bounds and evictions.
 type Store interface {
 	Len() int
+	MaxBuckets() int
+	Bytes() int64
+	MaxBytes() int64
 	Evictions() uint64
 }
 
 // MemoryStoreCollectors returns the memory store's metrics, read at each
-// scrape: ratelimitd_buckets (held now), ratelimitd_buckets_max (the bound,
-// max) and ratelimitd_bucket_evictions_total (buckets not yet at rest
-// evicted to stay within the bound).
-func MemoryStoreCollectors(s Store, max int) []prometheus.Collector {
+// scrape: ratelimitd_buckets (held now), ratelimitd_buckets_max (the bound
+// on them), ratelimitd_bucket_bytes (the bytes of bucket state held, keys
+// included, as the store accounts them), ratelimitd_bucket_bytes_max (the
+// bound on them) and ratelimitd_bucket_evictions_total (buckets not yet at
+// rest evicted to stay within the bounds).
+func MemoryStoreCollectors(s Store) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets", Help: "Buckets held in memory."},
 			func() float64 { return float64(s.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "buckets_max", Help: "The most buckets held before buckets are evicted (--max-buckets)."},
-			func() float64 { return float64(max) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "bucket_evictions_total", Help: "Buckets not yet at rest evicted to keep the store within its bound."},
+			func() float64 { return float64(s.MaxBuckets()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "bucket_bytes", Help: "Bytes of bucket state held in memory, keys included."},
+			func() float64 { return float64(s.Bytes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "bucket_bytes_max", Help: "The most bytes of bucket state held before buckets are evicted (--max-memory)."},
+			func() float64 { return float64(s.MaxBytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "bucket_evictions_total", Help: "Buckets not yet at rest evicted to keep the store within its bounds."},
 			func() float64 { return float64(s.Evictions()) }),
 	}
 }

@@ -231,15 +231,20 @@ func TestReloadKeepsSeries(t *testing.T) {
 type fakeStore struct{}
 
 func (fakeStore) Len() int          { return 42 }
+func (fakeStore) MaxBuckets() int   { return 1000 }
+func (fakeStore) Bytes() int64      { return 8400 }
+func (fakeStore) MaxBytes() int64   { return 1 << 20 }
 func (fakeStore) Evictions() uint64 { return 7 }
 
 func TestOperationalMetrics(t *testing.T) {
 	m := metrics.New()
-	m.Registry().MustRegister(metrics.MemoryStoreCollectors(fakeStore{}, 1000)...)
+	m.Registry().MustRegister(metrics.MemoryStoreCollectors(fakeStore{})...)
 	m.PolicyLoaded(config.Default(), time.Unix(1_800_000_000, 0))
 	want := map[string]float64{
 		`ratelimitd_buckets`:                                      42,
 		`ratelimitd_buckets_max`:                                  1000,
+		`ratelimitd_bucket_bytes`:                                 8400,
+		`ratelimitd_bucket_bytes_max`:                             1 << 20,
 		`ratelimitd_bucket_evictions_total`:                       7,
 		`ratelimitd_policy_reloads_total{result="success"}`:       0,
 		`ratelimitd_policy_reloads_total{result="failure"}`:       0,

@@ -1,5 +1,5 @@
 // Package memory is the in-process store: bucket states in sharded maps,
-// each shard behind its own mutex, bounded in size.
+// each shard behind its own mutex, bounded in bytes and in count.
 //
 // # Concurrency
 //
@@ -7,6 +7,30 @@
 // taken in ascending shard order (so two requests never wait on each other
 // in a cycle), with the clock read once all are held. Requests on different
 // shards proceed in parallel; there is no global lock.
+//
+// # Layout
+//
+// A bucket is a stored key and an algorithms.State. Each shard keeps its
+// buckets' states in a slab (a slice) and maps each stored key to its
+// position there; positions no bucket uses are listed for reuse. A bucket
+// lives in the shard its stored key hashes to.
+//
+// The stored key is the charge's key itself when that is at most
+// MaxVerbatimKey bytes long and not exactly DigestSize bytes long;
+// otherwise it is the key's digest: the first DigestSize (16) bytes of
+// SHA-256(seed || key), where seed is 32 random bytes drawn when the store
+// is made and never shown. So a bucket holds at most MaxVerbatimKey bytes
+// of key however long its key is, and verbatim keys and digests never
+// meet (a digest is DigestSize bytes long, a verbatim key never is).
+//
+// Two distinct long keys share a bucket only if their digests collide.
+// Without the seed, a caller cannot compute a digest, so it cannot search
+// for a collision offline, and it observes none online beyond sharing a
+// bucket's decisions; treating the truncated SHA-256 of a secret prefix as
+// a random function of 128 bits, the chance that any two of N long keys
+// ever charged collide is at most N²/2¹²⁹: below 2⁻⁴⁹ for N = 2⁴⁰ (a
+// trillion keys). The digest depends on the seed, so a digested bucket
+// means nothing to a store with another seed.
 //
 // # Reclaiming and bounding memory
 //
@@ -17,20 +41,29 @@
 // periodically by one goroutine for the whole store) deletes every bucket at
 // rest and shrinks maps that have emptied.
 //
-// The store holds at most MaxBuckets buckets. When a new bucket arrives at
-// a full store, the store samples up to 16 of the buckets in the new one's
-// shard and deletes those at rest; if none is, it evicts the sampled bucket
-// that would come to rest soonest. (Only when that shard holds no bucket at
-// all does the insertion go ahead without one leaving, so the bound can be
-// passed by at most one bucket per shard.) An evicted bucket starts
-// over at rest, so its key may briefly be admitted more than its limit: the
-// bound trades that, for keys that have nearly recovered anyway, against a
-// flood of unique keys exhausting memory.
+// Each bucket is accounted BucketBytes(len(stored key)) bytes: its stored
+// key as allocated, its map entry and its slab slot, both with the slack
+// the map and the slab keep for growth. The store holds at most MaxBytes
+// accounted bytes and at most MaxBuckets buckets. When a new bucket would
+// pass either bound, the store samples up to 16 of the buckets in the new
+// one's shard and deletes those at rest; while the new bucket still does
+// not fit, it evicts the sampled bucket that would come to rest soonest,
+// then the next soonest. (Only when the sample runs out does the insertion
+// go ahead without room, so each bound can be passed by at most one bucket
+// per shard.) An evicted bucket starts over at rest, so its key may briefly
+// be admitted more than its limit: the bound trades that, for keys that
+// have nearly recovered anyway, against a flood of unique keys exhausting
+// memory. Evictions counts them.
 package memory
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"hash"
 	"hash/maphash"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -41,9 +74,52 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
-// DefaultMaxBuckets is the default bound on the number of buckets held:
-// about 100 MB of state at the measured ~100 bytes per bucket.
+// DefaultMaxBytes is the default bound on the bytes of bucket state held
+// (256 MiB): about 1.2 million buckets whose keys are stored as digests,
+// 840 thousand of keys of MaxVerbatimKey bytes.
+const DefaultMaxBytes = 256 << 20
+
+// DefaultMaxBuckets is the default bound on the number of buckets held.
+// With the defaults, it binds before DefaultMaxBytes while the buckets
+// held average under 268 accounted bytes (stored keys under about 38
+// bytes).
 const DefaultMaxBuckets = 1_000_000
+
+// MaxVerbatimKey is the longest key stored as it is; a longer key is
+// stored as its DigestSize-byte digest.
+const MaxVerbatimKey = 64
+
+// DigestSize is the length of the digest a long key is stored as.
+const DigestSize = 16
+
+// bucketOverhead is what a bucket costs beyond its key's bytes: a
+// map[string]uint32 entry (a 24-byte slot and a control byte, at a load
+// factor that falls to 7/16 right after the map grows: up to 57 bytes), a
+// 24-byte slab slot (up to 48 with append's doubling), 4 for the free
+// list, and what a store that evicts as fast as it inserts leaves unused
+// in the heap's pages. In such a store, BenchmarkBucketBytes measures
+// 130 to 165 bytes of heap a bucket beyond twice its key; this rounds
+// that up.
+const bucketOverhead = 192
+
+// BucketBytes returns the bytes a bucket whose stored key is n bytes long
+// is accounted: bucketOverhead, and twice the key rounded up to the size
+// of the allocation that holds it (Go's size classes: multiples of 8 up to
+// 32 bytes, of 16 up to 128). Twice, because under a flood the garbage
+// collector frees an evicted bucket's key only at its next cycle, and the
+// heap keeps a page as long as any key on it lives: BenchmarkBucketBytes
+// measures a store churning through new keys holding up to twice its keys'
+// bytes in pages.
+func BucketBytes(n int) int64 {
+	switch {
+	case n == 0:
+	case n <= 32:
+		n = (n + 7) &^ 7
+	default:
+		n = (n + 15) &^ 15
+	}
+	return bucketOverhead + 2*int64(n)
+}
 
 const (
 	defaultShards = 256
@@ -53,17 +129,23 @@ const (
 	evictSample   = 16
 	// maxStack is how many charges Apply settles without allocating.
 	maxStack = 16
+	// releaseBytes is how far the accounted bytes must fall below their
+	// peak before Run hands the freed memory back to the operating system.
+	releaseBytes = 32 << 20
 )
 
 // Store is the sharded in-memory store. It is safe for concurrent use.
 type Store struct {
 	clock      clock.Clock
-	seed       maphash.Seed
+	seed       maphash.Seed // picks a stored key's shard
+	keySeed    [32]byte     // keys the digest of long keys; secret
 	shards     []shard
 	mask       uint64
 	maxBuckets int64
+	maxBytes   int64
 
 	buckets   atomic.Int64 // buckets held, across shards
+	bytes     atomic.Int64 // their BucketBytes, summed
 	evictions atomic.Uint64
 }
 
@@ -72,7 +154,7 @@ type Store struct {
 // map re-stores a string key on every assignment).
 type shard struct {
 	mu     sync.Mutex
-	index  map[string]uint32 // key -> position in states
+	index  map[string]uint32 // stored key -> position in states
 	states []algorithms.State
 	free   []uint32 // positions in states no key uses
 	_      [24]byte // keep hot shards on separate cache lines
@@ -83,12 +165,17 @@ type Option func(*options)
 
 type options struct {
 	maxBuckets int
+	maxBytes   int64
 	shards     int
 }
 
 // WithMaxBuckets bounds the number of buckets held (default
-// DefaultMaxBuckets).
+// DefaultMaxBuckets; at least 1).
 func WithMaxBuckets(n int) Option { return func(o *options) { o.maxBuckets = n } }
+
+// WithMaxBytes bounds the bytes of bucket state held, as BucketBytes
+// accounts them (default DefaultMaxBytes; at least one bucket's worth).
+func WithMaxBytes(n int64) Option { return func(o *options) { o.maxBytes = n } }
 
 // WithShards sets the number of shards, rounded up to a power of two
 // (default 256).
@@ -96,7 +183,7 @@ func WithShards(n int) Option { return func(o *options) { o.shards = n } }
 
 // New returns an empty store reading time from c.
 func New(c clock.Clock, opts ...Option) *Store {
-	o := options{maxBuckets: DefaultMaxBuckets, shards: defaultShards}
+	o := options{maxBuckets: DefaultMaxBuckets, maxBytes: DefaultMaxBytes, shards: defaultShards}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -110,11 +197,37 @@ func New(c clock.Clock, opts ...Option) *Store {
 		shards:     make([]shard, n),
 		mask:       uint64(n - 1),
 		maxBuckets: int64(max(o.maxBuckets, 1)),
+		maxBytes:   max(o.maxBytes, BucketBytes(MaxVerbatimKey)),
 	}
+	rand.Read(s.keySeed[:])
 	for i := range s.shards {
 		s.shards[i].index = make(map[string]uint32)
 	}
 	return s
+}
+
+// digester computes digests without allocating.
+type digester struct {
+	h   hash.Hash
+	sum [sha256.Size]byte
+}
+
+var digesters = sync.Pool{New: func() any { return &digester{h: sha256.New()} }}
+
+// storedKey returns the key a bucket of key is stored under: key itself,
+// or its digest written to buf.
+func (s *Store) storedKey(key []byte, buf *[DigestSize]byte) []byte {
+	if len(key) <= MaxVerbatimKey && len(key) != DigestSize {
+		return key
+	}
+	d := digesters.Get().(*digester)
+	d.h.Reset()
+	d.h.Write(s.keySeed[:])
+	d.h.Write(key)
+	d.h.Sum(d.sum[:0])
+	copy(buf[:], d.sum[:])
+	digesters.Put(d)
+	return buf[:]
 }
 
 func (s *Store) shardOf(key []byte) int {
@@ -141,9 +254,17 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 	var shardBuf, orderBuf [maxStack]int
 	var posBuf [maxStack]uint32
 	var stateBuf [maxStack]algorithms.State
-	shardOf, pos, states := shardBuf[:0], posBuf[:0], stateBuf[:0]
+	var keyBuf [maxStack][]byte
+	var digestBuf [maxStack][DigestSize]byte
+	shardOf, pos, states, keys := shardBuf[:0], posBuf[:0], stateBuf[:0], keyBuf[:0]
+	digests := digestBuf[:]
+	if len(charges) > maxStack {
+		digests = make([][DigestSize]byte, len(charges))
+	}
 	for i := range charges {
-		shardOf = append(shardOf, s.shardOf(charges[i].Key))
+		k := s.storedKey(charges[i].Key, &digests[i])
+		keys = append(keys, k)
+		shardOf = append(shardOf, s.shardOf(k))
 	}
 	// Lock each distinct shard once, in ascending order.
 	lockOrder := append(orderBuf[:0], shardOf...)
@@ -155,7 +276,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 
 	now := s.clock.Now()
 	for i := range charges {
-		st, p := s.shards[shardOf[i]].lookup(charges[i].Key)
+		st, p := s.shards[shardOf[i]].lookup(keys[i])
 		states, pos = append(states, st), append(pos, p)
 	}
 	if store.Settle(charges, states, now, decisions) {
@@ -165,7 +286,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		for _, inserting := range [2]bool{false, true} {
 			for i := range charges {
 				if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed && (pos[i] == absent) == inserting {
-					s.put(&s.shards[shardOf[i]], charges[i].Key, pos[i], states[i], now)
+					s.put(&s.shards[shardOf[i]], keys[i], pos[i], states[i], now)
 				}
 			}
 		}
@@ -179,26 +300,29 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 
 // applyOne is Apply for a single charge: one lock, no sorting.
 func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
-	sh := &s.shards[s.shardOf(c.Key)]
+	var digest [DigestSize]byte
+	key := s.storedKey(c.Key, &digest)
+	sh := &s.shards[s.shardOf(key)]
 	sh.mu.Lock()
 	now := s.clock.Now()
-	st, p := sh.lookup(c.Key)
+	st, p := sh.lookup(key)
 	next, dec := c.Limit.Decide(st, now, c.Cost)
 	*d = dec
 	if c.Cost != 0 && dec.Code == algorithms.Allowed {
-		s.put(sh, c.Key, p, next, now)
+		s.put(sh, key, p, next, now)
 	}
 	sh.mu.Unlock()
 }
 
-// put stores a charged state at position p, or inserts the bucket when p
-// is absent. The shard's lock must be held.
+// put stores a charged state at position p, or inserts the bucket of
+// stored key key when p is absent. The shard's lock must be held.
 func (s *Store) put(sh *shard, key []byte, p uint32, st algorithms.State, now int64) {
 	if p != absent {
 		sh.states[p] = st
 		return
 	}
-	s.makeRoom(sh, now)
+	size := BucketBytes(len(key))
+	s.makeRoom(sh, now, size)
 	if n := len(sh.free); n > 0 {
 		p, sh.free = sh.free[n-1], sh.free[:n-1]
 		sh.states[p] = st
@@ -208,6 +332,7 @@ func (s *Store) put(sh *shard, key []byte, p uint32, st algorithms.State, now in
 	}
 	sh.index[string(key)] = p
 	s.buckets.Add(1)
+	s.bytes.Add(size)
 }
 
 // remove deletes a bucket. The shard's lock must be held.
@@ -216,35 +341,51 @@ func (s *Store) remove(sh *shard, key string, p uint32) {
 	sh.states[p] = algorithms.State{}
 	sh.free = append(sh.free, p)
 	s.buckets.Add(-1)
+	s.bytes.Add(-BucketBytes(len(key)))
+}
+
+// full reports whether a new bucket of size bytes would pass a bound.
+func (s *Store) full(size int64) bool {
+	return s.buckets.Load() >= s.maxBuckets || s.bytes.Load()+size > s.maxBytes
 }
 
 // makeRoom reclaims buckets at rest among a few of the shard's others
-// before an insertion and, when the store is full, evicts one. The shard's
-// lock must be held.
-func (s *Store) makeRoom(sh *shard, now int64) {
-	full := s.buckets.Load() >= s.maxBuckets
+// before the insertion of a bucket of size bytes and, while that bucket
+// would pass a bound, evicts sampled buckets nearest rest first. The
+// shard's lock must be held.
+func (s *Store) makeRoom(sh *shard, now int64, size int64) {
 	sample := insertReclaim
-	if full {
+	if s.full(size) {
 		sample = evictSample
 	}
-	var victim string
-	var victimPos uint32
+	type candidate struct {
+		key    string
+		pos    uint32
+		restAt int64
+	}
+	var buf [evictSample]candidate
+	busy := buf[:0]
 	seen := 0
 	for k, p := range sh.index {
-		st := sh.states[p]
-		if st.AtRest(now) {
+		if st := sh.states[p]; st.AtRest(now) {
 			s.remove(sh, k, p)
-			full = false
-		} else if victim == "" || st.RestAt() < sh.states[victimPos].RestAt() {
-			victim, victimPos = k, p
+		} else {
+			busy = append(busy, candidate{k, p, st.RestAt()})
 		}
 		if seen++; seen >= sample {
 			break
 		}
 	}
-	if full && victim != "" {
-		s.remove(sh, victim, victimPos)
+	if !s.full(size) {
+		return
+	}
+	slices.SortFunc(busy, func(a, b candidate) int { return cmp.Compare(a.restAt, b.restAt) })
+	for _, c := range busy {
+		s.remove(sh, c.key, c.pos)
 		s.evictions.Add(1)
+		if !s.full(size) {
+			return
+		}
 	}
 }
 
@@ -275,16 +416,26 @@ func (s *Store) Sweep() {
 }
 
 // Run calls Sweep every interval until ctx is done: the one goroutine that
-// reclaims idle buckets for the whole store.
+// reclaims idle buckets for the whole store. When the bytes held have
+// fallen 32 MiB below their peak since Run last did so, it hands the
+// memory freed back to the operating system at once
+// (runtime/debug.FreeOSMemory, a garbage collection), rather than leaving
+// the Go runtime to return it over minutes.
 func (s *Store) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	peak := s.Bytes()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			peak = max(peak, s.Bytes())
 			s.Sweep()
+			if now := s.Bytes(); peak-now >= releaseBytes {
+				debug.FreeOSMemory()
+				peak = now
+			}
 		}
 	}
 }
@@ -292,6 +443,16 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) {
 // Len returns the number of buckets held.
 func (s *Store) Len() int { return int(s.buckets.Load()) }
 
+// Bytes returns the bytes of bucket state held, as BucketBytes accounts
+// them.
+func (s *Store) Bytes() int64 { return s.bytes.Load() }
+
+// MaxBuckets returns the bound on the number of buckets held.
+func (s *Store) MaxBuckets() int { return int(s.maxBuckets) }
+
+// MaxBytes returns the bound on the bytes of bucket state held.
+func (s *Store) MaxBytes() int64 { return s.maxBytes }
+
 // Evictions returns how many buckets not yet at rest were evicted to keep
-// the store within its bound.
+// the store within its bounds.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }

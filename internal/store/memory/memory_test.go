@@ -1,9 +1,12 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,52 +89,101 @@ func TestPeekCreatesNoBucket(t *testing.T) {
 	}
 }
 
-// BenchmarkApply measures one charge on one of many keys.
+// BenchmarkApply measures one charge on one of many keys: keys stored as
+// they are, and keys of 1 KB stored as their digests.
 func BenchmarkApply(b *testing.B) {
-	s := New(clock.NewMonotonic())
-	l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
-	keys := make([][]byte, 1024)
-	for i := range keys {
-		keys[i] = []byte(fmt.Sprintf("domain/path=/orders/user=%06d", i))
+	for _, keyLen := range []int{32, 1024} {
+		b.Run(fmt.Sprintf("key=%dB", keyLen), func(b *testing.B) {
+			s := New(clock.NewMonotonic())
+			l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
+			keys := make([][]byte, 1024)
+			for i := range keys {
+				keys[i] = fmt.Appendf(bytes.Repeat([]byte("v"), keyLen-6), "%06d", i)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+				d := make([]algorithms.Decision, 1)
+				i := 0
+				for pb.Next() {
+					charges[0].Key = keys[i%len(keys)]
+					s.Apply(context.Background(), charges, d)
+					i++
+				}
+			})
+		})
 	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
-		d := make([]algorithms.Decision, 1)
-		i := 0
-		for pb.Next() {
-			charges[0].Key = keys[i%len(keys)]
-			s.Apply(context.Background(), charges, d)
-			i++
-		}
-	})
 }
 
-// BenchmarkIdleBucketMemory reports the heap held per bucket for 1,000,000
-// buckets with 24-byte keys, charged once and then idle (not yet at rest).
-func BenchmarkIdleBucketMemory(b *testing.B) {
+// BenchmarkBucketBytes reports the heap a store holds per bucket
+// (HeapInuse and HeapAlloc after a garbage collection, minus the same
+// before the store was made) for 1,000,000 buckets charged once and then
+// idle (not yet at rest), and what the store accounts per bucket
+// (Bytes/Len), for keys of 24 bytes, of MaxVerbatimKey bytes (the longest
+// stored as they are) and of 2 KB (stored as digests). The churn variants
+// charge 3,000,000 keys into a store bounded at room for 500,000, so that
+// nearly every new bucket evicts one: the heap the store holds once it
+// has churned through six times its room, as under a flood.
+func BenchmarkBucketBytes(b *testing.B) {
 	const n = 1_000_000
-	l := mustLimit(b, algorithms.TokenBucket, 1, time.Hour, 10)
-	for range b.N {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		s := New(clock.NewFake(t0), WithMaxBuckets(n))
-		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
-		d := make([]algorithms.Decision, 1)
-		key := make([]byte, 0, 24)
-		for i := range n {
-			key = fmt.Appendf(key[:0], "tenant-%017d", i) // 24 bytes
-			charges[0].Key = key
-			s.Apply(context.Background(), charges, d)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if s.Len() != n {
-			b.Fatalf("holds %d buckets, want %d", s.Len(), n)
-		}
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/bucket")
-		runtime.KeepAlive(s)
+	for _, bc := range []struct {
+		name   string
+		keyLen int
+		churn  bool
+	}{
+		{"key=24B", 24, false},
+		{"key=64B", MaxVerbatimKey, false},
+		{"key=2KB", 2048, false},
+		{"key=24B/churn", 24, true},
+		{"key=2KB/churn", 2048, true},
+		{"key=64B/churn", MaxVerbatimKey, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := mustLimit(b, algorithms.TokenBucket, 1, time.Hour, 10)
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				opts := []Option{WithMaxBytes(1 << 40), WithMaxBuckets(n)}
+				if bc.churn {
+					stored := bc.keyLen
+					if stored > MaxVerbatimKey || stored == DigestSize {
+						stored = DigestSize
+					}
+					opts = []Option{WithMaxBytes(n / 2 * BucketBytes(stored))}
+				}
+				s := New(clock.NewFake(t0), opts...)
+				fill(s, l, bc.keyLen, 0, n)
+				if bc.churn {
+					fill(s, l, bc.keyLen, n, 2*n)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				held := s.Len()
+				if !bc.churn && held != n {
+					b.Fatalf("holds %d buckets, want %d", held, n)
+				}
+				b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(held), "inuse-bytes/bucket")
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held), "alloc-bytes/bucket")
+				b.ReportMetric(float64(s.Bytes())/float64(held), "accounted-bytes/bucket")
+				runtime.KeepAlive(s)
+			}
+		})
+	}
+}
+
+// fill charges n distinct keys of keyLen bytes ('k's, then the key's
+// number), numbered from first, once each.
+func fill(s *Store, l *algorithms.Limit, keyLen, first, n int) {
+	charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+	d := make([]algorithms.Decision, 1)
+	key := bytes.Repeat([]byte("k"), keyLen)
+	for i := first; i < first+n; i++ {
+		var num [20]byte
+		digits := strconv.AppendInt(num[:0], int64(i), 10)
+		copy(key[keyLen-len(digits):], digits)
+		charges[0].Key = key
+		s.Apply(context.Background(), charges, d)
 	}
 }
 
@@ -158,5 +210,106 @@ func TestInsertBesideReclaimedBucket(t *testing.T) {
 	}
 	if d := apply(t, s, store.Charge{Domain: storetest.Domain, Key: b.Key, Limit: five, Cost: 1})[0]; d.Code != algorithms.Denied {
 		t.Fatalf("b admitted a sixth hit in its window: %+v", d)
+	}
+}
+
+// TestBoundInBytes fills stores bounded in bytes with busy buckets (none
+// at rest for an hour) of keys of each length class and checks that the
+// accounted bytes stay within the bound, that the store holds as many
+// buckets as the bound has room for, and that it evicted to get there.
+func TestBoundInBytes(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		keyLen int
+		stored int // bytes of the stored key
+	}{
+		{"short", 24, 24},
+		{"longest verbatim", MaxVerbatimKey, MaxVerbatimKey},
+		{"one past verbatim", MaxVerbatimKey + 1, DigestSize},
+		{"digest length", DigestSize, DigestSize},
+		{"20KB", 20 << 10, DigestSize},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const room = 200
+			perBucket := BucketBytes(tt.stored)
+			s := New(clock.NewFake(t0), WithShards(1), WithMaxBytes(room*perBucket))
+			l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
+			fill(s, l, tt.keyLen, 0, 1000)
+			if s.Len() != room {
+				t.Errorf("holds %d buckets of %d-byte keys, want %d (the bound's room)", s.Len(), tt.keyLen, room)
+			}
+			if s.Bytes() != int64(s.Len())*perBucket {
+				t.Errorf("accounts %d bytes for %d buckets, want %d each", s.Bytes(), s.Len(), perBucket)
+			}
+			if s.Bytes() > s.MaxBytes() {
+				t.Errorf("accounts %d bytes, past the bound of %d", s.Bytes(), s.MaxBytes())
+			}
+			if s.Evictions() != 1000-room {
+				t.Errorf("evicted %d buckets, want %d", s.Evictions(), 1000-room)
+			}
+		})
+	}
+}
+
+// TestEvictsNearestRestByBytes: a store full of busy buckets evicts, for a
+// bucket that needs the room of two, the two sampled buckets that would
+// come to rest soonest, and keeps the one furthest from rest.
+func TestEvictsNearestRestByBytes(t *testing.T) {
+	c := clock.NewFake(t0)
+	short := BucketBytes(8)
+	s := New(c, WithShards(1), WithMaxBytes(3*short))
+	l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
+	// Costs 3, 1, 2: "key-b" rests first, then "key-c", then "key-a".
+	for _, k := range []struct {
+		key  string
+		cost int64
+	}{{"key-a", 3}, {"key-b", 1}, {"key-c", 2}} {
+		apply(t, s, store.Charge{Domain: storetest.Domain, Key: []byte(k.key), Limit: l, Cost: k.cost})
+	}
+	long := bytes.Repeat([]byte("x"), MaxVerbatimKey)
+	if 2*short+BucketBytes(len(long)) <= 3*short || short+BucketBytes(len(long)) > 3*short {
+		t.Fatalf("test assumes a %d-byte key needs the room of exactly two %d-byte buckets", len(long), short)
+	}
+	apply(t, s, store.Charge{Domain: storetest.Domain, Key: long, Limit: l, Cost: 1})
+
+	if s.Len() != 2 || s.Evictions() != 2 {
+		t.Fatalf("holds %d buckets after %d evictions, want 2 after 2", s.Len(), s.Evictions())
+	}
+	for _, k := range []struct {
+		key       string
+		remaining int64
+	}{{"key-a", 7}, {"key-b", 10}, {"key-c", 10}, {string(long), 9}} {
+		d := apply(t, s, store.Charge{Domain: storetest.Domain, Key: []byte(k.key), Limit: l})[0]
+		if d.Remaining != k.remaining {
+			t.Errorf("%.8s...: %d remaining, want %d", k.key, d.Remaining, k.remaining)
+		}
+	}
+}
+
+// TestLongKeysAreDistinct: keys stored as digests keep a bucket each, even
+// when they differ only in their last byte, and a key charged again finds
+// its bucket.
+func TestLongKeysAreDistinct(t *testing.T) {
+	s := New(clock.NewFake(t0))
+	l := mustLimit(t, algorithms.FixedWindow, 3, time.Minute, 0)
+	base := bytes.Repeat([]byte("v"), 2048)
+	var keys [][]byte
+	for _, n := range []int{DigestSize, MaxVerbatimKey + 1, 2048} {
+		for last := byte('a'); last <= 'c'; last++ {
+			k := append(slices.Clone(base[:n-1]), last)
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys {
+		// Charge key i i%3+1 times: each must see only its own charges.
+		for j := range i%3 + 1 {
+			d := apply(t, s, store.Charge{Domain: storetest.Domain, Key: k, Limit: l, Cost: 1})[0]
+			if want := int64(3 - j - 1); d.Remaining != want {
+				t.Fatalf("key %d (%d bytes), charge %d: %d remaining, want %d", i, len(k), j+1, d.Remaining, want)
+			}
+		}
+	}
+	if s.Len() != len(keys) || s.Bytes() != int64(len(keys))*BucketBytes(DigestSize) {
+		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), int64(len(keys))*BucketBytes(DigestSize))
 	}
 }
