@@ -209,8 +209,9 @@ func newPolicy(domains []*Domain) *Policy {
 // Fields of each mapping of a policy file.
 var (
 	fileFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors"}
-	limitFields      = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "quota_mode", "detailed_metric",
+		"value_to_metric", "share_threshold", "metadata", "descriptors"}
+	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "unit_multiplier", "retry_jitter"}
 	replacesFields = []string{"name"}
 )
@@ -339,21 +340,32 @@ func (p *parser) document(data []byte) *Domain {
 			d.Name = name
 		}
 	}
-	p.descriptors(m["descriptors"], "descriptors", &d.root, d.Name)
+	p.descriptors(m["descriptors"], "descriptors", &d.root, level{statKey: d.Name})
 	return d
 }
 
+// level is what a descriptor inherits from the descriptors above it.
+type level struct {
+	// statKey is the parent's Rule.StatKey.
+	statKey string
+	// shared holds, per level above, the wildcard value of a
+	// share_threshold descriptor, or "" (Rule.Shared); nil when there is
+	// none above.
+	shared []string
+	depth  int
+}
+
 // descriptors checks a list of descriptors and adds them to parent.
-func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, statKey string) {
+func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, up level) {
 	items := p.list(seq, path)
 	where := map[Entry]string{} // where each key and value is at this level
 	for i, item := range items {
-		p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), parent, statKey, where)
+		p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), parent, up, where)
 	}
 }
 
 // descriptor checks one descriptor and adds it to parent.
-func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey string, where map[Entry]string) {
+func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, where map[Entry]string) {
 	if p.descriptorCount >= p.maxDescriptors {
 		if !p.tooMany { // reported even beyond maxProblems
 			p.tooMany = true
@@ -392,18 +404,30 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey str
 		}
 	}
 
-	statKey += "." + e.Key
+	here := level{statKey: up.statKey + "." + e.Key, shared: up.shared, depth: up.depth + 1}
 	if e.Value != "" {
-		statKey += "_" + e.Value
+		here.statKey += "_" + e.Value
+	}
+	if p.shareThreshold(m["share_threshold"], join(path, "share_threshold"), e.Value) {
+		here.shared = make([]string, here.depth)
+		copy(here.shared, up.shared)
+		here.shared[up.depth] = e.Value
 	}
 	n := &node{}
 	limits := p.limits(m, path)
 	shadow := p.boolean(m["shadow_mode"], join(path, "shadow_mode"))
+	quota := p.boolean(m["quota_mode"], join(path, "quota_mode"))
 	detailed := p.boolean(m["detailed_metric"], join(path, "detailed_metric"))
+	p.boolean(m["value_to_metric"], join(path, "value_to_metric")) // metrics only: see doc.go
+	p.metadata(m["metadata"], join(path, "metadata"))
 	if len(limits) > 0 {
-		n.rule = &Rule{StatKey: statKey, Limits: limits, ShadowMode: shadow, DetailedMetric: detailed}
+		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed}
+		if here.shared != nil {
+			n.rule.Shared = make([]string, here.depth)
+			copy(n.rule.Shared, here.shared)
+		}
 	}
-	p.descriptors(m["descriptors"], join(path, "descriptors"), n, statKey)
+	p.descriptors(m["descriptors"], join(path, "descriptors"), n, here)
 
 	if !keyOK || !valueOK {
 		return
@@ -421,6 +445,28 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey str
 			parent.exact = map[Entry]*node{}
 		}
 		parent.exact[e] = n
+	}
+}
+
+// shareThreshold returns the descriptor's share_threshold, which only a
+// wildcard value (one ending in *) may set.
+func (p *parser) shareThreshold(v *yaml.Node, path, value string) bool {
+	on := p.boolean(v, path)
+	if on && !strings.HasSuffix(value, "*") {
+		p.errorf(v, path, "applies to a wildcard value (one ending in *); value %q is not one", value)
+		return false
+	}
+	return on
+}
+
+// metadata checks a descriptor's metadata: a mapping of anything, which
+// upstream hands to Envoy as dynamic metadata and ratelimitd does not use.
+func (p *parser) metadata(v *yaml.Node, path string) {
+	if v == nil || isNull(v) {
+		return
+	}
+	if r := resolve(v); r.Kind != yaml.MappingNode {
+		p.errorf(v, path, "want a mapping; got %s", describe(v))
 	}
 }
 

@@ -216,7 +216,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 				denied = true
 			}
 			if !u.replaced && !l.Unlimited && !l.DenyAll {
-				u.charge = w.charge(req.Domain, d.Entries, l, cost, shadow)
+				u.charge = w.charge(req.Domain, d.Entries, w.rules[i], l, cost, shadow)
 			}
 			w.uses = append(w.uses, u)
 		}
@@ -259,14 +259,19 @@ func Cost(requestHits uint64, descriptorHits *uint64) int64 {
 }
 
 // charge adds a charge of cost on the bucket of (domain, entries, limit)
-// and returns its index. Two descriptors naming the same bucket share one
-// charge of their summed cost, so the store sees each bucket once.
-func (w *work) charge(domain string, entries []config.Entry, l *config.Limit, cost int64, shadow bool) int {
+// and returns its index; rule is the rule matched (nil for an inline
+// limit). Two descriptors naming the same bucket share one charge of their
+// summed cost, so the store sees each bucket once.
+func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, l *config.Limit, cost int64, shadow bool) int {
 	start := 0
 	if n := len(w.keyEnds); n > 0 {
 		start = w.keyEnds[n-1]
 	}
-	w.keys = appendKey(w.keys, domain, entries, l.Key)
+	var shared []string
+	if rule != nil {
+		shared = rule.Shared
+	}
+	w.keys = appendKey(w.keys, domain, entries, shared, l.Key)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
@@ -288,12 +293,23 @@ func (w *work) charge(domain string, entries []config.Entry, l *config.Limit, co
 }
 
 // appendKey appends the bucket key of (domain, entries, limit key): each
-// part length-prefixed, so distinct inputs never share a key.
-func appendKey(b []byte, domain string, entries []config.Entry, limitKey string) []byte {
+// part length-prefixed, so distinct inputs never share a key. With shared
+// (config.Rule.Shared), an entry at a share_threshold depth contributes
+// the wildcard value instead of its own, and one more part is added
+// before the limit key, so that a shared bucket's key, with an odd number
+// of parts, never equals another's, with an even number.
+func appendKey(b []byte, domain string, entries []config.Entry, shared []string, limitKey string) []byte {
 	b = appendPart(b, domain)
-	for _, e := range entries {
+	for i, e := range entries {
 		b = appendPart(b, e.Key)
-		b = appendPart(b, e.Value)
+		if i < len(shared) && shared[i] != "" {
+			b = appendPart(b, shared[i])
+		} else {
+			b = appendPart(b, e.Value)
+		}
+	}
+	if shared != nil {
+		b = appendPart(b, "share_threshold")
 	}
 	return appendPart(b, limitKey)
 }
