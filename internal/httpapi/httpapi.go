@@ -57,8 +57,10 @@
 // — code is the gRPC code's name in snake case, message the gRPC status
 // message, which names the field at fault. A body that is not JSON of the
 // request message (an unknown field, a wrong type) is invalid_argument,
-// "request body: " and protojson's message naming the field, and is not
-// counted by interceptors (as a gRPC call whose message does not decode). A
+// "request body: " and protojson's message naming the field, answered by
+// CheckDecoded where the interceptors place it, so that the interceptors
+// before it (metrics) count it as the daemon's gRPC server counts a message
+// that does not decode. A
 // body larger than the limit (WithMaxBodyBytes) is 413, resource_exhausted,
 // as gRPC answers a message larger than its limit. On /json too errors are
 // these JSON bodies (upstream answers every error 400 with a plain text
@@ -114,19 +116,21 @@ const envoyService = "envoy.service.ratelimit.v3.RateLimitService"
 // Server serves the unary methods of the services registered on it on an
 // http.ServeMux. Register services before serving.
 type Server struct {
-	mux         *http.ServeMux
-	interceptor grpc.UnaryServerInterceptor
-	maxBody     int64
-	readTimeout time.Duration
+	mux          *http.ServeMux
+	interceptors []grpc.UnaryServerInterceptor
+	interceptor  grpc.UnaryServerInterceptor // interceptors, then CheckDecoded
+	maxBody      int64
+	readTimeout  time.Duration
 }
 
 // Option configures a Server.
 type Option func(*Server)
 
 // WithInterceptors runs every call through these interceptors, in order —
-// the daemon passes the ones its gRPC server chains.
+// the daemon passes the ones its gRPC server chains, with CheckDecoded
+// where its gRPC server checks decoding.
 func WithInterceptors(is ...grpc.UnaryServerInterceptor) Option {
-	return func(s *Server) { s.interceptor = chain(is) }
+	return func(s *Server) { s.interceptors = is }
 }
 
 // WithMaxBodyBytes sets the request body limit (default
@@ -157,7 +161,28 @@ func New(mux *http.ServeMux, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(s)
 	}
+	s.interceptor = chain(append(s.interceptors[:len(s.interceptors):len(s.interceptors)], CheckDecoded))
 	return s
+}
+
+// decoded is where a call's body decoding leaves its error, in the call's
+// context, for CheckDecoded.
+type decoded struct{ err error }
+
+type decodedKey struct{}
+
+// CheckDecoded is the interceptor that answers a call whose body did not
+// decode as the request message: InvalidArgument, "request body: ..." It
+// passes every other call, and any call that did not come through a
+// Server. A Server runs it after its interceptors in any case; put it
+// earlier among them (as the daemon does, right after the metrics) to
+// refuse a malformed body before the interceptors after it see the
+// partly decoded message.
+func CheckDecoded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if d, ok := ctx.Value(decodedKey{}).(*decoded); ok && d.err != nil {
+		return nil, d.err
+	}
+	return handler(ctx, req)
 }
 
 // RegisterService implements grpc.ServiceRegistrar: it routes
@@ -232,13 +257,17 @@ func (m *method) call(w http.ResponseWriter, r *http.Request) (proto.Message, bo
 		}
 		return nil, false
 	}
+	// Decoding never fails the call here, so that the interceptors before
+	// CheckDecoded see and count it; CheckDecoded answers the error.
+	d := new(decoded)
 	decode := func(msg any) error {
 		if err := protojson.Unmarshal(body, msg.(proto.Message)); err != nil {
-			return status.Error(codes.InvalidArgument, "request body: "+err.Error())
+			d.err = status.Error(codes.InvalidArgument, "request body: "+err.Error())
 		}
 		return nil
 	}
-	resp, err := m.desc.Handler(m.impl, callContext(r), decode, m.server.interceptor)
+	ctx := context.WithValue(callContext(r), decodedKey{}, d)
+	resp, err := m.desc.Handler(m.impl, ctx, decode, m.server.interceptor)
 	if err != nil {
 		st := status.Convert(err)
 		writeError(w, HTTPStatus(st.Code()), st.Code(), st.Message())

@@ -283,7 +283,7 @@ func TestMetrics(t *testing.T) {
 	}
 	h.do(t, "POST", "/json", noType, ordersV3)
 	h.do(t, "POST", v1Path, jsonType, `{"descriptors":[{"entries":[{"key":"k"}]}]}`)
-	h.do(t, "POST", v1Path, jsonType, `{"domian":"x"}`) // never decoded: not a call
+	h.do(t, "POST", v1Path, jsonType, `{"domian":"x"}`) // counted as gRPC counts a message that does not decode
 
 	rec := httptest.NewRecorder()
 	h.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -295,9 +295,9 @@ func TestMetrics(t *testing.T) {
 		`ratelimitd_rule_within_limit_hits_total{descriptor="",domain="shop",rule="path_/orders"}`: 2,
 		`ratelimitd_rule_over_limit_hits_total{descriptor="",domain="shop",rule="path_/orders"}`:   2,
 		`ratelimitd_grpc_server_handled_total{grpc_code="OK",` + v1 + `}`:                          3,
-		`ratelimitd_grpc_server_handled_total{grpc_code="InvalidArgument",` + v1 + `}`:             1,
+		`ratelimitd_grpc_server_handled_total{grpc_code="InvalidArgument",` + v1 + `}`:             2,
 		`ratelimitd_grpc_server_handled_total{grpc_code="OK",` + v3 + `}`:                          1,
-		`ratelimitd_grpc_server_started_total{` + v1 + `}`:                                         4,
+		`ratelimitd_grpc_server_started_total{` + v1 + `}`:                                         5,
 	} {
 		if got[series] != v {
 			t.Errorf("%s = %v, want %v", series, got[series], v)
@@ -329,5 +329,27 @@ func TestCodeName(t *testing.T) {
 		if got := httpapi.CodeName(c); got != want {
 			t.Errorf("CodeName(%v) = %q, want %q", c, got, want)
 		}
+	}
+}
+
+// TestCheckDecoded: a body that does not decode is answered where
+// CheckDecoded stands in the chain: the interceptors before it see the
+// call, those after it do not.
+func TestCheckDecoded(t *testing.T) {
+	var before, after int
+	count := func(n *int) grpc.UnaryServerInterceptor {
+		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			*n++
+			return handler(ctx, req)
+		}
+	}
+	h := start(t, count(&before), httpapi.CheckDecoded, count(&after))
+	got := h.do(t, "POST", v1Path, jsonType, `{"domain":"shop","descriptors":"many"}`)
+	if got.status != 400 || !strings.Contains(got.body, `"message":"request body: proto:`) {
+		t.Errorf("HTTP %d %s, want 400 request body: ...", got.status, got.body)
+	}
+	h.do(t, "POST", v1Path, jsonType, orders)
+	if before != 2 || after != 1 {
+		t.Errorf("before CheckDecoded %d calls, after %d; want 2 and 1", before, after)
 	}
 }
