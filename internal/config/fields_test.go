@@ -96,3 +96,29 @@ descriptors:
 		}
 	}
 }
+
+// TestLaterUpstreamFieldsView: /policies shows share_threshold on its
+// wildcard and quota_mode on its rule.
+func TestLaterUpstreamFieldsView(t *testing.T) {
+	p, err := Load("testdata/envoy/media.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]bool{}
+	var walk func([]DescriptorView)
+	walk = func(ds []DescriptorView) {
+		for _, d := range ds {
+			got[d.Key+"="+d.Value] = [2]bool{d.ShareThreshold, d.QuotaMode}
+			walk(d.Descriptors)
+		}
+	}
+	walk(p.View().Domains[0].Descriptors)
+	for k, want := range map[string][2]bool{
+		"path=/uploads/*": {true, false}, "path=/thumbs/*": {false, false}, "bucket=cold-*": {true, false},
+		"tenant=": {false, false}, "plan_quota=": {false, true}, "bonus_quota=": {false, true},
+	} {
+		if got[k] != want {
+			t.Errorf("%s: share_threshold, quota_mode = %v, want %v", k, got[k], want)
+		}
+	}
+}

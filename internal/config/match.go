@@ -6,7 +6,8 @@ import "strings"
 // nested under it. The domain's root node has no rule and holds the
 // top-level descriptors.
 type node struct {
-	rule *Rule // nil for a descriptor without rate_limit or rate_limits
+	rule   *Rule // nil for a descriptor without rate_limit or rate_limits
+	shared bool  // share_threshold: its wildcard's values share buckets
 
 	// The descriptors one level down, by how they match an entry.
 	exact    map[Entry]*node  // key and value, value without a trailing *

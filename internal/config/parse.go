@@ -408,12 +408,13 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 	if e.Value != "" {
 		here.statKey += "_" + e.Value
 	}
+	n := &node{}
 	if p.shareThreshold(m["share_threshold"], join(path, "share_threshold"), e.Value) {
+		n.shared = true
 		here.shared = make([]string, here.depth)
 		copy(here.shared, up.shared)
 		here.shared[up.depth] = e.Value
 	}
-	n := &node{}
 	limits := p.limits(m, path)
 	shadow := p.boolean(m["shadow_mode"], join(path, "shadow_mode"))
 	quota := p.boolean(m["quota_mode"], join(path, "quota_mode"))

@@ -28,8 +28,8 @@
 // Envoy API and upstream's /json would still need the adapter written here.
 // One adapter for both APIs, on the protobuf runtime the daemon already has,
 // calling the generated gRPC handlers themselves, keeps one path for every
-// call and adds no code generator. The error body below is Connect's, so a
-// Connect client's unary JSON calls read our errors.
+// call and adds no code generator. The paths, the error body below and the
+// status table follow Connect's unary JSON conventions.
 //
 // # Answers
 //
