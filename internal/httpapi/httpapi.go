@@ -1,4 +1,4 @@
-// Package httpapi serves the decision APIs as JSON over HTTP/1.1 and HTTP/2,
+// Package httpapi serves the decision APIs as JSON over HTTP,
 // for callers that will not generate gRPC stubs: shell scripts, PHP,
 // serverless functions, Lua in a proxy, curl.
 //
