@@ -1,10 +1,15 @@
 package engine
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
 const quotaPolicy = `
@@ -92,5 +97,58 @@ func TestQuotaMode(t *testing.T) {
 	r := decide(t, e, both)
 	if r.Code != algorithms.Denied || r.RetryAfter != time.Minute || r.Statuses[0].Code != algorithms.Denied || r.Statuses[1].Code != algorithms.Denied {
 		t.Errorf("bonus and global spent: %+v", r)
+	}
+}
+
+// hookStore is the memory store, running after once, after its first
+// Apply returns: another request arriving between the engine's two store
+// calls.
+type hookStore struct {
+	*memory.Store
+	after func()
+	calls int
+}
+
+func (h *hookStore) Apply(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
+	err := h.Store.Apply(ctx, charges, decisions)
+	if h.calls++; h.calls == 1 {
+		h.after()
+	}
+	return err
+}
+
+// TestQuotaModeRace: the quota that had room is spent by another request
+// between the engine's two store calls. The request is then denied, as
+// every quota is spent, and charged nowhere.
+func TestQuotaModeRace(t *testing.T) {
+	p, err := config.Parse("q.yaml", []byte(quotaPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &hookStore{Store: memory.New(clock.NewFake(t0))}
+	e := New(p, s)
+	alice := func(keys ...string) *Request {
+		r := &Request{Domain: "q"}
+		for _, k := range keys {
+			r.Descriptors = append(r.Descriptors, Descriptor{Entries: entries(k, "alice")})
+		}
+		return r
+	}
+	s.after = func() {}
+	decide(t, e, alice("bonus")) // bonus spent
+	s.calls = 0
+	s.after = func() {
+		spend := alice("plan")
+		spend.Hits = 2
+		if r := decide(t, e, spend); r.Code != algorithms.Allowed {
+			t.Errorf("spending plan: %v", r.Code)
+		}
+	}
+	r := decide(t, e, alice("plan", "bonus", "global"))
+	if r.Code != algorithms.Denied || r.RetryAfter != time.Second || s.calls != 3 {
+		t.Errorf("got %v retry %v after %d store calls, want denied, retry 1s, 3 calls", r.Code, r.RetryAfter, s.calls)
+	}
+	if got := r.Statuses[2].Remaining; got != 3 {
+		t.Errorf("global remaining %d, want 3 (charged nowhere)", got)
 	}
 }
