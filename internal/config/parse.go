@@ -209,8 +209,8 @@ func newPolicy(domains []*Domain) *Policy {
 // Fields of each mapping of a policy file.
 var (
 	fileFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "quota_mode", "detailed_metric",
-		"value_to_metric", "share_threshold", "metadata", "descriptors"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
+		"quota_mode", "share_threshold", "value_to_metric", "metadata"}
 	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "unit_multiplier", "retry_jitter"}
 	replacesFields = []string{"name"}
@@ -409,7 +409,9 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 		here.statKey += "_" + e.Value
 	}
 	n := &node{}
-	if p.shareThreshold(m["share_threshold"], join(path, "share_threshold"), e.Value) {
+	// The fields below are rare: their paths are built only when present,
+	// as a file with aliases may hold hundreds of thousands of descriptors.
+	if v := m["share_threshold"]; v != nil && p.shareThreshold(v, join(path, "share_threshold"), e.Value) {
 		n.shared = true
 		here.shared = make([]string, here.depth)
 		copy(here.shared, up.shared)
@@ -417,10 +419,17 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 	}
 	limits := p.limits(m, path)
 	shadow := p.boolean(m["shadow_mode"], join(path, "shadow_mode"))
-	quota := p.boolean(m["quota_mode"], join(path, "quota_mode"))
+	quota := false
+	if v := m["quota_mode"]; v != nil {
+		quota = p.boolean(v, join(path, "quota_mode"))
+	}
 	detailed := p.boolean(m["detailed_metric"], join(path, "detailed_metric"))
-	p.boolean(m["value_to_metric"], join(path, "value_to_metric")) // metrics only: see doc.go
-	p.metadata(m["metadata"], join(path, "metadata"))
+	if v := m["value_to_metric"]; v != nil {
+		p.boolean(v, join(path, "value_to_metric")) // metrics only: see doc.go
+	}
+	if v := m["metadata"]; v != nil {
+		p.metadata(v, join(path, "metadata"))
+	}
 	if len(limits) > 0 {
 		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed}
 		if here.shared != nil {
