@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +128,57 @@ func TestDaemonDraining(t *testing.T) {
 		t.Errorf("the gRPC call in flight: %v", err)
 	}
 	<-stopped
+}
+
+// TestDaemonAuthorization: with --authz-policy, HTTP decision calls are
+// authorized as gRPC ones are: a bearer token in the Authorization header
+// identifies the caller (the HTTP port has no TLS, so no certificate does).
+func TestDaemonAuthorization(t *testing.T) {
+	dir := t.TempDir()
+	const token = "batch-0123456789abcdefghij"
+	writeFile(t, filepath.Join(dir, "batch.tokens"), token+"\n")
+	writeFile(t, filepath.Join(dir, "authz.yaml"), `
+clients:
+  - name: batch
+    match: [{tokens: batch.tokens}]
+    grants: [{domains: [shop], access: charge}]
+`)
+	d := daemontest.Start(t, policy, func(c *daemon.Config) { c.AuthzPolicy = filepath.Join(dir, "authz.yaml") })
+	url := "http://" + d.HTTPAddr() + v1Path
+	call := func(authorization, body string) answer {
+		req, err := http.NewRequest("POST", url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", jsonType)
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return answer{resp.StatusCode, resp.Header.Get("Content-Type"), string(b)}
+	}
+	if got := call("", orders); got.status != 401 || !strings.Contains(got.body, `"code":"unauthenticated"`) {
+		t.Errorf("no token: HTTP %d %s, want 401 unauthenticated", got.status, got.body)
+	}
+	if got := call("Bearer batch-0123456789abcdefghiX", orders); got.status != 401 || strings.Contains(got.body, "batch-") {
+		t.Errorf("wrong token: HTTP %d %s, want 401 without the token", got.status, got.body)
+	}
+	if got := call("Bearer "+token, `{"domain":"other","descriptors":[{"entries":[{"key":"k"}]}]}`); got.status != 403 || !strings.Contains(got.body, `"code":"permission_denied"`) {
+		t.Errorf("another domain: HTTP %d %s, want 403 permission_denied", got.status, got.body)
+	}
+	if got := call("Bearer "+token, orders); got.status != 200 || !strings.Contains(got.body, `"remaining":"1"`) {
+		t.Errorf("with the token: HTTP %d %s, want 200 with 1 remaining", got.status, got.body)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
