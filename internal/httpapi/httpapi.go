@@ -12,8 +12,9 @@
 // /ratelimit.v1.RateLimitService/ShouldRateLimit and
 // /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit take the
 // messages of the gRPC APIs in their JSON form (protojson: the proto3 JSON
-// mapping; field names in lowerCamelCase or as in the proto; enums by name;
-// 64-bit integers as strings; durations as "1.5s"). The request is decoded
+// mapping: field names in lowerCamelCase or as in the proto, enums by name,
+// durations as "1.5s", 64-bit integers as strings in answers and as strings
+// or numbers in requests). The request is decoded
 // with protojson, handed to the method's generated gRPC handler with the
 // daemon's unary interceptors (so metrics, and whatever an embedding program
 // adds, see the call as they see a gRPC one), and the response encoded with
@@ -38,9 +39,9 @@
 // "no" (overallCode OVER_LIMIT / CODE_OVER_LIMIT). Every scalar field is
 // written, zeros too ("remaining": "0", "shadow": false), so that a caller
 // need not know proto3's defaults; an absent message field (a duration, a
-// rule) is omitted. The request must be
-// Content-Type application/json (else 415: a browser page cannot send one
-// cross-origin without a preflight, which is never answered).
+// rule) is omitted. The request must be Content-Type application/json (else
+// 415: a browser page cannot send one cross-origin without a preflight,
+// which is never answered).
 //
 // When the Envoy v3 service is registered, /json serves it as
 // envoyproxy/ratelimit's /json endpoint does, for tooling written for it: any
