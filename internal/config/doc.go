@@ -12,7 +12,7 @@
 //	domain: api                   # required, unique across files
 //	descriptors:                  # the rule tree; a list at every level
 //	  - key: remote_address       # required
-//	    value: 10.0.0.1           # optional; a trailing * makes it a wildcard
+//	    value: 10.0.0.1           # optional; a * makes it a wildcard
 //	    rate_limit:               # optional: the descriptor's limit
 //	      unit: second            # second, minute, hour, day, week, month, year
 //	      requests_per_unit: 10   # 1 … 4294967295
@@ -39,7 +39,7 @@
 // The descriptor fields upstream added later, with its semantics:
 //
 //   - share_threshold: true, allowed only on a descriptor whose value is a
-//     wildcard (ends in *): every value the wildcard matches counts in one
+//     wildcard (holds a *): every value the wildcard matches counts in one
 //     bucket, instead of one bucket per value. It holds for the limits of
 //     the descriptor and of every descriptor nested under it (with a
 //     bucket per value of their own entries, unless they share too):
@@ -135,9 +135,12 @@
 //
 //  1. exact: the descriptor with the entry's key and value;
 //  2. wildcard: the first descriptor, in file order, with the entry's key
-//     whose value ends in * and whose value without the * is a prefix of
-//     the entry's value ("/api/*" matches "/api/" and "/api/orders"; a
-//     value of just "*" matches every value, the empty value too);
+//     whose value holds a * and matches the entry's value, each * standing
+//     for any run of bytes, the empty one included, as upstream matches
+//     them: "/api/*" matches "/api/" and "/api/orders"; "*.png" matches
+//     "a.png"; "/api/*/orders" matches "/api/v1/orders" and "/api//orders";
+//     "svc*ep*rpc" needs "svc", then "ep", then "rpc" at the end; a value
+//     of just "*" matches every value, the empty value too;
 //  3. key only: the descriptor with the entry's key and no value. Every
 //     value matches it, and each value is counted in a bucket of its own
 //     (the engine builds bucket keys from the request's values).
@@ -147,8 +150,7 @@
 // ends on a descriptor without a limit, and a request with more entries
 // runs past the tree's leaves; neither matches. There is no backtracking:
 // when the descriptor chosen at one level does not lead to a match, a less
-// specific one at that level is not tried. A * anywhere but at the end of
-// a value is an ordinary character; keys never hold wildcards.
+// specific one at that level is not tried. Keys never hold wildcards.
 //
 // Rule.StatKey is the domain and, per level, the key or key_value as the
 // file wrote it, joined by dots: "api.user", "api.path_/api/*.user".
@@ -175,9 +177,6 @@
 //     first and ignores the rest.
 //   - A domain defined twice is always an error (upstream can merge them
 //     with MERGE_DOMAIN_CONFIG).
-//   - Upstream also reads a * in the middle of a value as a wildcard
-//     ("/api/*/orders"); here only a trailing * is one, and share_threshold
-//     on any other value is an error.
 //
 // As upstream's parser (yaml.v2) does, a string field takes any scalar
 // (value: 200 is "200") and a boolean field takes YAML 1.1's yes/no/on/off.

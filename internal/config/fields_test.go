@@ -53,14 +53,14 @@ descriptors:
     value: /exact
     share_threshold: true
     rate_limit: {unit: second, requests_per_unit: 1}
-`, `test.yaml:6: descriptors[0].share_threshold: applies to a wildcard value (one ending in *); value "/exact" is not one`},
+`, `test.yaml:6: descriptors[0].share_threshold: applies to a wildcard value (one holding a *); value "/exact" is not one`},
 		{"share_threshold on a key alone", `
 domain: d
 descriptors:
   - key: path
     share_threshold: yes
     rate_limit: {unit: second, requests_per_unit: 1}
-`, `test.yaml:5: descriptors[0].share_threshold: applies to a wildcard value (one ending in *); value "" is not one`},
+`, `test.yaml:5: descriptors[0].share_threshold: applies to a wildcard value (one holding a *); value "" is not one`},
 		{"metadata not a mapping", `
 domain: d
 descriptors:

@@ -448,8 +448,8 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 			parent.keyOnly = map[string]*node{}
 		}
 		parent.keyOnly[e.Key] = n
-	case strings.HasSuffix(e.Value, "*"):
-		parent.wildcard = append(parent.wildcard, wildcard{key: e.Key, prefix: strings.TrimSuffix(e.Value, "*"), n: n})
+	case strings.Contains(e.Value, "*"):
+		parent.wildcard = append(parent.wildcard, newWildcard(e.Key, e.Value, n))
 	default:
 		if parent.exact == nil {
 			parent.exact = map[Entry]*node{}
@@ -459,11 +459,11 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 }
 
 // shareThreshold returns the descriptor's share_threshold, which only a
-// wildcard value (one ending in *) may set.
+// wildcard value (one holding a *) may set.
 func (p *parser) shareThreshold(v *yaml.Node, path, value string) bool {
 	on := p.boolean(v, path)
-	if on && !strings.HasSuffix(value, "*") {
-		p.errorf(v, path, "applies to a wildcard value (one ending in *); value %q is not one", value)
+	if on && !strings.Contains(value, "*") {
+		p.errorf(v, path, "applies to a wildcard value (one holding a *); value %q is not one", value)
 		return false
 	}
 	return on

@@ -85,7 +85,7 @@ func (n *node) view() []DescriptorView {
 		cs = append(cs, child{e: e, rank: 0, n: c})
 	}
 	for i, w := range n.wildcard {
-		cs = append(cs, child{e: Entry{Key: w.key, Value: w.prefix + "*"}, rank: 1, pos: i, n: w.n})
+		cs = append(cs, child{e: Entry{Key: w.key, Value: w.value}, rank: 1, pos: i, n: w.n})
 	}
 	for k, c := range n.keyOnly {
 		cs = append(cs, child{e: Entry{Key: k}, rank: 2, n: c})

@@ -22,6 +22,10 @@ descriptors:
     descriptors:
       - key: tenant
         rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: route
+    value: /api/*/orders
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
   # The same arithmetic as /uploads/*, without sharing: a value written
   # like the shared pattern must not land in the shared bucket.
   - key: file
@@ -47,6 +51,8 @@ func TestShareThreshold(t *testing.T) {
 		{[]string{"path", "/thumbs/b.png"}, algorithms.Allowed}, // a bucket of its own
 		{[]string{"path", "/thumbs/a.png"}, algorithms.Denied},
 		{[]string{"file", "/uploads/*"}, algorithms.Allowed}, // not the shared bucket
+		{[]string{"route", "/api/v1/orders"}, algorithms.Allowed},
+		{[]string{"route", "/api/v2/orders"}, algorithms.Denied}, // a wildcard in the middle shares too
 		{[]string{"bucket", "cold-eu", "tenant", "acme"}, algorithms.Allowed},
 		{[]string{"bucket", "cold-us", "tenant", "acme"}, algorithms.Denied},   // shared across cold-*
 		{[]string{"bucket", "cold-us", "tenant", "other"}, algorithms.Allowed}, // per tenant
