@@ -2,7 +2,8 @@
 // runs a real daemon, calls it on both gRPC APIs (ratelimit.v1 and Envoy's
 // envoy.service.ratelimit.v3) from Python (call.py, Debian's python3-grpcio
 // under /usr/bin/python3) and from Node (call.js, @grpc/grpc-js), and
-// checks the decisions each prints.
+// checks the decisions each prints. call_http.py calls the same APIs as
+// JSON over HTTP with nothing but Python's standard library.
 //
 // Neither language uses generated code. Python builds its message classes
 // at run time from a FileDescriptorSet that this test writes from the
@@ -87,6 +88,73 @@ func TestPython(t *testing.T) {
 	}
 	d := daemontest.Start(t, "")
 	run(t, python, "call.py", d.GRPCAddr(), writeDescriptorSet(t))
+}
+
+// httpAnswer is one line call_http.py prints.
+type httpAnswer struct {
+	Call       string       `json:"call"`
+	HTTP       int          `json:"http"`
+	Code       string       `json:"code,omitempty"`
+	RetryAfter *string      `json:"retry_after,omitempty"`
+	Statuses   []httpStatus `json:"statuses,omitempty"`
+	Error      string       `json:"error,omitempty"`
+}
+
+type httpStatus struct {
+	Code      string `json:"code"`
+	Rule      string `json:"rule"`
+	Remaining uint64 `json:"remaining"`
+}
+
+func str(s string) *string { return &s }
+
+// wantHTTP is what call_http.py must print against a fresh daemon serving
+// the default policy.
+var wantHTTP = []httpAnswer{
+	{Call: "v1 first", HTTP: 200, Code: "CODE_OK", Statuses: []httpStatus{
+		{"CODE_OK", "global", 6999}, {"CODE_OK", "per-endpoint", 3999}, {"CODE_OK", "per-user-per-endpoint", 799}}},
+	{Call: "v1 spend", HTTP: 200, Code: "CODE_OK", Statuses: []httpStatus{{"CODE_OK", "per-user-per-endpoint", 0}}},
+	{Call: "v1 denied", HTTP: 200, Code: "CODE_OVER_LIMIT", RetryAfter: str("0.100s"), Statuses: []httpStatus{
+		{"CODE_OK", "global", 6999}, {"CODE_OK", "per-endpoint", 3999}, {"CODE_OVER_LIMIT", "per-user-per-endpoint", 0}}},
+	{Call: "v1 invalid", HTTP: 400, Error: "invalid_argument: domain: must not be empty"},
+	{Call: "v3 first", HTTP: 200, Code: "OK", Statuses: []httpStatus{{"OK", "per-user-per-endpoint", 799}}},
+	{Call: "json spend", HTTP: 200, Code: "OK", Statuses: []httpStatus{{"OK", "per-user-per-endpoint", 0}}},
+	{Call: "json denied", HTTP: 429, Code: "OVER_LIMIT", Statuses: []httpStatus{{"OVER_LIMIT", "per-user-per-endpoint", 0}}},
+}
+
+// TestPythonHTTP calls the JSON API over HTTP from Python's standard
+// library alone: no gRPC, no protobuf.
+func TestPythonHTTP(t *testing.T) {
+	const python = "/usr/bin/python3"
+	d := daemontest.Start(t, "")
+	cmd := exec.CommandContext(t.Context(), python, "call_http.py", "http://"+d.HTTPAddr())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s call_http.py: %v\n%s", python, err, stderr.Bytes())
+	}
+	var got []httpAnswer
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var a httpAnswer
+		if err := dec.Decode(&a); err != nil {
+			t.Fatalf("reading the script's output: %v\n%s", err, out)
+		}
+		got = append(got, a)
+	}
+	for i := range max(len(got), len(wantHTTP)) {
+		switch {
+		case i >= len(got):
+			t.Errorf("missing %q", wantHTTP[i].Call)
+		case i >= len(wantHTTP):
+			t.Errorf("unexpected %+v", got[i])
+		case !reflect.DeepEqual(got[i], wantHTTP[i]):
+			g, _ := json.Marshal(got[i])
+			w, _ := json.Marshal(wantHTTP[i])
+			t.Errorf("%s:\n got %s\nwant %s", wantHTTP[i].Call, g, w)
+		}
+	}
 }
 
 func TestNode(t *testing.T) {

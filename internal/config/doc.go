@@ -12,7 +12,7 @@
 //	domain: api                   # required, unique across files
 //	descriptors:                  # the rule tree; a list at every level
 //	  - key: remote_address       # required
-//	    value: 10.0.0.1           # optional; a trailing * makes it a wildcard
+//	    value: 10.0.0.1           # optional; a * makes it a wildcard
 //	    rate_limit:               # optional: the descriptor's limit
 //	      unit: second            # second, minute, hour, day, week, month, year
 //	      requests_per_unit: 10   # 1 … 4294967295
@@ -21,7 +21,11 @@
 //	        - name: other_limit
 //	      unlimited: false        # true: always admit, keep no bucket
 //	    shadow_mode: false        # true: charge and report, never deny
+//	    quota_mode: false         # true: one of the request's quotas (below)
 //	    detailed_metric: false    # true: metrics may carry request values
+//	    value_to_metric: false    # accepted; metrics only (below)
+//	    share_threshold: false    # true, on a wildcard value: one bucket for all its values
+//	    metadata: {}              # accepted; any mapping (below)
 //	    descriptors: []           # optional: the next level
 //
 // A descriptor with neither a limit nor nested descriptors is allowed, as
@@ -31,6 +35,30 @@
 // descriptor without limits they do nothing (upstream accepts them there
 // too). Units are case-insensitive; a week is 7 days, a month 30 days and a
 // year 365 days, as upstream counts them.
+//
+// The descriptor fields upstream added later, with its semantics:
+//
+//   - share_threshold: true, allowed only on a descriptor whose value is a
+//     wildcard (holds a *): every value the wildcard matches counts in one
+//     bucket, instead of one bucket per value. It holds for the limits of
+//     the descriptor and of every descriptor nested under it (with a
+//     bucket per value of their own entries, unless they share too):
+//     Rule.Shared.
+//   - quota_mode: true makes the rule's limits quotas (Rule.QuotaMode). A
+//     request is denied by its quota descriptors only when every one of
+//     them is over its limit; a quota descriptor over its limit reports
+//     its denial in its status while the request goes through on another
+//     quota. Other descriptors deny as always. The engine documents how
+//     this is charged.
+//   - value_to_metric: a boolean, accepted and checked. Upstream puts the
+//     request's value into the statsd key of a descriptor matched by its
+//     key alone or by a wildcard; ratelimitd's per-rule metrics are
+//     labelled by the rule's descriptor path, and carry request values
+//     only under detailed_metric, so the field changes nothing here.
+//   - metadata: a mapping of anything, accepted. Upstream copies it into
+//     the response's dynamic metadata when its RESPONSE_DYNAMIC_METADATA
+//     setting is on (off by default); ratelimitd sends no dynamic
+//     metadata, so it changes nothing here.
 //
 // # Extensions
 //
@@ -107,9 +135,12 @@
 //
 //  1. exact: the descriptor with the entry's key and value;
 //  2. wildcard: the first descriptor, in file order, with the entry's key
-//     whose value ends in * and whose value without the * is a prefix of
-//     the entry's value ("/api/*" matches "/api/" and "/api/orders"; a
-//     value of just "*" matches every value, the empty value too);
+//     whose value holds a * and matches the entry's value, each * standing
+//     for any run of bytes, the empty one included, as upstream matches
+//     them: "/api/*" matches "/api/" and "/api/orders"; "*.png" matches
+//     "a.png"; "/api/*/orders" matches "/api/v1/orders" and "/api//orders";
+//     "svc*ep*rpc" needs "svc", then "ep", then "rpc" at the end; a value
+//     of just "*" matches every value, the empty value too;
 //  3. key only: the descriptor with the entry's key and no value. Every
 //     value matches it, and each value is counted in a bucket of its own
 //     (the engine builds bucket keys from the request's values).
@@ -119,8 +150,7 @@
 // ends on a descriptor without a limit, and a request with more entries
 // runs past the tree's leaves; neither matches. There is no backtracking:
 // when the descriptor chosen at one level does not lead to a match, a less
-// specific one at that level is not tried. A * anywhere but at the end of
-// a value is an ordinary character; keys never hold wildcards.
+// specific one at that level is not tried. Keys never hold wildcards.
 //
 // Rule.StatKey is the domain and, per level, the key or key_value as the
 // file wrote it, joined by dots: "api.user", "api.path_/api/*.user".
@@ -147,9 +177,6 @@
 //     first and ignores the rest.
 //   - A domain defined twice is always an error (upstream can merge them
 //     with MERGE_DOMAIN_CONFIG).
-//   - Fields that upstream added in late 2025 (value_to_metric, and
-//     share_threshold for wildcards) are not supported yet: a file using
-//     them is rejected for an unknown field rather than read differently.
 //
 // As upstream's parser (yaml.v2) does, a string field takes any scalar
 // (value: 200 is "200") and a boolean field takes YAML 1.1's yes/no/on/off.

@@ -39,6 +39,12 @@ descriptors:
   - key: lit
     value: a*b
     rate_limit: {name: lit=a*b, unit: second, requests_per_unit: 1}
+  - key: multi
+    value: svc*ep*rpc
+    rate_limit: {name: multi=svc*ep*rpc, unit: second, requests_per_unit: 1}
+  - key: suffix
+    value: "*.png"
+    rate_limit: {name: suffix=*.png, unit: second, requests_per_unit: 1}
   - key: x_y
     value: z
     rate_limit: {name: x_y=z, unit: second, requests_per_unit: 1}
@@ -136,9 +142,17 @@ func TestMatch(t *testing.T) {
 		{"first wildcard in file order wins", "order=abc", "order=a*"},
 		{"wildcard * matches any value", "any=whatever", "any=*"},
 		{"wildcard * matches the empty value", "any=", "any=*"},
-		{"* inside a value is literal", "lit=a*b", "lit=a*b"},
-		{"* inside a value is not a wildcard", "lit=axb", ""},
+		// A * anywhere is a wildcard, as upstream reads it.
+		{"* inside a value matches itself", "lit=a*b", "lit=a*b"},
+		{"* inside a value matches any run", "lit=axxb", "lit=a*b"},
+		{"* inside a value matches the empty run", "lit=ab", "lit=a*b"},
 		{"* inside a value is not a prefix", "lit=a", ""},
+		{"* inside a value: the suffix must follow", "lit=abx", ""},
+		{"several *s, in order", "multi=svc-1-ep-2-rpc", "multi=svc*ep*rpc"},
+		{"several *s, parts out of order", "multi=svc-rpc-ep", ""},
+		{"several *s, parts may not overlap", "multi=svcrpc", ""},
+		{"leading *: a suffix", "suffix=img.png", "suffix=*.png"},
+		{"leading *: not a prefix", "suffix=.pngx", ""},
 		{"keys are exact, not joined with values", "x=y_z", ""},
 		{"key with underscore", "x_y=z", "x_y=z"},
 		{"keys are case-sensitive", "K=exact", ""},

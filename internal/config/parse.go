@@ -209,8 +209,9 @@ func newPolicy(domains []*Domain) *Policy {
 // Fields of each mapping of a policy file.
 var (
 	fileFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors"}
-	limitFields      = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
+		"quota_mode", "share_threshold", "value_to_metric", "metadata"}
+	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "unit_multiplier", "retry_jitter"}
 	replacesFields = []string{"name"}
 )
@@ -339,21 +340,32 @@ func (p *parser) document(data []byte) *Domain {
 			d.Name = name
 		}
 	}
-	p.descriptors(m["descriptors"], "descriptors", &d.root, d.Name)
+	p.descriptors(m["descriptors"], "descriptors", &d.root, level{statKey: d.Name})
 	return d
 }
 
+// level is what a descriptor inherits from the descriptors above it.
+type level struct {
+	// statKey is the parent's Rule.StatKey.
+	statKey string
+	// shared holds, per level above, the wildcard value of a
+	// share_threshold descriptor, or "" (Rule.Shared); nil when there is
+	// none above.
+	shared []string
+	depth  int
+}
+
 // descriptors checks a list of descriptors and adds them to parent.
-func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, statKey string) {
+func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, up level) {
 	items := p.list(seq, path)
 	where := map[Entry]string{} // where each key and value is at this level
 	for i, item := range items {
-		p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), parent, statKey, where)
+		p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), parent, up, where)
 	}
 }
 
 // descriptor checks one descriptor and adds it to parent.
-func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey string, where map[Entry]string) {
+func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, where map[Entry]string) {
 	if p.descriptorCount >= p.maxDescriptors {
 		if !p.tooMany { // reported even beyond maxProblems
 			p.tooMany = true
@@ -392,18 +404,40 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey str
 		}
 	}
 
-	statKey += "." + e.Key
+	here := level{statKey: up.statKey + "." + e.Key, shared: up.shared, depth: up.depth + 1}
 	if e.Value != "" {
-		statKey += "_" + e.Value
+		here.statKey += "_" + e.Value
 	}
 	n := &node{}
+	// The fields below are rare: their paths are built only when present,
+	// as a file with aliases may hold hundreds of thousands of descriptors.
+	if v := m["share_threshold"]; v != nil && p.shareThreshold(v, join(path, "share_threshold"), e.Value) {
+		n.shared = true
+		here.shared = make([]string, here.depth)
+		copy(here.shared, up.shared)
+		here.shared[up.depth] = e.Value
+	}
 	limits := p.limits(m, path)
 	shadow := p.boolean(m["shadow_mode"], join(path, "shadow_mode"))
-	detailed := p.boolean(m["detailed_metric"], join(path, "detailed_metric"))
-	if len(limits) > 0 {
-		n.rule = &Rule{StatKey: statKey, Limits: limits, ShadowMode: shadow, DetailedMetric: detailed}
+	quota := false
+	if v := m["quota_mode"]; v != nil {
+		quota = p.boolean(v, join(path, "quota_mode"))
 	}
-	p.descriptors(m["descriptors"], join(path, "descriptors"), n, statKey)
+	detailed := p.boolean(m["detailed_metric"], join(path, "detailed_metric"))
+	if v := m["value_to_metric"]; v != nil {
+		p.boolean(v, join(path, "value_to_metric")) // metrics only: see doc.go
+	}
+	if v := m["metadata"]; v != nil {
+		p.metadata(v, join(path, "metadata"))
+	}
+	if len(limits) > 0 {
+		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed}
+		if here.shared != nil {
+			n.rule.Shared = make([]string, here.depth)
+			copy(n.rule.Shared, here.shared)
+		}
+	}
+	p.descriptors(m["descriptors"], join(path, "descriptors"), n, here)
 
 	if !keyOK || !valueOK {
 		return
@@ -414,13 +448,35 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, statKey str
 			parent.keyOnly = map[string]*node{}
 		}
 		parent.keyOnly[e.Key] = n
-	case strings.HasSuffix(e.Value, "*"):
-		parent.wildcard = append(parent.wildcard, wildcard{key: e.Key, prefix: strings.TrimSuffix(e.Value, "*"), n: n})
+	case strings.Contains(e.Value, "*"):
+		parent.wildcard = append(parent.wildcard, newWildcard(e.Key, e.Value, n))
 	default:
 		if parent.exact == nil {
 			parent.exact = map[Entry]*node{}
 		}
 		parent.exact[e] = n
+	}
+}
+
+// shareThreshold returns the descriptor's share_threshold, which only a
+// wildcard value (one holding a *) may set.
+func (p *parser) shareThreshold(v *yaml.Node, path, value string) bool {
+	on := p.boolean(v, path)
+	if on && !strings.Contains(value, "*") {
+		p.errorf(v, path, "applies to a wildcard value (one holding a *); value %q is not one", value)
+		return false
+	}
+	return on
+}
+
+// metadata checks a descriptor's metadata: a mapping of anything, which
+// upstream hands to Envoy as dynamic metadata and ratelimitd does not use.
+func (p *parser) metadata(v *yaml.Node, path string) {
+	if v == nil || isNull(v) {
+		return
+	}
+	if r := resolve(v); r.Kind != yaml.MappingNode {
+		p.errorf(v, path, "want a mapping; got %s", describe(v))
 	}
 }
 
@@ -481,7 +537,8 @@ func (p *parser) limits(m map[string]*yaml.Node, path string) []*Limit {
 }
 
 // limit checks one rate_limit block and returns its limit, or nil when it
-// has problems.
+// has problems. It runs one step per concern, each reporting its own
+// problems; the limit is built only when none of them found any.
 func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	m := p.fields(y, path, limitFields)
 	if m == nil {
@@ -489,15 +546,61 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	}
 	nerrs := p.problems()
 	l := &Limit{}
-	if v := m["name"]; v != nil {
-		l.Name, _ = p.str(v, join(path, "name"))
-		if l.Name != "" {
-			p.names[l.Name] = true
-		}
-	}
+	l.Name = p.limitName(m["name"], join(path, "name"))
 	l.Unlimited = p.boolean(m["unlimited"], join(path, "unlimited"))
-	for i, r := range p.list(m["replaces"], join(path, "replaces")) {
-		rpath := fmt.Sprintf("%s[%d]", join(path, "replaces"), i)
+	l.Replaces = p.replacesList(m["replaces"], join(path, "replaces"), l.Name)
+	if l.Unlimited {
+		p.checkUnlimited(m, path)
+		if p.problems() > nerrs {
+			return nil
+		}
+		l.Key = unlimitedKey
+		return l
+	}
+
+	l.Unit = p.unit(m["unit"], y, join(path, "unit"))
+	requests, denyAll := p.requestsPerUnit(m["requests_per_unit"], y, join(path, "requests_per_unit"))
+	l.DenyAll = denyAll
+	alg := p.algorithm(m["algorithm"], join(path, "algorithm"))
+	burst := p.burst(m["burst"], join(path, "burst"), alg)
+	l.UnitMultiplier = p.unitMultiplier(m["unit_multiplier"], join(path, "unit_multiplier"))
+	l.RetryJitter = p.retryJitter(m["retry_jitter"], join(path, "retry_jitter"))
+	if l.DenyAll && (m["burst"] != nil || m["algorithm"] != nil) {
+		p.errorf(y, join(path, "requests_per_unit"), "0 denies every request; algorithm and burst do not apply")
+	}
+	if p.problems() > nerrs {
+		return nil
+	}
+	if l.DenyAll {
+		l.Key = denyAllKey
+		return l
+	}
+	if !p.rate(l, alg, requests, burst, y, m["unit_multiplier"], path) {
+		return nil
+	}
+	return l
+}
+
+// limitName returns rate_limit.name ("" when absent) and records it among
+// the domain's names, for replaces.
+func (p *parser) limitName(v *yaml.Node, path string) string {
+	if v == nil {
+		return ""
+	}
+	name, _ := p.str(v, path)
+	if name != "" {
+		p.names[name] = true
+	}
+	return name
+}
+
+// replacesList checks a limit's replaces entries and returns the names
+// they give; own is the limit's name, which it may not replace. Whether
+// each name exists is checked once the whole file is read.
+func (p *parser) replacesList(v *yaml.Node, path, own string) []string {
+	var names []string
+	for i, r := range p.list(v, path) {
+		rpath := fmt.Sprintf("%s[%d]", path, i)
 		rm := p.fields(r, rpath, replacesFields)
 		if rm == nil {
 			continue
@@ -509,101 +612,133 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 		switch {
 		case name == "":
 			p.errorf(r, join(rpath, "name"), "missing: a replaces entry names the limit it replaces")
-		case name == l.Name:
+		case name == own:
 			p.errorf(rm["name"], join(rpath, "name"), "a limit cannot replace itself")
 		default:
 			p.replaces = append(p.replaces, replacesRef{name: name, field: join(rpath, "name"), line: rm["name"].Line})
-			l.Replaces = append(l.Replaces, name)
+			names = append(names, name)
 		}
 	}
+	return names
+}
 
-	if l.Unlimited {
-		for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter"} {
-			if v := m[f]; v != nil && !isNull(v) {
-				p.errorf(v, join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
-			}
+// checkUnlimited reports the fields that an unlimited limit may not have.
+func (p *parser) checkUnlimited(m map[string]*yaml.Node, path string) {
+	for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter"} {
+		if v := m[f]; v != nil && !isNull(v) {
+			p.errorf(v, join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
 		}
-		if p.problems() > nerrs {
-			return nil
-		}
-		l.Key = unlimitedKey
-		return l
 	}
+}
 
-	if v := m["unit"]; v == nil || isNull(v) {
-		p.errorf(y, join(path, "unit"), "missing (want %s)", unitNames)
-	} else if s, ok := p.str(v, join(path, "unit")); ok {
-		if l.Unit, ok = parseUnit(s); !ok {
-			p.errorf(v, join(path, "unit"), "unknown unit %q (want %s)", s, unitNames)
-		}
+// unit returns rate_limit.unit, which is required; block is the rate_limit
+// mapping, where a missing unit is reported.
+func (p *parser) unit(v, block *yaml.Node, path string) Unit {
+	if v == nil || isNull(v) {
+		p.errorf(block, path, "missing (want %s)", unitNames)
+		return UnitNone
 	}
-	var requests int64
-	switch v := m["requests_per_unit"]; {
+	s, ok := p.str(v, path)
+	if !ok {
+		return UnitNone
+	}
+	u, ok := parseUnit(s)
+	if !ok {
+		p.errorf(v, path, "unknown unit %q (want %s)", s, unitNames)
+	}
+	return u
+}
+
+// requestsPerUnit returns rate_limit.requests_per_unit, which is required;
+// denyAll is true for a literal 0, which denies every request.
+func (p *parser) requestsPerUnit(v, block *yaml.Node, path string) (requests int64, denyAll bool) {
+	switch {
 	case v == nil || isNull(v):
-		p.errorf(y, join(path, "requests_per_unit"), "missing: how many requests each unit admits")
+		p.errorf(block, path, "missing: how many requests each unit admits")
 	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0":
-		l.DenyAll = true
+		return 0, true
 	default:
-		requests, _ = p.integer(v, join(path, "requests_per_unit"), 1, algorithms.MaxRequests)
+		requests, _ = p.integer(v, path, 1, algorithms.MaxRequests)
 	}
-	alg := algorithms.FixedWindow
-	if v := m["algorithm"]; v != nil && !isNull(v) {
-		if s, ok := p.str(v, join(path, "algorithm")); ok {
-			a, err := algorithms.ParseAlgorithm(s)
-			if err != nil {
-				p.errorf(v, join(path, "algorithm"), "%v", err)
-			} else {
-				alg = a
-			}
-		}
-	}
-	burst, _ := p.integer(m["burst"], join(path, "burst"), 1, algorithms.MaxRequests)
-	if burst != 0 && (alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow) {
-		p.errorf(m["burst"], join(path, "burst"), "not allowed with algorithm %v (a window admits requests_per_unit per period; burst is for token_bucket, leaky_bucket and leaky_bucket_queue)", alg)
-	}
-	l.UnitMultiplier, _ = p.integer(m["unit_multiplier"], join(path, "unit_multiplier"), 1, math.MaxInt64)
-	if l.UnitMultiplier == 0 {
-		l.UnitMultiplier = 1
-	}
-	if v := m["retry_jitter"]; v != nil && !isNull(v) {
-		if s, ok := p.str(v, join(path, "retry_jitter")); ok {
-			d, err := time.ParseDuration(s)
-			switch {
-			case err != nil:
-				p.errorf(v, join(path, "retry_jitter"), "not a duration: %q (want a Go duration such as 250ms or 1s)", s)
-			case d < 0:
-				p.errorf(v, join(path, "retry_jitter"), "negative: %q", s)
-			case d > algorithms.MaxSpan:
-				p.errorf(v, join(path, "retry_jitter"), "%q is longer than the longest period, %v", s, algorithms.MaxSpan)
-			default:
-				l.RetryJitter = d
-			}
-		}
-	}
-	if l.DenyAll && (m["burst"] != nil || m["algorithm"] != nil) {
-		p.errorf(y, join(path, "requests_per_unit"), "0 denies every request; algorithm and burst do not apply")
-	}
-	if p.problems() > nerrs {
-		return nil
-	}
-	if l.DenyAll {
-		l.Key = denyAllKey
-		return l
-	}
+	return requests, false
+}
 
+// algorithm returns rate_limit.algorithm, fixed_window when absent.
+func (p *parser) algorithm(v *yaml.Node, path string) algorithms.Algorithm {
+	if v == nil || isNull(v) {
+		return algorithms.FixedWindow
+	}
+	s, ok := p.str(v, path)
+	if !ok {
+		return algorithms.FixedWindow
+	}
+	a, err := algorithms.ParseAlgorithm(s)
+	if err != nil {
+		p.errorf(v, path, "%v", err)
+		return algorithms.FixedWindow
+	}
+	return a
+}
+
+// burst returns rate_limit.burst, 0 when absent; the windows take none.
+func (p *parser) burst(v *yaml.Node, path string, alg algorithms.Algorithm) int64 {
+	burst, _ := p.integer(v, path, 1, algorithms.MaxRequests)
+	if burst != 0 && (alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow) {
+		p.errorf(v, path, "not allowed with algorithm %v (a window admits requests_per_unit per period; burst is for token_bucket, leaky_bucket and leaky_bucket_queue)", alg)
+	}
+	return burst
+}
+
+// unitMultiplier returns rate_limit.unit_multiplier, 1 when absent.
+func (p *parser) unitMultiplier(v *yaml.Node, path string) int64 {
+	n, _ := p.integer(v, path, 1, math.MaxInt64)
+	if n == 0 {
+		return 1
+	}
+	return n
+}
+
+// retryJitter returns rate_limit.retry_jitter, 0 when absent.
+func (p *parser) retryJitter(v *yaml.Node, path string) time.Duration {
+	if v == nil || isNull(v) {
+		return 0
+	}
+	s, ok := p.str(v, path)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.errorf(v, path, "not a duration: %q (want a Go duration such as 250ms or 1s)", s)
+	case d < 0:
+		p.errorf(v, path, "negative: %q", s)
+	case d > algorithms.MaxSpan:
+		p.errorf(v, path, "%q is longer than the longest period, %v", s, algorithms.MaxSpan)
+	default:
+		return d
+	}
+	return 0
+}
+
+// rate sets l's arithmetic (Rate and Key) from its checked fields, and
+// reports false, with the problem, when the period is too long or the
+// algorithm refuses the numbers. multiplier is the unit_multiplier field,
+// where a period too long is reported.
+func (p *parser) rate(l *Limit, alg algorithms.Algorithm, requests, burst int64, block, multiplier *yaml.Node, path string) bool {
 	unit := l.Unit.Duration()
 	if l.UnitMultiplier > int64(algorithms.MaxSpan/unit) {
-		p.errorf(m["unit_multiplier"], join(path, "unit_multiplier"), "%d × %v is longer than the longest period, %v", l.UnitMultiplier, l.Unit, algorithms.MaxSpan)
-		return nil
+		p.errorf(multiplier, join(path, "unit_multiplier"), "%d × %v is longer than the longest period, %v", l.UnitMultiplier, l.Unit, algorithms.MaxSpan)
+		return false
 	}
-	rate, err := algorithms.NewLimit(alg, requests, time.Duration(l.UnitMultiplier)*unit, burst)
+	r, err := algorithms.NewLimit(alg, requests, time.Duration(l.UnitMultiplier)*unit, burst)
 	if err != nil {
-		p.errorf(y, path, "%v", err)
-		return nil
+		p.errorf(block, path, "%v", err)
+		return false
 	}
-	l.Rate = rate
+	l.Rate = r
 	l.Key = limitKey("", &l.Rate)
-	return l
+	return true
 }
 
 // fields returns the values of the mapping y by key, reporting a y that is

@@ -43,6 +43,17 @@ type Rule struct {
 	Limits []*Limit
 	// ShadowMode: the rule's limits are charged and reported but never deny.
 	ShadowMode bool
+	// QuotaMode (quota_mode): the rule is one of a request's quotas. A
+	// request is denied by its quota rules only when every one of them is
+	// over its limit; one with room is enough (see the engine).
+	QuotaMode bool
+	// Shared, when not nil, has one element per entry of the descriptors
+	// the rule matches: the wildcard value, as written (ending in *), of a
+	// share_threshold descriptor at that depth, or "" where the request's
+	// own value names the bucket. Every value a share_threshold wildcard
+	// matches counts in one bucket (per values of the other entries),
+	// rather than one bucket per value.
+	Shared []string
 	// DetailedMetric: metrics for this rule may carry the request's values.
 	DetailedMetric bool
 }

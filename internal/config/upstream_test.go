@@ -19,7 +19,7 @@ func TestUpstreamFormat(t *testing.T) {
 	for _, d := range p.Domains() {
 		names = append(names, d.Name)
 	}
-	if got, want := len(names), 4; got != want {
+	if got, want := len(names), 5; got != want {
 		t.Errorf("domains %v, want %d", names, want)
 	}
 

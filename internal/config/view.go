@@ -34,9 +34,13 @@ type DescriptorView struct {
 	// StatKey is Rule.StatKey, for a descriptor with limits.
 	StatKey string `json:"stat_key,omitempty"`
 	// RateLimits are the descriptor's limits (rate_limit or rate_limits).
-	RateLimits     []LimitView      `json:"rate_limits,omitempty"`
-	ShadowMode     bool             `json:"shadow_mode,omitempty"`
-	DetailedMetric bool             `json:"detailed_metric,omitempty"`
+	RateLimits     []LimitView `json:"rate_limits,omitempty"`
+	ShadowMode     bool        `json:"shadow_mode,omitempty"`
+	QuotaMode      bool        `json:"quota_mode,omitempty"`
+	DetailedMetric bool        `json:"detailed_metric,omitempty"`
+	// ShareThreshold: every value this wildcard matches counts in one
+	// bucket (for its limits and those nested under it).
+	ShareThreshold bool             `json:"share_threshold,omitempty"`
 	Descriptors    []DescriptorView `json:"descriptors,omitempty"`
 }
 
@@ -81,7 +85,7 @@ func (n *node) view() []DescriptorView {
 		cs = append(cs, child{e: e, rank: 0, n: c})
 	}
 	for i, w := range n.wildcard {
-		cs = append(cs, child{e: Entry{Key: w.key, Value: w.prefix + "*"}, rank: 1, pos: i, n: w.n})
+		cs = append(cs, child{e: Entry{Key: w.key, Value: w.value}, rank: 1, pos: i, n: w.n})
 	}
 	for k, c := range n.keyOnly {
 		cs = append(cs, child{e: Entry{Key: k}, rank: 2, n: c})
@@ -100,9 +104,9 @@ func (n *node) view() []DescriptorView {
 	})
 	views := make([]DescriptorView, 0, len(cs))
 	for _, c := range cs {
-		dv := DescriptorView{Key: c.e.Key, Value: c.e.Value, Descriptors: c.n.view()}
+		dv := DescriptorView{Key: c.e.Key, Value: c.e.Value, ShareThreshold: c.n.shared, Descriptors: c.n.view()}
 		if r := c.n.rule; r != nil {
-			dv.StatKey, dv.ShadowMode, dv.DetailedMetric = r.StatKey, r.ShadowMode, r.DetailedMetric
+			dv.StatKey, dv.ShadowMode, dv.QuotaMode, dv.DetailedMetric = r.StatKey, r.ShadowMode, r.QuotaMode, r.DetailedMetric
 			for _, l := range r.Limits {
 				dv.RateLimits = append(dv.RateLimits, l.view())
 			}

@@ -4,7 +4,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimitd/ratelimitd/internal/authz"
-	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 )
 
 // loadAuthz reads the authorization policy, when Config.AuthzPolicy names
@@ -33,10 +32,10 @@ func (d *Daemon) loadAuthz() (err error) {
 
 // ownInterceptors returns the daemon's unary interceptors, outermost
 // first: metrics (so that refused calls are counted with their codes),
-// the check that the request decoded (dec), then authorization when it is
-// on.
-func (d *Daemon) ownInterceptors(dec *grpcdecode.Decoder) []grpc.UnaryServerInterceptor {
-	own := []grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor(), dec.UnaryServerInterceptor()}
+// the check that the request decoded (decoded: the transport's, gRPC's
+// grpcdecode or httpapi.CheckDecoded), then authorization when it is on.
+func (d *Daemon) ownInterceptors(decoded grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
+	own := []grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor(), decoded}
 	if d.authz != nil {
 		own = append(own, d.authz.UnaryServerInterceptor())
 	}

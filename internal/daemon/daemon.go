@@ -1,7 +1,7 @@
 // Package daemon assembles ratelimitd: the policy, the store, the engine,
 // the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3, health,
-// reflection; TLS optional) and the HTTP server (health, metrics, admin), and
-// runs them until stopped.
+// reflection; TLS optional) and the HTTP server (health, metrics, admin, and
+// both decision APIs as JSON: internal/httpapi), and runs them until stopped.
 //
 // While it runs, the daemon reloads the policy when the files at
 // Config.ConfigPath change (Reload), and the TLS files when they change.
@@ -20,10 +20,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/admin"
@@ -35,6 +37,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
 	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
+	"github.com/ratelimitd/ratelimitd/internal/httpapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
@@ -339,7 +342,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	dec := grpcdecode.New()
 	opts := []grpc.ServerOption{
 		dec.ServerOption(),
-		grpc.ChainUnaryInterceptor(append(d.ownInterceptors(dec), d.cfg.UnaryInterceptors...)...),
+		grpc.ChainUnaryInterceptor(d.unaryInterceptors(dec.UnaryServerInterceptor())...),
 		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
 	}
 	if d.tls != nil {
@@ -368,7 +371,31 @@ func (d *Daemon) httpHandler() http.Handler {
 			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
 		}).Register(mux)
 	}
+	// The decision APIs as JSON: the very services the gRPC server has,
+	// through the same interceptors, refused like gRPC calls once draining.
+	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseWhenDraining}, d.unaryInterceptors(httpapi.CheckDecoded)...)...))
+	grpcapi.Register(api, d.engine)
+	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
 	return mux
+}
+
+// unaryInterceptors are what every decision call goes through, over gRPC
+// and over HTTP: the daemon's own (metrics, the transport's check that the
+// request decoded, authorization), then Config.UnaryInterceptors.
+func (d *Daemon) unaryInterceptors(decoded grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
+	return append(d.ownInterceptors(decoded), d.cfg.UnaryInterceptors...)
+}
+
+// refuseWhenDraining answers Unavailable once the daemon refuses new calls
+// (Shutdown's step 3), as the gRPC server does, for HTTP calls that the
+// still open HTTP server receives.
+func (d *Daemon) refuseWhenDraining(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	select {
+	case <-d.drain:
+		return nil, status.Error(codes.Unavailable, "ratelimitd is shutting down")
+	default:
+		return handler(ctx, req)
+	}
 }
 
 // serve starts the background jobs (the store's, the file watchers) and

@@ -118,9 +118,12 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	if err := w.plan(e.policy.Load(), req, e.shadow); err != nil {
 		return err
 	}
-	if len(w.charges) > 0 {
+	for len(w.charges) > 0 {
 		if err := e.store.Apply(ctx, w.charges, w.decisions); err != nil {
 			return err
+		}
+		if w.quotas == 0 || !w.retryOnOtherQuota() {
+			break
 		}
 	}
 	e.respond(w, req, resp)
@@ -141,6 +144,9 @@ type work struct {
 	rules     []*config.Rule // per descriptor; nil when unmatched
 	limits    [][]*config.Limit
 	replaced  map[string]bool // names replaced by a matched limit
+
+	quotas int    // descriptors in a quota_mode rule (not in shadow mode)
+	failed []bool // per descriptor, after a quota retry: over its limit
 }
 
 // use ties a descriptor's limit to the charge that decides it.
@@ -167,6 +173,7 @@ func (w *work) release() {
 	w.keys, w.keyEnds = w.keys[:0], w.keyEnds[:0]
 	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
 	w.rules, w.limits = w.rules[:0], w.limits[:0]
+	w.quotas, w.failed = 0, w.failed[:0]
 	workPool.Put(w)
 }
 
@@ -205,21 +212,37 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 	}
 
 	denied := false
+	quotasDenied := 0 // quota descriptors a deny-all limit denies outright
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
 		shadow := shadowAll || w.rules[i] != nil && w.rules[i].ShadowMode
+		quota := !shadow && w.rules[i] != nil && w.rules[i].QuotaMode
+		if quota {
+			w.quotas++
+		}
+		quotaDenied := false
 		for _, l := range w.limits[i] {
 			u := use{descriptor: i, limit: l, cost: cost, charge: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
 			if !u.replaced && l.DenyAll && cost > 0 && !shadow {
-				denied = true
+				if quota {
+					quotaDenied = true
+				} else {
+					denied = true
+				}
 			}
 			if !u.replaced && !l.Unlimited && !l.DenyAll {
-				u.charge = w.charge(req.Domain, d.Entries, l, cost, shadow)
+				u.charge = w.charge(req.Domain, d.Entries, w.rules[i], l, cost, shadow)
 			}
 			w.uses = append(w.uses, u)
 		}
+		if quotaDenied {
+			quotasDenied++
+		}
+	}
+	if w.quotas > 0 && quotasDenied == w.quotas {
+		denied = true // no quota can admit the request
 	}
 	// Keys are final only now: appending may have moved w.keys. A request
 	// that a deny-all limit denies outright charges nothing: its other
@@ -234,6 +257,55 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 	}
 	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
 	return nil
+}
+
+// retryOnOtherQuota is called after the store denied or admitted the
+// planned charges of a request with quota descriptors. It reports whether
+// to apply them again, having marked as shadow charges (which deny
+// nothing) the charges of every quota descriptor that is over its limit:
+// when the store denied the request, only quota descriptors are over their
+// limit, and at least one quota descriptor is not. Each retry marks at
+// least one more descriptor, so there are at most as many as there are
+// quota descriptors. A store that admits the retry has charged the request
+// with every other descriptor and at least one quota within its limits.
+// A store that denies it (a bucket filled in between) may be retried in
+// turn, until no quota is left.
+func (w *work) retryOnOtherQuota() bool {
+	w.failed = slices.Grow(w.failed[:0], len(w.rules))[:len(w.rules)]
+	clear(w.failed)
+	vetoed := false
+	for _, u := range w.uses {
+		switch {
+		case u.replaced:
+		case u.limit.DenyAll:
+			w.failed[u.descriptor] = w.failed[u.descriptor] || u.cost > 0
+		case u.charge >= 0 && w.decisions[u.charge].Code != algorithms.Allowed:
+			w.failed[u.descriptor] = true
+			vetoed = vetoed || !w.charges[u.charge].Shadow
+		}
+	}
+	if !vetoed {
+		return false // admitted (or denied outright, with nothing charged)
+	}
+	open := false
+	for i, r := range w.rules {
+		quota := r != nil && r.QuotaMode && !r.ShadowMode
+		switch {
+		case w.failed[i] && !quota && (r == nil || !r.ShadowMode):
+			return false // a descriptor that is not a quota denies the request
+		case quota && !w.failed[i]:
+			open = true
+		}
+	}
+	if !open {
+		return false // every quota is spent
+	}
+	for _, u := range w.uses {
+		if u.charge >= 0 && w.failed[u.descriptor] {
+			w.charges[u.charge].Shadow = true
+		}
+	}
+	return true
 }
 
 // costOf resolves a descriptor's cost (see Cost).
@@ -259,14 +331,19 @@ func Cost(requestHits uint64, descriptorHits *uint64) int64 {
 }
 
 // charge adds a charge of cost on the bucket of (domain, entries, limit)
-// and returns its index. Two descriptors naming the same bucket share one
-// charge of their summed cost, so the store sees each bucket once.
-func (w *work) charge(domain string, entries []config.Entry, l *config.Limit, cost int64, shadow bool) int {
+// and returns its index; rule is the rule matched (nil for an inline
+// limit). Two descriptors naming the same bucket share one charge of their
+// summed cost, so the store sees each bucket once.
+func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, l *config.Limit, cost int64, shadow bool) int {
 	start := 0
 	if n := len(w.keyEnds); n > 0 {
 		start = w.keyEnds[n-1]
 	}
-	w.keys = appendKey(w.keys, domain, entries, l.Key)
+	var shared []string
+	if rule != nil {
+		shared = rule.Shared
+	}
+	w.keys = appendKey(w.keys, domain, entries, shared, l.Key)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
@@ -288,12 +365,23 @@ func (w *work) charge(domain string, entries []config.Entry, l *config.Limit, co
 }
 
 // appendKey appends the bucket key of (domain, entries, limit key): each
-// part length-prefixed, so distinct inputs never share a key.
-func appendKey(b []byte, domain string, entries []config.Entry, limitKey string) []byte {
+// part length-prefixed, so distinct inputs never share a key. With shared
+// (config.Rule.Shared), an entry at a share_threshold depth contributes
+// the wildcard value instead of its own, and one more part is added
+// before the limit key, so that a shared bucket's key, with an odd number
+// of parts, never equals another's, with an even number.
+func appendKey(b []byte, domain string, entries []config.Entry, shared []string, limitKey string) []byte {
 	b = appendPart(b, domain)
-	for _, e := range entries {
+	for i, e := range entries {
 		b = appendPart(b, e.Key)
-		b = appendPart(b, e.Value)
+		if i < len(shared) && shared[i] != "" {
+			b = appendPart(b, shared[i])
+		} else {
+			b = appendPart(b, e.Value)
+		}
+	}
+	if shared != nil {
+		b = appendPart(b, "share_threshold")
 	}
 	return appendPart(b, limitKey)
 }
@@ -341,9 +429,28 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 			st.Delay = max(st.Delay, d.Delay)
 		}
 	}
+	quotas, quotasOver, quotasNever := 0, 0, 0
+	var quotaRetry time.Duration // the shortest wait until one quota admits
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if st.Shadow || st.Code == algorithms.Allowed {
+		if st.Shadow {
+			continue
+		}
+		if w.rules[i] != nil && w.rules[i].QuotaMode {
+			quotas++
+			switch st.Code {
+			case algorithms.OverCapacity:
+				quotasOver++
+				quotasNever++
+			case algorithms.Denied:
+				if quotasOver == quotasNever || st.RetryAfter < quotaRetry {
+					quotaRetry = st.RetryAfter
+				}
+				quotasOver++
+			}
+			continue
+		}
+		if st.Code == algorithms.Allowed {
 			continue
 		}
 		resp.Code = algorithms.Denied
@@ -351,6 +458,13 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 			resp.Never = true
 		}
 		resp.RetryAfter = max(resp.RetryAfter, st.RetryAfter)
+	}
+	if quotas > 0 && quotasOver == quotas {
+		resp.Code = algorithms.Denied
+		if quotasNever == quotas {
+			resp.Never = true
+		}
+		resp.RetryAfter = max(resp.RetryAfter, quotaRetry)
 	}
 	if resp.Never {
 		resp.RetryAfter = 0

@@ -51,6 +51,19 @@ type Response struct {
 	// Code is Allowed when every non-shadow descriptor was admitted, else
 	// Denied (OverCapacity is reported per status only). When Denied,
 	// nothing was charged anywhere.
+	//
+	// Descriptors of quota_mode rules (config.Rule.QuotaMode) are the
+	// exception, as in envoyproxy/ratelimit: they deny the request only
+	// when every one of them is over its limit. When some are and others
+	// are not, the request is admitted: the quotas over their limit report
+	// Denied (or OverCapacity) in their statuses and are not charged (as a
+	// shadow rule's denied bucket is not), the rest is charged. To decide
+	// so atomically, the engine applies the charges once with every quota
+	// able to deny and, if only quotas denied and one had room, again with
+	// the spent ones unable to: one more store call (a Redis round trip)
+	// per request that meets a spent quota. When every quota is spent,
+	// RetryAfter is the shortest wait until one of them has room (Never
+	// when none ever will), or longer if another descriptor denies too.
 	Code algorithms.Code
 	// RetryAfter, when Denied, is the longest RetryAfter of the denying
 	// non-shadow statuses: after it the same request would be admitted if

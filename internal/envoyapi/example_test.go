@@ -21,7 +21,7 @@ import (
 // (it parses into go-control-plane's Bootstrap and passes its validation
 // rules), its rate limit filter asks ratelimitd's default gRPC address for
 // the policy's domain, and every descriptor its route's actions build
-// matches a rule of examples/envoy/policy.yaml.
+// matches a rule of examples/envoy/policy/.
 func TestEnvoyExample(t *testing.T) {
 	var bootstrap bootstrapv3.Bootstrap
 	readYAML(t, "../../examples/envoy/envoy.yaml", &bootstrap)
@@ -62,7 +62,7 @@ func TestEnvoyExample(t *testing.T) {
 
 	// The descriptors the route's actions build for a request from
 	// 192.0.2.7 to /login?next=/ with x-user-id: alice.
-	h := start(t, "../../examples/envoy/policy.yaml")
+	h := start(t, "../../examples/envoy/policy/")
 	request := map[string]string{":path": "/login?next=/", "x-user-id": "alice"}
 	var descs []*rlcommonv3.RateLimitDescriptor
 	for _, rl := range hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetRateLimits() {

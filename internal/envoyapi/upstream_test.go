@@ -94,7 +94,9 @@ ok: domain "payments" from testdata/upstream/payments.yaml
 ok: domain "rollout" from testdata/upstream/rollout.yaml
 `, ""},
 		{"testdata/shop.yaml", 0, "ok: domain \"shop\" from testdata/shop.yaml\n", ""},
-		{"../../examples/envoy/policy.yaml", 0, "ok: domain \"edge\" from ../../examples/envoy/policy.yaml\n", ""},
+		// The example's policy directory holds policy files only (Envoy's
+		// bootstrap is beside it, not in it).
+		{"../../examples/envoy/policy", 0, "ok: domain \"edge\" from ../../examples/envoy/policy/edge.yaml\n", ""},
 		{bad, 1, "", bad + ":4: descriptors[0].rate_limit.unit"},
 	}
 	for _, tt := range tests {
