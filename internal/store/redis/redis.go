@@ -15,13 +15,18 @@
 // Redis runs Lua 5.1, whose numbers are doubles, exact as integers only
 // below 2^53, while the decisions use nanoseconds since the epoch (about
 // 2^61), rates that are exact rationals and products of 128 bits. The
-// script therefore does its arithmetic on exact integers of 24-bit limbs
-// (bignum.lua), and decide.lua is internal/algorithms' gcra.go and
-// window.go line for line on them. The tests hold the two to identical
+// script therefore decides each charge on one of two paths, with the same
+// answer: fast.lua, on plain numbers with every time taken relative to
+// now, for the limits and states whose values all fit below 2^53 (every
+// ordinary limit: periods below 6.5 days, Capacity·Period below 2^52 for
+// the sliding window and the buckets); and decide.lua, on exact integers
+// of 24-bit limbs (bignum.lua), for the rest. Both are internal/algorithms'
+// gcra.go and window.go line for line. The tests hold them to identical
 // decisions: the algorithms' edge cases (the longest period at the latest
 // time, 10^9 per second, 1 per day, MaxRequests per nanosecond, 7 per 3s,
 // costs at capacity, clocks going back) and random timelines, decided by
-// both stores and by store.Settle directly.
+// both stores and by store.Settle directly, and they check which path each
+// case took.
 //
 // # One clock
 //
@@ -114,6 +119,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,6 +249,15 @@ type stats struct {
 	fallbacks  atomic.Uint64 // requests decided, wholly or in part, by the failure mode
 	cacheHits  atomic.Uint64 // requests denied from the deny cache
 	undos      atomic.Uint64 // shares undone after another slot denied or failed
+	fast       atomic.Uint64 // charges the script decided on plain numbers (fast.lua)
+	bignum     atomic.Uint64 // charges the script decided on bignums
+}
+
+// countPaths counts the paths of a script's reply.
+func (st *stats) countPaths(paths string) {
+	f := strings.Count(paths, "f")
+	st.fast.Add(uint64(f))
+	st.bignum.Add(uint64(len(paths) - f))
 }
 
 // New connects to Redis as cfg says. It does not wait for Redis: the store
@@ -391,9 +406,9 @@ func (e *deniedElsewhere) Unwrap() error { return e.err }
 // settle runs the script: once for the whole request, or per slot. sent
 // is the local time, which a test clock passes to the script as now.
 func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
-	now, expire := "", true
+	now, expire := redisTime, true
 	if s.testNow != nil {
-		now, expire = hexNow(sent), false
+		now, expire = nowArgs(sent), false
 	}
 	keys := make([]string, len(charges))
 	var buf []byte
@@ -413,7 +428,7 @@ func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, 
 }
 
 // settleOne settles the charges idx, all in one slot, in one script.
-func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
 	v, err := settleScript.Run(ctx, s.client, keys, settleArgs(now, expire, false, charges, idx)...).Result()
 	if err != nil {
 		return err
@@ -422,6 +437,7 @@ func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now str
 	if err != nil {
 		return err
 	}
+	s.stats.countPaths(r.paths)
 	return parseDecisions(r.decisions, idx, decisions)
 }
 
@@ -447,7 +463,7 @@ func groupBySlot(keys []string, idx []int) [][]int {
 // try-mode script per slot, pipelined (the cluster client sends each
 // node's at once), then the undo of the charged shares if any share was
 // denied or failed.
-func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now string, expire bool, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire bool, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
 	groupKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
@@ -494,6 +510,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 			continue
 		}
 		replies[g] = r
+		s.stats.countPaths(r.paths)
 		if !r.committed {
 			denied = true
 		}
@@ -557,7 +574,7 @@ func shareReply(c *goredis.Cmd) (settleReply, error) {
 }
 
 // undo runs undo.lua on every share that was charged.
-func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now string, expire bool) error {
+func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now [2]string, expire bool) error {
 	pipe := s.client.Pipeline()
 	n := 0
 	for g := range groups {
@@ -566,7 +583,7 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 			continue
 		}
 		var keys []string
-		args := []any{now, flag(expire)}
+		args := []any{now[0], now[1], flag(expire)}
 		for _, w := range r.writes {
 			keys = append(keys, groupKeys[g][w.index])
 			args = append(args, w.new, w.old)

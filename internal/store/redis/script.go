@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -25,24 +26,41 @@ var (
 	settleLua string
 	//go:embed undo.lua
 	undoLua string
+	//go:embed fast.lua
+	fastLua string
+	//go:embed now.lua
+	nowLua string
 )
+
+// bignumsLua is the bignums library: bignum.lua, state.lua and decide.lua
+// inside a function, bignums(), that builds them the first time a script
+// calls it and returns what the scripts use. A script's body runs whole on
+// every call, and Redis's Lua spends most of a call on creating the
+// functions a script defines: the library's are made only for a charge
+// that takes the bignum path.
+var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
+	bignumLua + stateLua + decideLua +
+	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, " +
+	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, put = put}\n" +
+	"return bignumsLib\nend\n"
 
 // The scripts. settle decides and charges one request (or one slot's share
 // of it); undo takes back a share's charges when another slot denied or
-// failed. Both read the time and store states with state.lua.
+// failed. Both read the time with now.lua; settle decides on fast.lua's
+// plain numbers where they fit, on the bignums library otherwise.
 var (
-	settleScript = goredis.NewScript(bignumLua + stateLua + decideLua + settleLua)
-	undoScript   = goredis.NewScript(bignumLua + stateLua + undoLua)
+	settleScript = goredis.NewScript(nowLua + bignumsLua + fastLua + settleLua)
+	undoScript   = goredis.NewScript(nowLua + bignumsLua + undoLua)
 )
 
 // argsPerCharge is how many ARGV settle.lua takes per key.
-const argsPerCharge = 12
+const argsPerCharge = 13
 
-// settleArgs returns settle.lua's ARGV for charges[i], i in idx: now as hex
-// ("" for Redis TIME), whether to set expiry, whether in try mode.
-func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int) []any {
-	args := make([]any, 0, 3+argsPerCharge*len(idx))
-	args = append(args, now, flag(expire), flag(try))
+// settleArgs returns settle.lua's ARGV for charges[i], i in idx: now as
+// nowArgs makes it, whether to set expiry, whether in try mode.
+func settleArgs(now [2]string, expire, try bool, charges []store.Charge, idx []int) []any {
+	args := make([]any, 0, 4+argsPerCharge*len(idx))
+	args = append(args, now[0], now[1], flag(expire), flag(try))
 	for _, i := range idx {
 		c := &charges[i]
 		l := c.Limit
@@ -58,6 +76,7 @@ func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int)
 			strconv.FormatInt(capacity, 10),
 			strconv.FormatInt(cost, 10),
 			flag(c.Shadow),
+			flag(fastPath(l)),
 		)
 		switch l.Algorithm() {
 		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
@@ -70,6 +89,29 @@ func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int)
 		}
 	}
 	return args
+}
+
+// fastPath reports whether settle.lua may decide l on plain Lua numbers
+// (fast.lua), as its header says: a period below 2^49 ns; for the windows,
+// a period of whole milliseconds or below 9·10^9 ns; for sliding_window and
+// the buckets, Capacity·Period below 2^52. The script still takes the
+// bignum path for a state that does not fit.
+func fastPath(l *algorithms.Limit) bool {
+	p := int64(l.Period())
+	if p >= 1<<49 {
+		return false
+	}
+	window := p%1_000_000 == 0 || p < 9_000_000_000
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(p))
+	products := hi == 0 && lo < 1<<52
+	switch l.Algorithm() {
+	case algorithms.FixedWindow:
+		return window
+	case algorithms.SlidingWindow:
+		return window && products
+	default:
+		return products
+	}
 }
 
 // appendRational appends n·P/R (0 ≤ n ≤ Capacity), Limit.Times, as
@@ -87,16 +129,21 @@ func flag(b bool) string {
 	return "0"
 }
 
-// hexNow is the injected now as settle.lua takes it: within [0, MaxTime],
-// as Decide takes it.
-func hexNow(now int64) string {
-	return strconv.FormatInt(min(max(now, 0), algorithms.MaxTime), 16)
+// redisTime is now as the scripts take it to read Redis TIME.
+var redisTime = [2]string{"", ""}
+
+// nowArgs is an injected now as the scripts take it: within [0, MaxTime],
+// as Decide takes it, in milliseconds and the nanoseconds beyond them.
+func nowArgs(now int64) [2]string {
+	now = min(max(now, 0), algorithms.MaxTime)
+	return [2]string{strconv.FormatInt(now/1e6, 10), strconv.FormatInt(now%1e6, 10)}
 }
 
 // settleReply is settle.lua's reply.
 type settleReply struct {
 	decisions string
 	committed bool
+	paths     string // per key, "f" (fast.lua) or "b" (bignums)
 	// try mode, committed: the decisions had the request been denied, and
 	// per key written its index in the share, old and new value.
 	peeks  string
@@ -111,7 +158,7 @@ type write struct {
 func parseSettleReply(v any) (settleReply, error) {
 	var r settleReply
 	a, ok := v.([]any)
-	if !ok || len(a) < 2 {
+	if !ok || len(a) < 3 {
 		return r, fmt.Errorf("settle script: unexpected reply %T", v)
 	}
 	var err error
@@ -124,9 +171,10 @@ func parseSettleReply(v any) (settleReply, error) {
 	}
 	r.decisions = str(a[0])
 	r.committed = str(a[1]) == "1"
-	if len(a) > 2 {
-		r.peeks = str(a[2])
-		for i := 3; i+2 < len(a); i += 3 {
+	r.paths = str(a[2])
+	if len(a) > 3 {
+		r.peeks = str(a[3])
+		for i := 4; i+2 < len(a); i += 3 {
 			idx, e := strconv.Atoi(str(a[i]))
 			if e != nil && err == nil {
 				err = fmt.Errorf("settle script: bad key index: %v", e)
