@@ -21,13 +21,15 @@
 -- the bignum path, with the same answer.
 --
 -- A limit is {alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac}; a
--- state {t, n, m}; a decision {code, rem, reset, retry, delay}; decide
--- returns the next state {t, n, m, restAt} (nil when unchanged) and the
--- decision, as decide.lua's.
+-- state is three numbers t, n, m. Each decide function returns the
+-- decision's five numbers (code, remaining, reset, retry, delay) and the
+-- next state's four (t, n, m, restAt), t nil when the state is unchanged,
+-- as decide.lua's do in tables: the hot path makes no table of its own.
 
 local FAR_PAST = -math.huge
 local LIMIT51 = 2251799813685248 -- 2^51
 local LIMIT52 = 4503599627370496 -- 2^52
+local fmod, format, match, sub = math.fmod, string.format, string.match, string.sub
 
 -- relTime returns the time h (hexadecimal ns) minus now: FAR_PAST when h is
 -- more than 2^51 ns before now, nil when more than 2^51 ns after.
@@ -35,7 +37,7 @@ local function relTime(h)
   local n = #h
   local hi, lo
   if n > 8 then
-    hi, lo = tonumber(string.sub(h, 1, n - 8), 16), tonumber(string.sub(h, n - 7), 16)
+    hi, lo = tonumber(sub(h, 1, n - 8), 16), tonumber(sub(h, n - 7), 16)
   else
     hi, lo = 0, tonumber(h, 16)
   end
@@ -48,51 +50,54 @@ local function relTime(h)
   return r
 end
 
--- absHex returns now + r (at least 0, |r| ≤ 2^52) in hexadecimal.
-local function absHex(r)
+-- absParts returns now + r (at least 0, |r| ≤ 2^52) as hi·2^32 + lo.
+local function absParts(r)
   local lo = nowLo + r
   local carry = math.floor(lo / TWO32)
-  local hi = nowHi + carry
-  lo = lo - carry * TWO32
-  if hi > 0 then
-    return string.format("%x%08x", hi, lo)
-  end
-  return string.format("%x", lo)
+  return nowHi + carry, lo - carry * TWO32
 end
 
 -- fastCeilMs returns now + r (r > 0) in milliseconds, rounded up.
 local function fastCeilMs(r)
   local x = nowSub + r
-  local rem = math.fmod(x, 1000000)
+  local rem = fmod(x, 1000000)
   local q = (x - rem) / 1000000
   if rem > 0 then q = q + 1 end
   return nowMs + q
 end
 
 -- fastState returns the state v holds relative to now (the zero State for
--- none), or nil when it does not fit this path.
+-- none): true and t, n, m; or false when it does not fit this path.
 local function fastState(v, l)
   if not v then
-    return { t = FAR_PAST, n = 0, m = 0 }
+    return true, FAR_PAST, 0, 0
   end
-  local t, n, m = string.match(v, "^(%x+) (%x+) (%x+) %x+$")
+  local t, n, m = match(v, "^(%x+) (%x+) (%x+) %x+$")
   if not t then
-    return { t = FAR_PAST, n = 0, m = 0 }
+    return true, FAR_PAST, 0, 0
   end
   local rt = relTime(t)
-  if not rt then return nil end
+  if not rt then return false end
   n, m = tonumber(n, 16), tonumber(m, 16)
-  if l.alg == SLIDING and math.max(n, m) * l.p >= LIMIT52 then return nil end
-  return { t = rt, n = n, m = m }
+  if l.alg == SLIDING and math.max(n, m) * l.p >= LIMIT52 then return false end
+  return true, rt, n, m
 end
 
 -- fastFormatState is formatState for a state relative to now.
-local function fastFormatState(s)
-  return absHex(s.t) .. string.format(" %x %x ", s.n, s.m) .. absHex(s.restAt)
+local function fastFormatState(t, n, m, restAt)
+  local th, tl = absParts(t)
+  local rh, rl = absParts(restAt)
+  if th > 0 and rh > 0 then
+    return format("%x%08x %x %x %x%08x", th, tl, n, m, rh, rl)
+  end
+  local ts, rs = format("%x", tl), format("%x", rl)
+  if th > 0 then ts = format("%x%08x", th, tl) end
+  if rh > 0 then rs = format("%x%08x", rh, rl) end
+  return ts .. format(" %x %x ", n, m) .. rs
 end
 
-local function fastFormatDecision(d)
-  return string.format("%d %x %x %x %x", d.code, d.rem, d.reset, d.retry, d.delay)
+local function fastFormatDecision(code, rem, reset, retry, delay)
+  return format("%d %x %x %x %x", code, rem, reset, retry, delay)
 end
 
 -- fastPut is state.lua's put for a restAt relative to now.
@@ -102,62 +107,56 @@ local function fastPut(key, v, restAt, expire)
   elseif restAt <= 0 then
     redis.call("DEL", key)
   else
-    redis.call("SET", key, v, "PXAT", string.format("%.0f", fastCeilMs(restAt)))
+    redis.call("SET", key, v, "PXAT", format("%.0f", fastCeilMs(restAt)))
   end
 end
 
 -- quo returns floor(x/p) for 0 ≤ x < 2^53: fmod is exact, x - rem a
 -- multiple of p, and so the quotient exact.
 local function quo(x, p)
-  return (x - math.fmod(x, p)) / p
+  return (x - fmod(x, p)) / p
 end
 
 -- sinceWindow returns now mod P (now - windowStart).
 local function sinceWindow(p)
-  local pm = p / 1000000
-  if math.fmod(p, 1000000) == 0 then
-    return math.fmod(nowMs, pm) * 1000000 + nowSub
+  if fmod(p, 1000000) == 0 then
+    return fmod(nowMs, p / 1000000) * 1000000 + nowSub
   end
-  return math.fmod(math.fmod(nowMs, p) * 1000000 + nowSub, p)
+  return fmod(fmod(nowMs, p) * 1000000 + nowSub, p)
 end
 
 -- fastFixedWindow mirrors Limit.fixedWindow.
-local function fastFixedWindow(l, s, cost)
+local function fastFixedWindow(l, t, n, cost)
+  local cap = l.cap
   local start = -sinceWindow(l.p)
-  local count = s.n
-  if start > s.t then
+  local count = n
+  if start > t then
     count = 0
   else
-    start = s.t
+    start = t
   end
   local stop = start + l.p
 
-  local d = { code = ALLOWED, rem = 0, reset = 0, retry = 0, delay = 0 }
+  local reset = 0
   if count > 0 then
-    d.reset = stop
+    reset = stop
   end
-  if cost <= 0 or cost > l.cap then
-    d.rem = math.max(l.cap - count, 0)
-    if cost > 0 then d.code = OVER end
-    return nil, d
+  if cost <= 0 or cost > cap then
+    if cost > 0 then return OVER, math.max(cap - count, 0), reset, 0, 0 end
+    return ALLOWED, math.max(cap - count, 0), reset, 0, 0
   end
-  if count + cost > l.cap then
-    d.code = DENIED
-    d.rem = math.max(l.cap - count, 0)
-    d.retry = stop
-    return nil, d
+  if count + cost > cap then
+    return DENIED, math.max(cap - count, 0), reset, stop, 0
   end
   count = count + cost
-  d.rem = l.cap - count
-  d.reset = stop
-  return { restAt = stop, t = start, n = count, m = 0 }, d
+  return ALLOWED, cap - count, stop, 0, 0, start, count, 0, stop
 end
 
 -- fastSlidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
 local function fastSlidingRemaining(l, cur, prev, e, w)
   local weight = prev
   if e > 0 and prev > 0 then
-    local rem = math.fmod(w, l.p)
+    local rem = fmod(w, l.p)
     weight = (w - rem) / l.p
     if rem > 0 then weight = weight + 1 end
   end
@@ -182,15 +181,15 @@ local function fastSlidingRetry(l, start, cur, prev, k, cost)
 end
 
 -- fastSlidingWindow mirrors Limit.slidingWindow.
-local function fastSlidingWindow(l, s, cost)
+local function fastSlidingWindow(l, t, n, m, cost)
   local p = l.p
   local start = -sinceWindow(p)
-  local cur, prev = s.n, s.m
+  local cur, prev = n, m
   local e
-  if start <= s.t then
-    start = s.t
+  if start <= t then
+    start = t
     e = math.max(-start, 0)
-  elseif start - s.t < p + p then
+  elseif start - t < p + p then
     prev, cur = cur, 0
     e = -start
   else
@@ -200,32 +199,28 @@ local function fastSlidingWindow(l, s, cost)
 
   local w = prev * (p - e)
 
-  local d = { code = ALLOWED, rem = 0, reset = 0, retry = 0, delay = 0 }
+  local reset = 0
   if cur > 0 then
-    d.reset = math.max(start + p + p, 0)
+    reset = math.max(start + p + p, 0)
   elseif prev > 0 then
-    d.reset = math.max(start + p, 0)
+    reset = math.max(start + p, 0)
   end
   if cost <= 0 or cost > l.cap then
-    d.rem = fastSlidingRemaining(l, cur, prev, e, w)
-    if cost > 0 then d.code = OVER end
-    return nil, d
+    local code = ALLOWED
+    if cost > 0 then code = OVER end
+    return code, fastSlidingRemaining(l, cur, prev, e, w), reset, 0, 0
   end
 
   local k = l.cap - cur - cost
   local kP = 0
   if k > 0 then kP = k * p end
   if k < 0 or w > kP then
-    d.code = DENIED
-    d.rem = fastSlidingRemaining(l, cur, prev, e, w)
-    d.retry = math.max(fastSlidingRetry(l, start, cur, prev, k, cost), 0)
-    return nil, d
+    return DENIED, fastSlidingRemaining(l, cur, prev, e, w), reset,
+      math.max(fastSlidingRetry(l, start, cur, prev, k, cost), 0), 0
   end
   cur = cur + cost
-  d.rem = fastSlidingRemaining(l, cur, prev, e, w)
   local restAt = start + p + p
-  d.reset = math.max(restAt, 0)
-  return { restAt = restAt, t = start, n = cur, m = prev }, d
+  return ALLOWED, fastSlidingRemaining(l, cur, prev, e, w), math.max(restAt, 0), 0, 0, start, cur, prev, restAt
 end
 
 -- fastCeilNs mirrors ceilNs (no saturation: every value is below 2^53).
@@ -248,19 +243,19 @@ local function fastGcraRemaining(l, dNs, dFrac)
 end
 
 -- fastGcra mirrors Limit.gcra.
-local function fastGcra(l, s, cost)
+local function fastGcra(l, t, n, cost)
   local r = l.r
-  local frac = s.n
+  local frac = n
   if frac >= r then frac = r - 1 end
   local dNs, dFrac = 0, 0
-  if s.t >= 0 then
-    dNs, dFrac = s.t, frac
+  if t >= 0 then
+    dNs, dFrac = t, frac
   end
 
   if cost <= 0 or cost > l.cap then
-    local d = { code = ALLOWED, rem = fastGcraRemaining(l, dNs, dFrac), reset = fastCeilNs(dNs, dFrac), retry = 0, delay = 0 }
-    if cost > 0 then d.code = OVER end
-    return nil, d
+    local code = ALLOWED
+    if cost > 0 then code = OVER end
+    return code, fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac), 0, 0
   end
 
   local aNs, aFrac = l.aNs, l.aFrac
@@ -269,13 +264,7 @@ local function fastGcra(l, s, cost)
     if wFrac < 0 then
       wNs, wFrac = wNs - 1, wFrac + r
     end
-    return nil, {
-      code = DENIED,
-      rem = fastGcraRemaining(l, dNs, dFrac),
-      reset = fastCeilNs(dNs, dFrac),
-      retry = fastCeilNs(wNs, wFrac),
-      delay = 0,
-    }
+    return DENIED, fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac), fastCeilNs(wNs, wFrac), 0
   end
 
   local delay = 0
@@ -287,22 +276,16 @@ local function fastGcra(l, s, cost)
     dNs, dFrac = dNs + 1, dFrac - r
   end
   local reset = fastCeilNs(dNs, dFrac)
-  return { restAt = reset, t = dNs, n = dFrac, m = 0 }, {
-    code = ALLOWED,
-    rem = fastGcraRemaining(l, dNs, dFrac),
-    reset = reset,
-    retry = 0,
-    delay = delay,
-  }
+  return ALLOWED, fastGcraRemaining(l, dNs, dFrac), reset, 0, delay, dNs, dFrac, 0, reset
 end
 
 -- fastDecide mirrors Limit.Decide.
-local function fastDecide(l, s, cost)
+local function fastDecide(l, t, n, m, cost)
   local alg = l.alg
   if alg == FIXED then
-    return fastFixedWindow(l, s, cost)
+    return fastFixedWindow(l, t, n, cost)
   elseif alg == SLIDING then
-    return fastSlidingWindow(l, s, cost)
+    return fastSlidingWindow(l, t, n, m, cost)
   end
-  return fastGcra(l, s, cost)
+  return fastGcra(l, t, n, cost)
 end

@@ -45,3 +45,18 @@ func (s *Store) Collectors() []prometheus.Collector {
 			}),
 	}
 }
+
+// histograms are the store's distributions, observed as they happen.
+type histograms struct {
+	batchSize prometheus.Histogram // requests per batch a sender sends
+}
+
+func newHistograms() histograms {
+	return histograms{
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "ratelimitd", Subsystem: "redis", Name: "batch_size",
+			Help:    "Requests sent to Redis together in one batch (one round trip per node).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
+	}
+}

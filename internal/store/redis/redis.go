@@ -5,12 +5,19 @@
 //
 // Apply decides exactly as the memory store does: store.Settle's rule over
 // algorithms.Limit.Decide, all or nothing. The decision runs inside Redis,
-// in one Lua script per request (EVALSHA, and EVAL when Redis answers
-// NOSCRIPT, as after a restart): it reads every bucket of the request,
-// decides all the charges, and writes the charged states only if no
-// non-shadow charge is denied or over capacity; otherwise it writes nothing
-// and reports the admissible charges as peeks. A request therefore costs
-// one round trip to Redis, whatever its number of descriptors.
+// in a Lua script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after
+// a restart): it reads every bucket of the request, decides all the
+// charges, and writes the charged states only if no non-shadow charge is
+// denied or over capacity; otherwise it writes nothing and reports the
+// admissible charges as peeks.
+//
+// Requests share round trips (batch.go): a request is sent at once when
+// no batch is in flight, and requests that arrive while one is are sent
+// together in the next, one script call per hash slot settling them one
+// after the other, each atomic and all or nothing on its own, and one
+// write per node. A request therefore costs at most one round trip to
+// Redis, whatever its number of descriptors, and under load a fraction of
+// one.
 //
 // Redis runs Lua 5.1, whose numbers are doubles, exact as integers only
 // below 2^53, while the decisions use nanoseconds since the epoch (about
@@ -232,6 +239,10 @@ type Store struct {
 	// of Redis TIME, and keys are then written without expiry.
 	testNow clock.Clock
 
+	queue chan *call         // requests waiting for a sender (batch.go)
+	life  context.Context    // ends when the store closes: cuts short what is in flight
+	end   context.CancelFunc // ends life
+
 	health   chan struct{} // one slot: the health changed since reportHealth looked
 	up       atomic.Bool
 	lastErr  atomic.Pointer[error] // the last failure
@@ -239,7 +250,8 @@ type Store struct {
 	done     chan struct{}
 	closing  sync.Once
 
-	stats stats
+	stats   stats
+	metrics histograms
 }
 
 // stats are the store's counters, read by its metrics.
@@ -295,7 +307,10 @@ func New(cfg Config) (*Store, error) {
 		onHealth: cfg.OnHealth,
 		health:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		queue:    make(chan *call, 4*maxBatch),
 	}
+	s.life, s.end = context.WithCancel(context.Background())
+	s.metrics = newHistograms()
 	if cfg.DenyCache > 0 {
 		s.cache = newDenyCache(cfg.DenyCache)
 	}
@@ -335,12 +350,20 @@ func New(cfg Config) (*Store, error) {
 		s.client, s.cluster = c, c
 	}
 	go s.reportHealth()
+	for range senders {
+		go s.sender()
+	}
 	return s, nil
 }
 
-// Close closes the connections to Redis.
+// Close cuts short every exchange with Redis in flight (their requests
+// are decided by the failure mode, or end with their caller's context)
+// and closes the connections to Redis.
 func (s *Store) Close() error {
-	s.closing.Do(func() { close(s.done) })
+	s.closing.Do(func() {
+		close(s.done)
+		s.end()
+	})
 	return s.client.Close()
 }
 
@@ -418,27 +441,33 @@ func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, 
 	}
 	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, charges, decisions)
 	}
 	groups := groupBySlot(keys, all)
 	if len(groups) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, charges, decisions)
 	}
 	return s.settleSlots(ctx, keys, groups, now, expire, sent, charges, decisions)
 }
 
-// settleOne settles the charges idx, all in one slot, in one script.
-func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
-	v, err := settleScript.Run(ctx, s.client, keys, settleArgs(now, expire, false, charges, idx)...).Result()
-	if err != nil {
+// settleOne settles the charges idx, all in one slot, in one script call
+// that a sender may share with other requests (batch.go).
+func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, charges []store.Charge, decisions []algorithms.Decision) error {
+	c := &call{
+		ctx:  ctx,
+		keys: keys,
+		args: appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), charges, idx),
+		now:  now,
+		done: make(chan struct{}),
+	}
+	if s.cluster != nil {
+		c.slot = slotOf([]byte(keys[0]))
+	}
+	if err := s.send(ctx, c); err != nil {
 		return err
 	}
-	r, err := parseSettleReply(v)
-	if err != nil {
-		return err
-	}
-	s.stats.countPaths(r.paths)
-	return parseDecisions(r.decisions, idx, decisions)
+	s.stats.countPaths(c.reply.paths)
+	return parseDecisions(c.reply.decisions, idx, decisions)
 }
 
 // groupBySlot returns idx grouped by the hash slots of their keys, in
@@ -470,33 +499,11 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 			groupKeys[g] = append(groupKeys[g], keys[i])
 		}
 	}
-	run := func(eval bool, which []int) []*goredis.Cmd {
-		pipe := s.client.Pipeline()
-		cmds := make([]*goredis.Cmd, len(groups))
-		for _, g := range which {
-			args := settleArgs(now, expire, true, charges, groups[g])
-			if eval {
-				cmds[g] = settleScript.Eval(ctx, pipe, groupKeys[g], args...)
-			} else {
-				cmds[g] = settleScript.EvalSha(ctx, pipe, groupKeys[g], args...)
-			}
-		}
-		pipe.Exec(ctx) // each command holds its own outcome
-		return cmds
+	args := make([][]any, len(groups))
+	for g, idx := range groups {
+		args[g] = appendRequest(settleHead(now, expire, true, 1), charges, idx)
 	}
-	cmds := run(false, indexes(len(groups)))
-	var noScript []int
-	for g, c := range cmds {
-		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			noScript = append(noScript, g)
-		}
-	}
-	if len(noScript) > 0 {
-		again := run(true, noScript)
-		for _, g := range noScript {
-			cmds[g] = again[g]
-		}
-	}
+	cmds := s.runScripts(ctx, groupKeys, args)
 
 	replies := make([]settleReply, len(groups))
 	failed := make([]bool, len(groups))

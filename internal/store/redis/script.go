@@ -41,7 +41,7 @@ var (
 var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
 	bignumLua + stateLua + decideLua +
 	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, " +
-	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, put = put}\n" +
+	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put}\n" +
 	"return bignumsLib\nend\n"
 
 // The scripts. settle decides and charges one request (or one slot's share
@@ -54,13 +54,21 @@ var (
 )
 
 // argsPerCharge is how many ARGV settle.lua takes per key.
-const argsPerCharge = 13
+const argsPerCharge = 1
 
-// settleArgs returns settle.lua's ARGV for charges[i], i in idx: now as
-// nowArgs makes it, whether to set expiry, whether in try mode.
-func settleArgs(now [2]string, expire, try bool, charges []store.Charge, idx []int) []any {
-	args := make([]any, 0, 4+argsPerCharge*len(idx))
-	args = append(args, now[0], now[1], flag(expire), flag(try))
+// settleHead returns the start of settle.lua's ARGV: now as nowArgs makes
+// it, whether to set expiry, whether in try mode. The requests' arguments
+// (appendRequest) follow.
+func settleHead(now [2]string, expire, try bool, requests int) []any {
+	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], flag(expire), flag(try))
+}
+
+// appendRequest appends settle.lua's arguments for the request of
+// charges[i], i in idx: their number, then each charge as one string (see
+// settle.lua).
+func appendRequest(args []any, charges []store.Charge, idx []int) []any {
+	args = append(args, strconv.Itoa(len(idx)))
+	var b []byte
 	for _, i := range idx {
 		c := &charges[i]
 		l := c.Limit
@@ -69,24 +77,27 @@ func settleArgs(now [2]string, expire, try bool, charges []store.Charge, idx []i
 		// and for a cost at most 0 all peeks: pass those costs in a range
 		// that Lua's doubles hold exactly.
 		cost := min(max(c.Cost, 0), capacity+1)
-		args = append(args,
-			strconv.Itoa(int(l.Algorithm())),
-			strconv.FormatInt(l.Requests(), 10),
-			strconv.FormatInt(int64(l.Period()), 16),
-			strconv.FormatInt(capacity, 10),
-			strconv.FormatInt(cost, 10),
-			flag(c.Shadow),
-			flag(fastPath(l)),
-		)
+		b = b[:0]
+		b = append(b, flag(fastPath(l))...)
+		b = strconv.AppendInt(b, int64(l.Algorithm()), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, l.Requests(), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(l.Period()), 16)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, capacity, 10)
+		b = append(b, ' ')
+		b = append(b, flag(c.Shadow)...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, cost, 10)
 		switch l.Algorithm() {
 		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
 			k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
-			args = appendRational(args, l, capacity)
-			args = appendRational(args, l, k)
-			args = appendRational(args, l, capacity-k)
-		default:
-			args = append(args, "0", "0", "0", "0", "0", "0")
+			b = appendRational(b, l, capacity)
+			b = appendRational(b, l, k)
+			b = appendRational(b, l, capacity-k)
 		}
+		args = append(args, string(b))
 	}
 	return args
 }
@@ -115,11 +126,14 @@ func fastPath(l *algorithms.Limit) bool {
 }
 
 // appendRational appends n·P/R (0 ≤ n ≤ Capacity), Limit.Times, as
-// settle.lua takes it: whole nanoseconds in hexadecimal and the remainder
-// over R in decimal.
-func appendRational(args []any, l *algorithms.Limit, n int64) []any {
+// settle.lua takes it: " " and whole nanoseconds in hexadecimal, " " and
+// the remainder over R in decimal.
+func appendRational(b []byte, l *algorithms.Limit, n int64) []byte {
 	ns, frac := l.Times(n)
-	return append(args, strconv.FormatInt(ns, 16), strconv.FormatInt(frac, 10))
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, ns, 16)
+	b = append(b, ' ')
+	return strconv.AppendInt(b, frac, 10)
 }
 
 func flag(b bool) string {
@@ -155,26 +169,27 @@ type write struct {
 	old, new string
 }
 
+// parseSettleReply parses the reply of a script that settled one request,
+// in try mode or not.
 func parseSettleReply(v any) (settleReply, error) {
-	var r settleReply
 	a, ok := v.([]any)
-	if !ok || len(a) < 3 {
-		return r, fmt.Errorf("settle script: unexpected reply %T", v)
+	if !ok || len(a) == 0 {
+		return settleReply{}, fmt.Errorf("settle script: unexpected reply %T", v)
 	}
-	var err error
-	str := func(x any) string {
-		s, ok := x.(string)
-		if !ok && err == nil {
-			err = fmt.Errorf("settle script: unexpected reply element %T", x)
+	r, err := parseOneReply(a[0])
+	if err != nil {
+		return r, err
+	}
+	if len(a) > 1 {
+		str := func(x any) string {
+			s, ok := x.(string)
+			if !ok && err == nil {
+				err = fmt.Errorf("settle script: unexpected reply element %T", x)
+			}
+			return s
 		}
-		return s
-	}
-	r.decisions = str(a[0])
-	r.committed = str(a[1]) == "1"
-	r.paths = str(a[2])
-	if len(a) > 3 {
-		r.peeks = str(a[3])
-		for i := 4; i+2 < len(a); i += 3 {
+		r.peeks = str(a[1])
+		for i := 2; i+2 < len(a); i += 3 {
 			idx, e := strconv.Atoi(str(a[i]))
 			if e != nil && err == nil {
 				err = fmt.Errorf("settle script: bad key index: %v", e)
@@ -183,6 +198,34 @@ func parseSettleReply(v any) (settleReply, error) {
 		}
 	}
 	return r, err
+}
+
+// parseSettleReplies parses the reply of a script that settled n requests
+// (not in try mode).
+func parseSettleReplies(v any, n int) ([]settleReply, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != n {
+		return nil, fmt.Errorf("settle script: unexpected reply %T for %d requests", v, n)
+	}
+	r := make([]settleReply, n)
+	for i := range r {
+		var err error
+		if r[i], err = parseOneReply(a[i]); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// parseOneReply parses one request's reply: committed, paths, ":" and the
+// decisions.
+func parseOneReply(v any) (settleReply, error) {
+	s, ok := v.(string)
+	head, decisions, found := strings.Cut(s, ":")
+	if !ok || !found || len(head) < 1 {
+		return settleReply{}, fmt.Errorf("settle script: unexpected reply %q", v)
+	}
+	return settleReply{committed: head[0] == '1', paths: head[1:], decisions: decisions}, nil
 }
 
 // parseDecisions writes the decisions of s ("code remaining reset retry

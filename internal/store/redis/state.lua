@@ -71,3 +71,9 @@ local function put(key, v, restAt, expire)
     redis.call("SET", key, v, "PXAT", string.format("%.0f", ceilMs(restAt, now)))
   end
 end
+
+-- formatDecision formats a decision of decide.lua's: "code remaining reset
+-- retry delay", hexadecimal.
+local function formatDecision(d)
+  return string.format("%d %x ", d.code, d.rem) .. tohex(d.reset) .. " " .. tohex(d.retry) .. " " .. tohex(d.delay)
+end
