@@ -29,8 +29,8 @@ const (
 type call struct {
 	ctx  context.Context // the caller's: a call it gave up before sending is dropped
 	keys []string
-	args []any // appendRequest's
-	slot int   // the hash slot of its keys (0 on a standalone Redis)
+	args []any     // appendRequest's
+	slot int       // the hash slot of its keys (0 on a standalone Redis)
 	now  [2]string // settle.lua's now: redisTime, or a test clock's
 
 	// Set by the sender before it closes done.
