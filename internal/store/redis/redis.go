@@ -102,7 +102,20 @@
 // Redis. A store starts up, nothing having failed yet; the client
 // reconnects by itself, and the first success (a request, or a ping of
 // Run's, the first as Run starts) marks the store up again. Apply returns
-// an error only when the caller's own context ends first.
+// an error only when the caller's own context ends first (or the store is
+// closed while the request waits).
+//
+// # Circuit breaker
+//
+// When Config.BreakerFailures exchanges with Redis fail in a row (requests
+// or Run's pings; a timeout is a failure), the breaker opens: for
+// Config.BreakerCooloff, on Config.Clock, every request is decided by the
+// failure mode at once, without asking Redis — so that a hung Redis costs
+// callers nothing rather than Config.Timeout each. Then the breaker is half
+// open: the next request probes Redis, alone (the others still decided by
+// the failure mode); its failure opens the breaker for another cool-off,
+// its success closes it. A successful ping of Run's closes it too. While
+// the breaker is not closed, the store is down, and Healthy says so.
 //
 // # Local deny cache
 //
@@ -203,6 +216,13 @@ type Config struct {
 	// buckets spread over a cluster's nodes; requests whose buckets are in
 	// several slots are then settled per slot (see the package doc).
 	SpreadKeys bool
+	// BreakerFailures is how many exchanges with Redis in a row must fail
+	// (time out or err) to open the circuit breaker (0:
+	// DefaultBreakerFailures); BreakerCooloff how long it then stays open
+	// before a request probes Redis again (0: DefaultBreakerCooloff). See
+	// the package doc.
+	BreakerFailures int
+	BreakerCooloff  time.Duration
 	// DenyCache is how many buckets the local deny cache remembers (0:
 	// no cache).
 	DenyCache int
@@ -252,6 +272,7 @@ type Store struct {
 
 	stats   stats
 	metrics histograms
+	breaker *breaker
 }
 
 // stats are the store's counters, read by its metrics.
@@ -261,6 +282,7 @@ type stats struct {
 	fallbacks  atomic.Uint64 // requests decided, wholly or in part, by the failure mode
 	cacheHits  atomic.Uint64 // requests denied from the deny cache
 	undos      atomic.Uint64 // shares undone after another slot denied or failed
+	open       atomic.Uint64 // requests decided by the failure mode because the breaker was open
 	fast       atomic.Uint64 // charges the script decided on plain numbers (fast.lua)
 	bignum     atomic.Uint64 // charges the script decided on bignums
 }
@@ -288,6 +310,15 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.BreakerFailures < 0 || cfg.BreakerCooloff < 0 {
+		return nil, errors.New("redis: breaker failures and cool-off must not be negative")
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = DefaultBreakerFailures
+	}
+	if cfg.BreakerCooloff == 0 {
+		cfg.BreakerCooloff = DefaultBreakerCooloff
+	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultKeyPrefix
 	}
@@ -310,6 +341,17 @@ func New(cfg Config) (*Store, error) {
 		queue:    make(chan *call, 4*maxBatch),
 	}
 	s.life, s.end = context.WithCancel(context.Background())
+	s.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, func(from, to BreakerState) {
+		switch to {
+		case BreakerOpen:
+			s.log.Warn("redis circuit breaker open: deciding by the failure mode without asking Redis",
+				"failure_mode", s.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
+		case BreakerHalfOpen:
+			s.log.Info("redis circuit breaker half open: probing Redis")
+		case BreakerClosed:
+			s.log.Info("redis circuit breaker closed: deciding from Redis", "was", from.String())
+		}
+	})
 	s.metrics = newHistograms()
 	if cfg.DenyCache > 0 {
 		s.cache = newDenyCache(cfg.DenyCache)
@@ -379,14 +421,24 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 		s.stats.cacheHits.Add(1)
 		return nil
 	}
+	ok, probe := s.breaker.allow(s.local.Now())
+	if !ok {
+		// The breaker is open: decide by the failure mode at once.
+		s.stats.open.Add(1)
+		s.stats.fallbacks.Add(1)
+		s.fallback(charges, indexes(len(charges)), false, sent, decisions)
+		return nil
+	}
 	s.stats.applies.Add(1)
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	err := s.settle(rctx, sent, charges, decisions)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		s.breaker.release(probe)
+		return ctx.Err()
+	}
+	s.breaker.done(probe, err, s.local.Now())
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		s.stats.fallbacks.Add(1)
 		s.setHealth(err)
 		var denied *deniedElsewhere
@@ -653,16 +705,23 @@ func atRest(charges []store.Charge, idx []int, denied bool, now int64, decisions
 }
 
 // Healthy reports whether the last exchange with Redis succeeded, and if
-// not, how it failed.
+// not, how it failed (and the circuit breaker's state, when not closed).
 func (s *Store) Healthy() (bool, string) {
 	if s.up.Load() {
 		return true, ""
 	}
+	why := "unreachable"
 	if e := s.lastErr.Load(); e != nil {
-		return false, (*e).Error()
+		why = (*e).Error()
 	}
-	return false, "unreachable"
+	if st := s.breaker.State(); st != BreakerClosed {
+		why = "circuit breaker " + st.String() + ": " + why
+	}
+	return false, why
 }
+
+// Breaker returns the circuit breaker's state.
+func (s *Store) Breaker() BreakerState { return s.breaker.State() }
 
 // setHealth records how an exchange with Redis went (err nil: it
 // succeeded) and, if that changed the health, wakes reportHealth.
@@ -730,6 +789,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	s.breaker.done(false, err, s.local.Now())
 	s.setHealth(err)
 	return err
 }
