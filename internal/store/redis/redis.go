@@ -266,6 +266,7 @@ type Store struct {
 	health   chan struct{} // one slot: the health changed since reportHealth looked
 	up       atomic.Bool
 	lastErr  atomic.Pointer[error] // the last failure
+	lastDial atomic.Pointer[error] // the last failure to connect, nil once a connection succeeded (dialHook)
 	onHealth func(bool, error)
 	done     chan struct{}
 	closing  sync.Once
@@ -357,7 +358,9 @@ func New(cfg Config) (*Store, error) {
 		s.cache = newDenyCache(cfg.DenyCache)
 	}
 	s.up.Store(true)
+	SetClientLogger(cfg.Logger)
 	hook := roundTripHook{&s.stats.roundTrips}
+	dial := dialHook{&s.lastDial}
 	// No retries: a script that reached Redis before the connection broke
 	// may have charged, and running it again would charge twice. MaxRetries
 	// -1 turns off the retries after errors. The cluster client also
@@ -376,6 +379,7 @@ func New(cfg Config) (*Store, error) {
 			DisableIdentity:       true,
 		})
 		c.AddHook(hook)
+		c.AddHook(dial)
 		s.client = c
 	} else {
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{
@@ -388,7 +392,10 @@ func New(cfg Config) (*Store, error) {
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 		})
-		c.OnNewNode(func(n *goredis.Client) { n.AddHook(hook) })
+		c.OnNewNode(func(n *goredis.Client) {
+			n.AddHook(hook)
+			n.AddHook(dial)
+		})
 		s.client, s.cluster = c, c
 	}
 	go s.reportHealth()
@@ -437,6 +444,7 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 		s.breaker.release(probe)
 		return ctx.Err()
 	}
+	err = s.explain(err)
 	s.breaker.done(probe, err, s.local.Now())
 	if err != nil {
 		s.stats.fallbacks.Add(1)
@@ -789,6 +797,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	err = s.explain(err)
 	s.breaker.done(false, err, s.local.Now())
 	s.setHealth(err)
 	return err
