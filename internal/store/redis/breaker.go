@@ -42,8 +42,8 @@ func (s BreakerState) String() string {
 }
 
 // breaker is the store's circuit breaker. Times are Config.Clock's
-// nanoseconds. A success (a request that Redis answered, or a Ping's PONG)
-// closes it from any state; failures count only in a row.
+// nanoseconds. A success (a request that Redis answered) closes it from
+// any state; failures (of requests and pings) count only in a row.
 type breaker struct {
 	threshold int
 	cooloff   int64

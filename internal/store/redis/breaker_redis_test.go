@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,13 @@ func TestBreakerWithHungRedis(t *testing.T) {
 	}
 	if up, why := s.Healthy(); up || !strings.Contains(why, "circuit breaker open") {
 		t.Errorf("Healthy() = %v, %q; want down, saying the breaker is open", up, why)
+	}
+	// A paused Redis still answers PING: that closes nothing.
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping to a paused Redis: %v", err)
+	}
+	if up, _ := s.Healthy(); up || s.Breaker() != redis.BreakerOpen {
+		t.Errorf("after a PONG from a Redis that holds scripts: up %v, breaker %v; want down and open", up, s.Breaker())
 	}
 
 	// The cool-off passes while Redis still hangs: the probe times out.

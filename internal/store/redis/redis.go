@@ -114,8 +114,10 @@
 // callers nothing rather than Config.Timeout each. Then the breaker is half
 // open: the next request probes Redis, alone (the others still decided by
 // the failure mode); its failure opens the breaker for another cool-off,
-// its success closes it. A successful ping of Run's closes it too. While
-// the breaker is not closed, the store is down, and Healthy says so.
+// its success closes it. (Run's pings count as failures when they fail;
+// a ping that succeeds does not close the breaker, as a Redis that holds
+// scripts still answers PING.) While the breaker is not closed, the store
+// is down, and Healthy says so.
 //
 // # Local deny cache
 //
@@ -798,6 +800,12 @@ func (s *Store) Ping(ctx context.Context) error {
 		return ctx.Err()
 	}
 	err = s.explain(err)
+	if err == nil && s.breaker.State() != BreakerClosed {
+		// Redis answers PING, but only a request that gets its script
+		// through (the half-open breaker's probe) shows it settles
+		// requests again: a Redis that holds scripts still answers PING.
+		return nil
+	}
 	s.breaker.done(false, err, s.local.Now())
 	s.setHealth(err)
 	return err
