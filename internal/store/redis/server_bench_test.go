@@ -32,7 +32,9 @@ descriptors:
 
 // emptyServer answers every call with an empty response: the floor that
 // gRPC itself costs.
-type emptyServer struct{ rl.UnimplementedRateLimitServiceServer }
+type emptyServer struct {
+	rl.UnimplementedRateLimitServiceServer
+}
 
 func (emptyServer) ShouldRateLimit(context.Context, *rl.ShouldRateLimitRequest) (*rl.ShouldRateLimitResponse, error) {
 	return &rl.ShouldRateLimitResponse{}, nil
