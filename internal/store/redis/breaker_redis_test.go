@@ -16,10 +16,11 @@ import (
 // TestBreakerWithHungRedis: a real redis-server that holds every script
 // (CLIENT PAUSE) times out two requests in a row; the breaker opens, and
 // the requests that follow are decided by the failure mode at once,
-// without asking Redis, and health says so. After the cool-off (on the
-// store's fake clock) one request probes: while Redis still hangs it
-// fails and the breaker opens again; once Redis answers, the probe closes
-// it and requests are decided from Redis again.
+// without asking Redis, and health says so; a ping does not close it.
+// After the cool-off (on the store's fake clock) one request probes: while
+// Redis still hangs it fails and the breaker opens again; once Redis
+// answers, Run's ping probes with the script and closes it, and requests
+// are decided from Redis again.
 func TestBreakerWithHungRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	local := clock.NewFake(t0)
@@ -55,9 +56,9 @@ func TestBreakerWithHungRedis(t *testing.T) {
 	if up, why := s.Healthy(); up || !strings.Contains(why, "circuit breaker open") {
 		t.Errorf("Healthy() = %v, %q; want down, saying the breaker is open", up, why)
 	}
-	// A paused Redis still answers PING: that closes nothing.
-	if err := s.Ping(context.Background()); err != nil {
-		t.Fatalf("Ping to a paused Redis: %v", err)
+	// While the breaker cools off, a ping asks nothing and closes nothing.
+	if err := s.Ping(context.Background()); err == nil {
+		t.Fatal("Ping with the breaker open and cooling off: no error")
 	}
 	if up, _ := s.Healthy(); up || s.Breaker() != redis.BreakerOpen {
 		t.Errorf("after a PONG from a Redis that holds scripts: up %v, breaker %v; want down and open", up, s.Breaker())
@@ -77,14 +78,19 @@ func TestBreakerWithHungRedis(t *testing.T) {
 	if d := apply(t, s, charge); d[0] != failed || s.Applies()-asked != 1 {
 		t.Errorf("Redis back but the cool-off not over: %+v, %d asked; want the failure mode, no new request to Redis", d[0], s.Applies()-asked)
 	}
+	// After the cool-off, Run's ping probes with the script, without any
+	// request: Redis answers, the breaker closes.
 	local.Advance(5 * time.Second)
-	if d := apply(t, s, charge); d[0].Code != algorithms.Allowed {
-		t.Errorf("the probe after Redis is back: %+v, want allowed from Redis", d[0])
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("the probing ping after Redis is back: %v", err)
 	}
 	if got := s.Breaker(); got != redis.BreakerClosed {
 		t.Errorf("after a successful probe the breaker is %v, want closed", got)
 	}
 	if up, why := s.Healthy(); !up {
 		t.Errorf("Healthy() = false, %q after the breaker closed", why)
+	}
+	if d := apply(t, s, charge); d[0].Code != algorithms.Allowed || s.Applies()-asked != 2 {
+		t.Errorf("after the breaker closed: %+v, %d asked; want allowed from Redis", d[0], s.Applies()-asked)
 	}
 }

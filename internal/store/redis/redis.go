@@ -114,10 +114,11 @@
 // callers nothing rather than Config.Timeout each. Then the breaker is half
 // open: the next request probes Redis, alone (the others still decided by
 // the failure mode); its failure opens the breaker for another cool-off,
-// its success closes it. (Run's pings count as failures when they fail;
-// a ping that succeeds does not close the breaker, as a Redis that holds
-// scripts still answers PING.) While the breaker is not closed, the store
-// is down, and Healthy says so.
+// its success closes it. Run's pings count as failures when they fail; a
+// PONG does not close the breaker (a Redis that holds scripts still
+// answers PING), but once the cool-off has passed, Run probes as a request
+// would, with the script, so that the store recovers without traffic.
+// While the breaker is not closed, the store is down, and Healthy says so.
 //
 // # Local deny cache
 //
@@ -783,9 +784,18 @@ func (s *Store) reportHealth() {
 }
 
 // Ping asks Redis (every node of a cluster) for PONG within the store's
-// timeout, and marks the store up or down by the answer. When ctx ends
-// first, it returns ctx's error and leaves the health as it was.
+// timeout, and marks the store up or down by the answer. While the circuit
+// breaker is open, it probes instead, once the cool-off has passed (as a
+// request would, so that the store recovers without traffic): it runs the
+// settle script with no request, which a Redis that holds scripts does not
+// answer either; the probe's success closes the breaker and marks the
+// store up. Before the cool-off has passed it returns an error at once,
+// asking nothing. When ctx ends first, it returns ctx's error and leaves
+// the health as it was.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.breaker.State() != BreakerClosed {
+		return s.probe(ctx)
+	}
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var err error
@@ -801,12 +811,39 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	err = s.explain(err)
 	if err == nil && s.breaker.State() != BreakerClosed {
-		// Redis answers PING, but only a request that gets its script
-		// through (the half-open breaker's probe) shows it settles
-		// requests again: a Redis that holds scripts still answers PING.
-		return nil
+		return nil // the breaker opened meanwhile: only a probe closes it
 	}
 	s.breaker.done(false, err, s.local.Now())
+	s.setHealth(err)
+	return err
+}
+
+// errCoolingOff is Ping's error while the open breaker cools off.
+var errCoolingOff = errors.New("redis: circuit breaker open, cooling off")
+
+// probe is Ping's probe of a breaker that is not closed.
+func (s *Store) probe(ctx context.Context) error {
+	ok, probe := s.breaker.allow(s.local.Now())
+	if !ok {
+		return errCoolingOff // or a request is probing
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	args := settleHead(redisTime, true, false, 0)
+	var err error
+	if s.cluster != nil {
+		err = s.cluster.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error {
+			return settleScript.Run(ctx, c, nil, args...).Err()
+		})
+	} else {
+		err = settleScript.Run(pctx, s.client, nil, args...).Err()
+	}
+	if err != nil && ctx.Err() != nil {
+		s.breaker.release(probe)
+		return ctx.Err()
+	}
+	err = s.explain(err)
+	s.breaker.done(probe, err, s.local.Now())
 	s.setHealth(err)
 	return err
 }
