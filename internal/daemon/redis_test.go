@@ -28,10 +28,12 @@ descriptors:
     rate_limit: {name: api, algorithm: token_bucket, unit: hour, requests_per_unit: 1000, burst: 1000}
 `
 
+// withRedis makes a daemon keep its buckets in the Redis at addr, with a
+// timeout that a loaded test machine does not reach while Redis answers.
 func withRedis(addr string, mode redisstore.FailureMode) func(*daemon.Config) {
 	return func(c *daemon.Config) {
 		c.Store = "redis"
-		c.Redis = redisstore.Config{Addr: addr, Timeout: 200 * time.Millisecond, FailureMode: mode}
+		c.Redis = redisstore.Config{Addr: addr, Timeout: 2 * time.Second, FailureMode: mode}
 	}
 }
 

@@ -43,6 +43,17 @@ type call struct {
 // errClosed is the error of calls cut short by Close.
 var errClosed = errors.New("redis: store closed")
 
+// batchError is the error of every call of a batch that failed: one
+// failure of Redis however many requests it carried (the circuit breaker
+// counts it once).
+type batchError struct {
+	err   error
+	batch uint64 // the batch's number, from 1
+}
+
+func (e *batchError) Error() string { return e.err.Error() }
+func (e *batchError) Unwrap() error { return e.err }
+
 // send queues c for a sender and waits until it is settled, ctx ends or
 // the store closes.
 func (s *Store) send(ctx context.Context, c *call) error {
@@ -118,6 +129,7 @@ func (s *Store) sendBatch(batch []*call) {
 		i = j
 	}
 
+	seq := s.batches.Add(1)
 	ctx, cancel := context.WithTimeout(s.life, s.timeout)
 	defer cancel()
 	keys := make([][]string, len(groups))
@@ -138,7 +150,7 @@ func (s *Store) sendBatch(batch []*call) {
 		}
 		for i, c := range calls {
 			if err != nil {
-				c.err = err
+				c.err = &batchError{err, seq}
 			} else {
 				c.reply = replies[i]
 			}

@@ -56,6 +56,8 @@ type breaker struct {
 	mu       sync.Mutex
 	openedAt int64 // when it last opened
 	probing  bool  // half-open: the probe is in flight
+	// lastFailed is the last failed batch counted.
+	lastFailed uint64
 	// changed, if not nil, is told of every transition (with mu held).
 	changed func(from, to BreakerState)
 }
@@ -103,8 +105,10 @@ func (b *breaker) release(probe bool) {
 	b.mu.Unlock()
 }
 
-// done records an exchange with Redis at now: err nil for a success.
-func (b *breaker) done(probe bool, err error, now int64) {
+// done records an exchange with Redis at now: err nil for a success. A
+// failure of a batch (exchange, above 0) that has been counted already is
+// not counted again: the requests of one failed batch are one failure.
+func (b *breaker) done(probe bool, err error, exchange uint64, now int64) {
 	if err == nil && !probe && b.State() == BreakerClosed && b.fails.Load() == 0 {
 		return // the common case, without the lock
 	}
@@ -117,6 +121,12 @@ func (b *breaker) done(probe bool, err error, now int64) {
 		b.fails.Store(0)
 		b.set(BreakerClosed)
 		return
+	}
+	if exchange != 0 && exchange == b.lastFailed && !probe {
+		return
+	}
+	if exchange != 0 {
+		b.lastFailed = exchange
 	}
 	fails := b.fails.Add(1)
 	switch b.State() {

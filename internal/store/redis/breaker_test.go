@@ -57,10 +57,10 @@ func TestBreakerStates(t *testing.T) {
 				probe = p // the outcome reported next is this request's
 			}
 		case "fail":
-			b.done(probe, fail, now)
+			b.done(probe, fail, 0, now)
 			probe = false
 		case "ok":
-			b.done(probe, nil, now)
+			b.done(probe, nil, 0, now)
 			probe = false
 		case "release":
 			b.release(probe)
@@ -77,5 +77,23 @@ func TestBreakerStates(t *testing.T) {
 	if b.transitions[BreakerOpen].Load() != 2 || b.transitions[BreakerHalfOpen].Load() != 2 || b.transitions[BreakerClosed].Load() != 1 {
 		t.Errorf("transition counts: open %d, half open %d, closed %d; want 2, 2, 1",
 			b.transitions[BreakerOpen].Load(), b.transitions[BreakerHalfOpen].Load(), b.transitions[BreakerClosed].Load())
+	}
+}
+
+// TestBreakerCountsABatchOnce: the requests of one failed batch are one
+// failure of Redis, however many there are.
+func TestBreakerCountsABatchOnce(t *testing.T) {
+	b := newBreaker(3, time.Second, nil)
+	fail := errors.New("timeout")
+	for range 10 {
+		b.done(false, fail, 7, 0) // ten requests of batch 7
+	}
+	b.done(false, fail, 8, 0)
+	if got := b.State(); got != BreakerClosed {
+		t.Fatalf("after two failed batches the breaker is %v, want closed", got)
+	}
+	b.done(false, fail, 0, 0) // a request that failed on its own
+	if got := b.State(); got != BreakerOpen {
+		t.Fatalf("after a third failure the breaker is %v, want open", got)
 	}
 }

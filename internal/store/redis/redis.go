@@ -262,9 +262,10 @@ type Store struct {
 	// of Redis TIME, and keys are then written without expiry.
 	testNow clock.Clock
 
-	queue chan *call         // requests waiting for a sender (batch.go)
-	life  context.Context    // ends when the store closes: cuts short what is in flight
-	end   context.CancelFunc // ends life
+	queue   chan *call         // requests waiting for a sender (batch.go)
+	batches atomic.Uint64      // batches sent so far
+	life    context.Context    // ends when the store closes: cuts short what is in flight
+	end     context.CancelFunc // ends life
 
 	health   chan struct{} // one slot: the health changed since reportHealth looked
 	up       atomic.Bool
@@ -447,8 +448,12 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 		s.breaker.release(probe)
 		return ctx.Err()
 	}
+	var exchange uint64 // the batch that failed, if one did
+	if be := (*batchError)(nil); errors.As(err, &be) {
+		exchange = be.batch
+	}
 	err = s.explain(err)
-	s.breaker.done(probe, err, s.local.Now())
+	s.breaker.done(probe, err, exchange, s.local.Now())
 	if err != nil {
 		s.stats.fallbacks.Add(1)
 		s.setHealth(err)
@@ -813,7 +818,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err == nil && s.breaker.State() != BreakerClosed {
 		return nil // the breaker opened meanwhile: only a probe closes it
 	}
-	s.breaker.done(false, err, s.local.Now())
+	s.breaker.done(false, err, 0, s.local.Now())
 	s.setHealth(err)
 	return err
 }
@@ -843,7 +848,7 @@ func (s *Store) probe(ctx context.Context) error {
 		return ctx.Err()
 	}
 	err = s.explain(err)
-	s.breaker.done(probe, err, s.local.Now())
+	s.breaker.done(probe, err, 0, s.local.Now())
 	s.setHealth(err)
 	return err
 }
