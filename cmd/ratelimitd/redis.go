@@ -32,6 +32,8 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	fs.StringVar(&f.tlsKey, "redis-tls-key", "", "PEM private key `file` of --redis-tls-cert")
 	fs.DurationVar(&r.Timeout, "redis-timeout", redisstore.DefaultTimeout, "how long one request may wait for Redis before the failure mode decides it")
 	fs.Var(&r.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
+	fs.IntVar(&r.BreakerFailures, "redis-breaker-failures", redisstore.DefaultBreakerFailures, "open the circuit breaker after `n` failed exchanges with Redis in a row: requests are then decided by the failure mode at once, without waiting for Redis")
+	fs.DurationVar(&r.BreakerCooloff, "redis-breaker-cooloff", redisstore.DefaultBreakerCooloff, "how long the open circuit breaker decides by the failure mode before one request probes Redis again")
 	fs.StringVar(&r.KeyPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "`prefix` of every Redis key")
 	fs.BoolVar(&r.SpreadKeys, "redis-spread-keys", false, "no {domain} hash tag: spread a domain's buckets over a cluster's nodes; requests then settle per slot (see docs/redis.md)")
 	fs.IntVar(&r.DenyCache, "redis-deny-cache", 0, "remember up to `n` buckets over their limit until their retry_after, denying them without asking Redis (0: off)")
@@ -42,6 +44,12 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 func (f *redisFlags) apply(cfg *daemon.Config) error {
 	if cfg.Store != "redis" {
 		return nil
+	}
+	if cfg.Redis.BreakerFailures < 1 {
+		return errors.New("--redis-breaker-failures: must be at least 1")
+	}
+	if cfg.Redis.BreakerCooloff <= 0 {
+		return errors.New("--redis-breaker-cooloff: must be positive")
 	}
 	password, err := secret("redis-password-file", f.passwordFile, "RATELIMITD_REDIS_PASSWORD")
 	if err != nil {

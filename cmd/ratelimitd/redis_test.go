@@ -33,19 +33,31 @@ func TestRedisFlags(t *testing.T) {
 	}{{
 		name: "standalone with every option",
 		args: []string{"--store", "redis", "--redis-addr", "10.1.2.3:6380", "--redis-timeout", "50ms", "--redis-failure-mode", "closed",
-			"--redis-key-prefix", "rl:", "--redis-deny-cache", "1000", "--redis-username", "rl", "--redis-password-file", secretFile},
+			"--redis-key-prefix", "rl:", "--redis-deny-cache", "1000", "--redis-username", "rl", "--redis-password-file", secretFile,
+			"--redis-breaker-failures", "5", "--redis-breaker-cooloff", "250ms"},
 		want: redisstore.Config{Addr: "10.1.2.3:6380", Timeout: 50 * time.Millisecond, FailureMode: redisstore.FailClosed,
-			KeyPrefix: "rl:", DenyCache: 1000, Username: "rl", Password: "s3cret"},
+			KeyPrefix: "rl:", DenyCache: 1000, Username: "rl", Password: "s3cret",
+			BreakerFailures: 5, BreakerCooloff: 250 * time.Millisecond},
 	}, {
 		name: "cluster seeds replace the address; the password from the environment",
 		args: []string{"--store", "redis", "--redis-cluster", "a:7000, b:7001,", "--redis-spread-keys"},
 		env:  "fromenv",
 		want: redisstore.Config{ClusterAddrs: []string{"a:7000", "b:7001"}, SpreadKeys: true, Password: "fromenv",
-			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix,
+			BreakerFailures: redisstore.DefaultBreakerFailures, BreakerCooloff: redisstore.DefaultBreakerCooloff},
+	}, {
+		name:    "a breaker that never opens",
+		args:    []string{"--store", "redis", "--redis-breaker-failures", "0"},
+		wantErr: true,
+	}, {
+		name:    "a breaker without cool-off",
+		args:    []string{"--store", "redis", "--redis-breaker-cooloff", "0s"},
+		wantErr: true,
 	}, {
 		name: "the password from a file, its line break dropped",
 		args: []string{"--store", "redis", "--redis-password-file", crlfFile},
-		want: redisstore.Config{Addr: "127.0.0.1:6379", Password: "with crlf", Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+		want: redisstore.Config{Addr: "127.0.0.1:6379", Password: "with crlf", Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix,
+			BreakerFailures: redisstore.DefaultBreakerFailures, BreakerCooloff: redisstore.DefaultBreakerCooloff},
 	}, {
 		name:    "a password file and the environment both",
 		args:    []string{"--store", "redis", "--redis-password-file", secretFile},

@@ -28,10 +28,12 @@ descriptors:
     rate_limit: {name: api, algorithm: token_bucket, unit: hour, requests_per_unit: 1000, burst: 1000}
 `
 
+// withRedis makes a daemon keep its buckets in the Redis at addr, with a
+// timeout that a loaded test machine does not reach while Redis answers.
 func withRedis(addr string, mode redisstore.FailureMode) func(*daemon.Config) {
 	return func(c *daemon.Config) {
 		c.Store = "redis"
-		c.Redis = redisstore.Config{Addr: addr, Timeout: 200 * time.Millisecond, FailureMode: mode}
+		c.Redis = redisstore.Config{Addr: addr, Timeout: 2 * time.Second, FailureMode: mode}
 	}
 }
 
@@ -175,5 +177,55 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestShutdownWhileRedisHangs: with a call in flight to a Redis that holds
+// every script (CLIENT PAUSE) and a Redis timeout of a minute, shutdown
+// ends with the grace (here 300ms): the call is cut off, the daemon stops,
+// and it says so in its log.
+func TestShutdownWhileRedisHangs(t *testing.T) {
+	srv := redistest.Start(t)
+	d := daemontest.Start(t, sharedPolicy, func(c *daemon.Config) {
+		c.Store = "redis"
+		c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: time.Minute, FailureMode: redisstore.FailOpen}
+		c.ShutdownGrace = 300 * time.Millisecond
+	})
+	client := rl.NewRateLimitServiceClient(d.Dial(t))
+	if _, err := client.ShouldRateLimit(context.Background(), req("shared", desc("api", "v1"))); err != nil {
+		t.Fatal(err) // the first call loads the script
+	}
+	if reply, err := srv.Command("CLIENT", "PAUSE", "60000", "WRITE"); err != nil || reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
+	}
+	t.Cleanup(func() { srv.Command("CLIENT", "UNPAUSE") })
+
+	ended := make(chan error, 1)
+	go func() {
+		_, err := client.ShouldRateLimit(context.Background(), req("shared", desc("api", "v1")))
+		ended <- err
+	}()
+	waitFor(t, func() bool {
+		_, body := get(t, d, "/metrics")
+		return strings.Contains(body, "ratelimitd_redis_requests_total 2")
+	})
+
+	stopped := make(chan struct{})
+	go func() {
+		d.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("shutdown did not end within 20s while Redis hangs; it waits for the Redis timeout (a minute)")
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in flight did not end with the shutdown")
+	}
+	if !strings.Contains(d.Logs(), "shutdown grace period over") || !strings.Contains(d.Logs(), "stopped") {
+		t.Errorf("the log does not say the grace ended and the daemon stopped:\n%s", d.Logs())
 	}
 }

@@ -2,6 +2,8 @@ package redis_test
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,10 +42,56 @@ func newTestStore(t *testing.T, cfg redis.Config, c clock.Clock) *redis.Store {
 
 // TestConformance runs the suite that every store passes alike, against
 // a real redis-server: the same decisions as the memory store and as
-// store.Settle, at every edge case and on random timelines.
+// store.Settle, at every edge case and on random timelines. It also checks
+// which path the script took for each case: plain Lua numbers (fast.lua)
+// for every ordinary limit and time, bignums for the extreme ones, and
+// both on the random timelines, whose decisions then agree with Settle on
+// either path.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
+	var mu sync.Mutex
+	stores := make(map[string]*redis.Store)
 	storetest.Run(t, func(t *testing.T, c *clock.Fake) store.Store {
-		return newTestStore(t, redis.Config{Addr: srv.Addr()}, c)
+		s := newTestStore(t, redis.Config{Addr: srv.Addr()}, c)
+		mu.Lock()
+		stores[strings.TrimPrefix(t.Name(), "TestConformance/")] = s
+		mu.Unlock()
+		return s
 	}, storetest.Options{})
+
+	// The edge cases whose products or times do not fit below 2^53: a
+	// period of 2^62 or 2^61 ns (MaxSpan) at MaxTime, and 10^9 per second
+	// with a capacity of 10^9 (Capacity·Period = 10^18) on the buckets and
+	// the sliding window. Every other case is decided on plain numbers.
+	bignum := map[string]bool{
+		"EdgeCases/fixed_window/MaxSpan_at_MaxTime":          true,
+		"EdgeCases/token_bucket/MaxSpan_at_MaxTime":          true,
+		"EdgeCases/leaky_bucket/MaxSpan_at_MaxTime":          true,
+		"EdgeCases/sliding_window/longest_period_at_MaxTime": true,
+		"EdgeCases/token_bucket/1e9_per_second:_1ns_apart":   true,
+		"EdgeCases/leaky_bucket/1e9_per_second:_1ns_apart":   true,
+		"EdgeCases/sliding_window/1e9_per_second":            true,
+	}
+	seen := 0
+	for name, s := range stores {
+		fast, big := redis.Paths(s)
+		switch {
+		case strings.HasPrefix(name, "RandomTimelines/"):
+			if fast == 0 || big == 0 {
+				t.Errorf("%s: %d charges on the fast path, %d on bignums; want both paths taken", name, fast, big)
+			}
+		case bignum[name]:
+			seen++
+			if fast != 0 || big == 0 {
+				t.Errorf("%s: %d charges on the fast path, %d on bignums; want bignums only", name, fast, big)
+			}
+		default:
+			if fast == 0 || big != 0 {
+				t.Errorf("%s: %d charges on the fast path, %d on bignums; want the fast path only", name, fast, big)
+			}
+		}
+	}
+	if seen != len(bignum) {
+		t.Errorf("saw %d of the %d extreme cases: the suite's case names changed", seen, len(bignum))
+	}
 }

@@ -1,5 +1,5 @@
 -- decide.lua: internal/algorithms' Limit.Decide, line for line, on bignums
--- (bignum.lua). Each function names the Go function it mirrors; read them
+-- (bignum.lua; the constants are now.lua's). Each function names the Go function it mirrors; read them
 -- side by side. Times are bignums of nanoseconds; counts, fractions,
 -- Requests, Capacity and costs are below 2^33 and kept as plain numbers,
 -- which are exact.
@@ -14,11 +14,9 @@
 -- {code, rem, reset, retry, delay}, durations as bignums; decide returns
 -- the next state (nil when unchanged) and the decision.
 
-local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
-local ALLOWED, DENIED, OVER = 0, 1, 2
 local ZERO, ONE = {}, { 1 }
 -- math.MaxInt64 = 2^63 - 1.
-local MAXINT64 = sub(small(2 ^ 63), ONE)
+local MAXINT64 = { 16777215, 16777215, 32767 }
 
 -- ceilNs mirrors ceilNs: ns + frac/R rounded up, saturating at MaxInt64.
 local function ceilNs(ns, frac)

@@ -35,7 +35,9 @@ func TestHealthReports(t *testing.T) {
 			srv := redistest.Start(t)
 			proxy := redistest.StartProxy(t, srv.Addr())
 			reports := make(chan bool) // OnHealth waits until the test reads its report
-			s := newTestStore(t, redis.Config{Addr: proxy.Addr(), OnHealth: func(up bool, _ error) { reports <- up }}, clock.NewFake(t0))
+			// (A breaker that never opens: every flap reaches Redis.
+			// TestBreakerWithHungRedis tests the breaker.)
+			s := newTestStore(t, redis.Config{Addr: proxy.Addr(), BreakerFailures: 1 << 30, OnHealth: func(up bool, _ error) { reports <- up }}, clock.NewFake(t0))
 
 			// Redis goes away and comes back while OnHealth is stuck in
 			// its first call; every change is seen by a request.

@@ -5,23 +5,35 @@
 //
 // Apply decides exactly as the memory store does: store.Settle's rule over
 // algorithms.Limit.Decide, all or nothing. The decision runs inside Redis,
-// in one Lua script per request (EVALSHA, and EVAL when Redis answers
-// NOSCRIPT, as after a restart): it reads every bucket of the request,
-// decides all the charges, and writes the charged states only if no
-// non-shadow charge is denied or over capacity; otherwise it writes nothing
-// and reports the admissible charges as peeks. A request therefore costs
-// one round trip to Redis, whatever its number of descriptors.
+// in a Lua script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after
+// a restart): it reads every bucket of the request, decides all the
+// charges, and writes the charged states only if no non-shadow charge is
+// denied or over capacity; otherwise it writes nothing and reports the
+// admissible charges as peeks.
+//
+// Requests share round trips (batch.go): a request is sent at once when
+// no batch is in flight, and requests that arrive while one is are sent
+// together in the next, one script call per hash slot settling them one
+// after the other, each atomic and all or nothing on its own, and one
+// write per node. A request therefore costs at most one round trip to
+// Redis, whatever its number of descriptors, and under load a fraction of
+// one.
 //
 // Redis runs Lua 5.1, whose numbers are doubles, exact as integers only
 // below 2^53, while the decisions use nanoseconds since the epoch (about
 // 2^61), rates that are exact rationals and products of 128 bits. The
-// script therefore does its arithmetic on exact integers of 24-bit limbs
-// (bignum.lua), and decide.lua is internal/algorithms' gcra.go and
-// window.go line for line on them. The tests hold the two to identical
+// script therefore decides each charge on one of two paths, with the same
+// answer: fast.lua, on plain numbers with every time taken relative to
+// now, for the limits and states whose values all fit below 2^53 (every
+// ordinary limit: periods below 6.5 days, Capacity·Period below 2^52 for
+// the sliding window and the buckets); and decide.lua, on exact integers
+// of 24-bit limbs (bignum.lua), for the rest. Both are internal/algorithms'
+// gcra.go and window.go line for line. The tests hold them to identical
 // decisions: the algorithms' edge cases (the longest period at the latest
 // time, 10^9 per second, 1 per day, MaxRequests per nanosecond, 7 per 3s,
 // costs at capacity, clocks going back) and random timelines, decided by
-// both stores and by store.Settle directly.
+// both stores and by store.Settle directly, and they check which path each
+// case took.
 //
 // # One clock
 //
@@ -90,7 +102,23 @@
 // Redis. A store starts up, nothing having failed yet; the client
 // reconnects by itself, and the first success (a request, or a ping of
 // Run's, the first as Run starts) marks the store up again. Apply returns
-// an error only when the caller's own context ends first.
+// an error only when the caller's own context ends first (or the store is
+// closed while the request waits).
+//
+// # Circuit breaker
+//
+// When Config.BreakerFailures exchanges with Redis fail in a row (requests
+// or Run's pings; a timeout is a failure), the breaker opens: for
+// Config.BreakerCooloff, on Config.Clock, every request is decided by the
+// failure mode at once, without asking Redis — so that a hung Redis costs
+// callers nothing rather than Config.Timeout each. Then the breaker is half
+// open: the next request probes Redis, alone (the others still decided by
+// the failure mode); its failure opens the breaker for another cool-off,
+// its success closes it. Run's pings count as failures when they fail; a
+// PONG does not close the breaker (a Redis that holds scripts still
+// answers PING), but once the cool-off has passed, Run probes as a request
+// would, with the script, so that the store recovers without traffic.
+// While the breaker is not closed, the store is down, and Healthy says so.
 //
 // # Local deny cache
 //
@@ -114,6 +142,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,6 +219,13 @@ type Config struct {
 	// buckets spread over a cluster's nodes; requests whose buckets are in
 	// several slots are then settled per slot (see the package doc).
 	SpreadKeys bool
+	// BreakerFailures is how many exchanges with Redis in a row must fail
+	// (time out or err) to open the circuit breaker (0:
+	// DefaultBreakerFailures); BreakerCooloff how long it then stays open
+	// before a request probes Redis again (0: DefaultBreakerCooloff). See
+	// the package doc.
+	BreakerFailures int
+	BreakerCooloff  time.Duration
 	// DenyCache is how many buckets the local deny cache remembers (0:
 	// no cache).
 	DenyCache int
@@ -226,14 +262,22 @@ type Store struct {
 	// of Redis TIME, and keys are then written without expiry.
 	testNow clock.Clock
 
+	queue   chan *call         // requests waiting for a sender (batch.go)
+	batches atomic.Uint64      // batches sent so far
+	life    context.Context    // ends when the store closes: cuts short what is in flight
+	end     context.CancelFunc // ends life
+
 	health   chan struct{} // one slot: the health changed since reportHealth looked
 	up       atomic.Bool
 	lastErr  atomic.Pointer[error] // the last failure
+	lastDial atomic.Pointer[error] // the last failure to connect, nil once a connection succeeded (dialHook)
 	onHealth func(bool, error)
 	done     chan struct{}
 	closing  sync.Once
 
-	stats stats
+	stats   stats
+	metrics histograms
+	breaker *breaker
 }
 
 // stats are the store's counters, read by its metrics.
@@ -243,6 +287,16 @@ type stats struct {
 	fallbacks  atomic.Uint64 // requests decided, wholly or in part, by the failure mode
 	cacheHits  atomic.Uint64 // requests denied from the deny cache
 	undos      atomic.Uint64 // shares undone after another slot denied or failed
+	open       atomic.Uint64 // requests decided by the failure mode because the breaker was open
+	fast       atomic.Uint64 // charges the script decided on plain numbers (fast.lua)
+	bignum     atomic.Uint64 // charges the script decided on bignums
+}
+
+// countPaths counts the paths of a script's reply.
+func (st *stats) countPaths(paths string) {
+	f := strings.Count(paths, "f")
+	st.fast.Add(uint64(f))
+	st.bignum.Add(uint64(len(paths) - f))
 }
 
 // New connects to Redis as cfg says. It does not wait for Redis: the store
@@ -260,6 +314,15 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.BreakerFailures < 0 || cfg.BreakerCooloff < 0 {
+		return nil, errors.New("redis: breaker failures and cool-off must not be negative")
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = DefaultBreakerFailures
+	}
+	if cfg.BreakerCooloff == 0 {
+		cfg.BreakerCooloff = DefaultBreakerCooloff
 	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultKeyPrefix
@@ -280,12 +343,28 @@ func New(cfg Config) (*Store, error) {
 		onHealth: cfg.OnHealth,
 		health:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		queue:    make(chan *call, 4*maxBatch),
 	}
+	s.life, s.end = context.WithCancel(context.Background())
+	s.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, func(from, to BreakerState) {
+		switch to {
+		case BreakerOpen:
+			s.log.Warn("redis circuit breaker open: deciding by the failure mode without asking Redis",
+				"failure_mode", s.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
+		case BreakerHalfOpen:
+			s.log.Info("redis circuit breaker half open: probing Redis")
+		case BreakerClosed:
+			s.log.Info("redis circuit breaker closed: deciding from Redis", "was", from.String())
+		}
+	})
+	s.metrics = newHistograms()
 	if cfg.DenyCache > 0 {
 		s.cache = newDenyCache(cfg.DenyCache)
 	}
 	s.up.Store(true)
+	SetClientLogger(cfg.Logger)
 	hook := roundTripHook{&s.stats.roundTrips}
+	dial := dialHook{&s.lastDial}
 	// No retries: a script that reached Redis before the connection broke
 	// may have charged, and running it again would charge twice. MaxRetries
 	// -1 turns off the retries after errors. The cluster client also
@@ -304,6 +383,7 @@ func New(cfg Config) (*Store, error) {
 			DisableIdentity:       true,
 		})
 		c.AddHook(hook)
+		c.AddHook(dial)
 		s.client = c
 	} else {
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{
@@ -316,16 +396,27 @@ func New(cfg Config) (*Store, error) {
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 		})
-		c.OnNewNode(func(n *goredis.Client) { n.AddHook(hook) })
+		c.OnNewNode(func(n *goredis.Client) {
+			n.AddHook(hook)
+			n.AddHook(dial)
+		})
 		s.client, s.cluster = c, c
 	}
 	go s.reportHealth()
+	for range senders {
+		go s.sender()
+	}
 	return s, nil
 }
 
-// Close closes the connections to Redis.
+// Close cuts short every exchange with Redis in flight (their requests
+// are decided by the failure mode, or end with their caller's context)
+// and closes the connections to Redis.
 func (s *Store) Close() error {
-	s.closing.Do(func() { close(s.done) })
+	s.closing.Do(func() {
+		close(s.done)
+		s.end()
+	})
 	return s.client.Close()
 }
 
@@ -341,14 +432,29 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 		s.stats.cacheHits.Add(1)
 		return nil
 	}
+	ok, probe := s.breaker.allow(s.local.Now())
+	if !ok {
+		// The breaker is open: decide by the failure mode at once.
+		s.stats.open.Add(1)
+		s.stats.fallbacks.Add(1)
+		s.fallback(charges, indexes(len(charges)), false, sent, decisions)
+		return nil
+	}
 	s.stats.applies.Add(1)
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	err := s.settle(rctx, sent, charges, decisions)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		s.breaker.release(probe)
+		return ctx.Err()
+	}
+	var exchange uint64 // the batch that failed, if one did
+	if be := (*batchError)(nil); errors.As(err, &be) {
+		exchange = be.batch
+	}
+	err = s.explain(err)
+	s.breaker.done(probe, err, exchange, s.local.Now())
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		s.stats.fallbacks.Add(1)
 		s.setHealth(err)
 		var denied *deniedElsewhere
@@ -391,9 +497,9 @@ func (e *deniedElsewhere) Unwrap() error { return e.err }
 // settle runs the script: once for the whole request, or per slot. sent
 // is the local time, which a test clock passes to the script as now.
 func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
-	now, expire := "", true
+	now, expire := redisTime, true
 	if s.testNow != nil {
-		now, expire = hexNow(sent), false
+		now, expire = nowArgs(sent), false
 	}
 	keys := make([]string, len(charges))
 	var buf []byte
@@ -403,26 +509,33 @@ func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, 
 	}
 	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, charges, decisions)
 	}
 	groups := groupBySlot(keys, all)
 	if len(groups) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, charges, decisions)
 	}
 	return s.settleSlots(ctx, keys, groups, now, expire, sent, charges, decisions)
 }
 
-// settleOne settles the charges idx, all in one slot, in one script.
-func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
-	v, err := settleScript.Run(ctx, s.client, keys, settleArgs(now, expire, false, charges, idx)...).Result()
-	if err != nil {
+// settleOne settles the charges idx, all in one slot, in one script call
+// that a sender may share with other requests (batch.go).
+func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, charges []store.Charge, decisions []algorithms.Decision) error {
+	c := &call{
+		ctx:  ctx,
+		keys: keys,
+		args: appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), charges, idx),
+		now:  now,
+		done: make(chan struct{}),
+	}
+	if s.cluster != nil {
+		c.slot = slotOf([]byte(keys[0]))
+	}
+	if err := s.send(ctx, c); err != nil {
 		return err
 	}
-	r, err := parseSettleReply(v)
-	if err != nil {
-		return err
-	}
-	return parseDecisions(r.decisions, idx, decisions)
+	s.stats.countPaths(c.reply.paths)
+	return parseDecisions(c.reply.decisions, idx, decisions)
 }
 
 // groupBySlot returns idx grouped by the hash slots of their keys, in
@@ -447,40 +560,18 @@ func groupBySlot(keys []string, idx []int) [][]int {
 // try-mode script per slot, pipelined (the cluster client sends each
 // node's at once), then the undo of the charged shares if any share was
 // denied or failed.
-func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now string, expire bool, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire bool, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
 	groupKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
 			groupKeys[g] = append(groupKeys[g], keys[i])
 		}
 	}
-	run := func(eval bool, which []int) []*goredis.Cmd {
-		pipe := s.client.Pipeline()
-		cmds := make([]*goredis.Cmd, len(groups))
-		for _, g := range which {
-			args := settleArgs(now, expire, true, charges, groups[g])
-			if eval {
-				cmds[g] = settleScript.Eval(ctx, pipe, groupKeys[g], args...)
-			} else {
-				cmds[g] = settleScript.EvalSha(ctx, pipe, groupKeys[g], args...)
-			}
-		}
-		pipe.Exec(ctx) // each command holds its own outcome
-		return cmds
+	args := make([][]any, len(groups))
+	for g, idx := range groups {
+		args[g] = appendRequest(settleHead(now, expire, true, 1), charges, idx)
 	}
-	cmds := run(false, indexes(len(groups)))
-	var noScript []int
-	for g, c := range cmds {
-		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			noScript = append(noScript, g)
-		}
-	}
-	if len(noScript) > 0 {
-		again := run(true, noScript)
-		for _, g := range noScript {
-			cmds[g] = again[g]
-		}
-	}
+	cmds := s.runScripts(ctx, groupKeys, args)
 
 	replies := make([]settleReply, len(groups))
 	failed := make([]bool, len(groups))
@@ -494,6 +585,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 			continue
 		}
 		replies[g] = r
+		s.stats.countPaths(r.paths)
 		if !r.committed {
 			denied = true
 		}
@@ -557,7 +649,7 @@ func shareReply(c *goredis.Cmd) (settleReply, error) {
 }
 
 // undo runs undo.lua on every share that was charged.
-func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now string, expire bool) error {
+func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now [2]string, expire bool) error {
 	pipe := s.client.Pipeline()
 	n := 0
 	for g := range groups {
@@ -566,7 +658,7 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 			continue
 		}
 		var keys []string
-		args := []any{now, flag(expire)}
+		args := []any{now[0], now[1], flag(expire)}
 		for _, w := range r.writes {
 			keys = append(keys, groupKeys[g][w.index])
 			args = append(args, w.new, w.old)
@@ -629,16 +721,23 @@ func atRest(charges []store.Charge, idx []int, denied bool, now int64, decisions
 }
 
 // Healthy reports whether the last exchange with Redis succeeded, and if
-// not, how it failed.
+// not, how it failed (and the circuit breaker's state, when not closed).
 func (s *Store) Healthy() (bool, string) {
 	if s.up.Load() {
 		return true, ""
 	}
+	why := "unreachable"
 	if e := s.lastErr.Load(); e != nil {
-		return false, (*e).Error()
+		why = (*e).Error()
 	}
-	return false, "unreachable"
+	if st := s.breaker.State(); st != BreakerClosed {
+		why = "circuit breaker " + st.String() + ": " + why
+	}
+	return false, why
 }
+
+// Breaker returns the circuit breaker's state.
+func (s *Store) Breaker() BreakerState { return s.breaker.State() }
 
 // setHealth records how an exchange with Redis went (err nil: it
 // succeeded) and, if that changed the health, wakes reportHealth.
@@ -690,9 +789,18 @@ func (s *Store) reportHealth() {
 }
 
 // Ping asks Redis (every node of a cluster) for PONG within the store's
-// timeout, and marks the store up or down by the answer. When ctx ends
-// first, it returns ctx's error and leaves the health as it was.
+// timeout, and marks the store up or down by the answer. While the circuit
+// breaker is open, it probes instead, once the cool-off has passed (as a
+// request would, so that the store recovers without traffic): it runs the
+// settle script with no request, which a Redis that holds scripts does not
+// answer either; the probe's success closes the breaker and marks the
+// store up. Before the cool-off has passed it returns an error at once,
+// asking nothing. When ctx ends first, it returns ctx's error and leaves
+// the health as it was.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.breaker.State() != BreakerClosed {
+		return s.probe(ctx)
+	}
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var err error
@@ -706,6 +814,41 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	err = s.explain(err)
+	if err == nil && s.breaker.State() != BreakerClosed {
+		return nil // the breaker opened meanwhile: only a probe closes it
+	}
+	s.breaker.done(false, err, 0, s.local.Now())
+	s.setHealth(err)
+	return err
+}
+
+// errCoolingOff is Ping's error while the open breaker cools off.
+var errCoolingOff = errors.New("redis: circuit breaker open, cooling off")
+
+// probe is Ping's probe of a breaker that is not closed.
+func (s *Store) probe(ctx context.Context) error {
+	ok, probe := s.breaker.allow(s.local.Now())
+	if !ok {
+		return errCoolingOff // or a request is probing
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	args := settleHead(redisTime, true, false, 0)
+	var err error
+	if s.cluster != nil {
+		err = s.cluster.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error {
+			return settleScript.Run(ctx, c, nil, args...).Err()
+		})
+	} else {
+		err = settleScript.Run(pctx, s.client, nil, args...).Err()
+	}
+	if err != nil && ctx.Err() != nil {
+		s.breaker.release(probe)
+		return ctx.Err()
+	}
+	err = s.explain(err)
+	s.breaker.done(probe, err, 0, s.local.Now())
 	s.setHealth(err)
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,5 +388,68 @@ func TestACL(t *testing.T) {
 	}
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatalf("PING as the ACL user: %v", err)
+	}
+}
+
+// TestBatching: requests that arrive while a round trip is in flight share
+// the next one (here Redis's replies are held 5ms each, so that they pile
+// up), each still atomic and all or nothing on its own: of 48 callers ×
+// 10 requests on a shared bucket of 100 (and a bucket of their own each),
+// exactly 100 are admitted, every denied request charged nothing, and the
+// round trips are fewer than the requests.
+func TestBatching(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	s := newTestStore(t, redis.Config{Addr: proxy.Addr()}, nil)
+	shared := mustLimit(t, algorithms.FixedWindow, 100, time.Hour, 0)
+	own := mustLimit(t, algorithms.TokenBucket, 1000, time.Hour, 0)
+	apply(t, s, store.Charge{Domain: "b", Key: engineKey("b", "warm-up"), Limit: shared}) // loads the script
+	proxy.BeforeReply(func() { time.Sleep(5 * time.Millisecond) })
+
+	const callers, each = 48, 10
+	trips0, applies0 := s.RoundTrips(), s.Applies()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := engineKey("b", "own", fmt.Sprint(g))
+			for range each {
+				d := make([]algorithms.Decision, 2)
+				err := s.Apply(context.Background(), []store.Charge{
+					{Domain: "b", Key: engineKey("b", "shared"), Limit: shared, Cost: 1},
+					{Domain: "b", Key: mine, Limit: own, Cost: 1},
+				}, d)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d[0].Code == algorithms.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	proxy.BeforeReply(nil)
+	trips, applies := s.RoundTrips()-trips0, s.Applies()-applies0
+	t.Logf("%d requests in %d round trips", applies, trips)
+	if applies != callers*each || trips >= applies/2 {
+		t.Errorf("%d requests took %d round trips; want them batched, at most half as many round trips", applies, trips)
+	}
+	if got := admitted.Load(); got != 100 {
+		t.Errorf("admitted %d, want exactly 100", got)
+	}
+	// Each caller's own bucket was charged once per admitted request of
+	// its own, and never by a denied one: the total charged equals the
+	// admitted count.
+	var charged int64
+	for g := range callers {
+		d := apply(t, s, store.Charge{Domain: "b", Key: engineKey("b", "own", fmt.Sprint(g)), Limit: own})
+		charged += 1000 - d[0].Remaining
+	}
+	if charged != 100 {
+		t.Errorf("own buckets charged %d times in all, want 100 (one per admitted request)", charged)
 	}
 }

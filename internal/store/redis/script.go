@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -25,24 +26,49 @@ var (
 	settleLua string
 	//go:embed undo.lua
 	undoLua string
+	//go:embed fast.lua
+	fastLua string
+	//go:embed now.lua
+	nowLua string
 )
+
+// bignumsLua is the bignums library: bignum.lua, state.lua and decide.lua
+// inside a function, bignums(), that builds them the first time a script
+// calls it and returns what the scripts use. A script's body runs whole on
+// every call, and Redis's Lua spends most of a call on creating the
+// functions a script defines: the library's are made only for a charge
+// that takes the bignum path.
+var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
+	bignumLua + stateLua + decideLua +
+	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, " +
+	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put}\n" +
+	"return bignumsLib\nend\n"
 
 // The scripts. settle decides and charges one request (or one slot's share
 // of it); undo takes back a share's charges when another slot denied or
-// failed. Both read the time and store states with state.lua.
+// failed. Both read the time with now.lua; settle decides on fast.lua's
+// plain numbers where they fit, on the bignums library otherwise.
 var (
-	settleScript = goredis.NewScript(bignumLua + stateLua + decideLua + settleLua)
-	undoScript   = goredis.NewScript(bignumLua + stateLua + undoLua)
+	settleScript = goredis.NewScript(nowLua + bignumsLua + fastLua + settleLua)
+	undoScript   = goredis.NewScript(nowLua + bignumsLua + undoLua)
 )
 
 // argsPerCharge is how many ARGV settle.lua takes per key.
-const argsPerCharge = 12
+const argsPerCharge = 1
 
-// settleArgs returns settle.lua's ARGV for charges[i], i in idx: now as hex
-// ("" for Redis TIME), whether to set expiry, whether in try mode.
-func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int) []any {
-	args := make([]any, 0, 3+argsPerCharge*len(idx))
-	args = append(args, now, flag(expire), flag(try))
+// settleHead returns the start of settle.lua's ARGV: now as nowArgs makes
+// it, whether to set expiry, whether in try mode. The requests' arguments
+// (appendRequest) follow.
+func settleHead(now [2]string, expire, try bool, requests int) []any {
+	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], flag(expire), flag(try))
+}
+
+// appendRequest appends settle.lua's arguments for the request of
+// charges[i], i in idx: their number, then each charge as one string (see
+// settle.lua).
+func appendRequest(args []any, charges []store.Charge, idx []int) []any {
+	args = append(args, strconv.Itoa(len(idx)))
+	var b []byte
 	for _, i := range idx {
 		c := &charges[i]
 		l := c.Limit
@@ -51,33 +77,63 @@ func settleArgs(now string, expire, try bool, charges []store.Charge, idx []int)
 		// and for a cost at most 0 all peeks: pass those costs in a range
 		// that Lua's doubles hold exactly.
 		cost := min(max(c.Cost, 0), capacity+1)
-		args = append(args,
-			strconv.Itoa(int(l.Algorithm())),
-			strconv.FormatInt(l.Requests(), 10),
-			strconv.FormatInt(int64(l.Period()), 16),
-			strconv.FormatInt(capacity, 10),
-			strconv.FormatInt(cost, 10),
-			flag(c.Shadow),
-		)
+		b = b[:0]
+		b = append(b, flag(fastPath(l))...)
+		b = strconv.AppendInt(b, int64(l.Algorithm()), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, l.Requests(), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(l.Period()), 16)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, capacity, 10)
+		b = append(b, ' ')
+		b = append(b, flag(c.Shadow)...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, cost, 10)
 		switch l.Algorithm() {
 		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
 			k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
-			args = appendRational(args, l, capacity)
-			args = appendRational(args, l, k)
-			args = appendRational(args, l, capacity-k)
-		default:
-			args = append(args, "0", "0", "0", "0", "0", "0")
+			b = appendRational(b, l, capacity)
+			b = appendRational(b, l, k)
+			b = appendRational(b, l, capacity-k)
 		}
+		args = append(args, string(b))
 	}
 	return args
 }
 
+// fastPath reports whether settle.lua may decide l on plain Lua numbers
+// (fast.lua), as its header says: a period below 2^49 ns; for the windows,
+// a period of whole milliseconds or below 9·10^9 ns; for sliding_window and
+// the buckets, Capacity·Period below 2^52. The script still takes the
+// bignum path for a state that does not fit.
+func fastPath(l *algorithms.Limit) bool {
+	p := int64(l.Period())
+	if p >= 1<<49 {
+		return false
+	}
+	window := p%1_000_000 == 0 || p < 9_000_000_000
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(p))
+	products := hi == 0 && lo < 1<<52
+	switch l.Algorithm() {
+	case algorithms.FixedWindow:
+		return window
+	case algorithms.SlidingWindow:
+		return window && products
+	default:
+		return products
+	}
+}
+
 // appendRational appends n·P/R (0 ≤ n ≤ Capacity), Limit.Times, as
-// settle.lua takes it: whole nanoseconds in hexadecimal and the remainder
-// over R in decimal.
-func appendRational(args []any, l *algorithms.Limit, n int64) []any {
+// settle.lua takes it: " " and whole nanoseconds in hexadecimal, " " and
+// the remainder over R in decimal.
+func appendRational(b []byte, l *algorithms.Limit, n int64) []byte {
 	ns, frac := l.Times(n)
-	return append(args, strconv.FormatInt(ns, 16), strconv.FormatInt(frac, 10))
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, ns, 16)
+	b = append(b, ' ')
+	return strconv.AppendInt(b, frac, 10)
 }
 
 func flag(b bool) string {
@@ -87,16 +143,21 @@ func flag(b bool) string {
 	return "0"
 }
 
-// hexNow is the injected now as settle.lua takes it: within [0, MaxTime],
-// as Decide takes it.
-func hexNow(now int64) string {
-	return strconv.FormatInt(min(max(now, 0), algorithms.MaxTime), 16)
+// redisTime is now as the scripts take it to read Redis TIME.
+var redisTime = [2]string{"", ""}
+
+// nowArgs is an injected now as the scripts take it: within [0, MaxTime],
+// as Decide takes it, in milliseconds and the nanoseconds beyond them.
+func nowArgs(now int64) [2]string {
+	now = min(max(now, 0), algorithms.MaxTime)
+	return [2]string{strconv.FormatInt(now/1e6, 10), strconv.FormatInt(now%1e6, 10)}
 }
 
 // settleReply is settle.lua's reply.
 type settleReply struct {
 	decisions string
 	committed bool
+	paths     string // per key, "f" (fast.lua) or "b" (bignums)
 	// try mode, committed: the decisions had the request been denied, and
 	// per key written its index in the share, old and new value.
 	peeks  string
@@ -108,25 +169,27 @@ type write struct {
 	old, new string
 }
 
+// parseSettleReply parses the reply of a script that settled one request,
+// in try mode or not.
 func parseSettleReply(v any) (settleReply, error) {
-	var r settleReply
 	a, ok := v.([]any)
-	if !ok || len(a) < 2 {
-		return r, fmt.Errorf("settle script: unexpected reply %T", v)
+	if !ok || len(a) == 0 {
+		return settleReply{}, fmt.Errorf("settle script: unexpected reply %T", v)
 	}
-	var err error
-	str := func(x any) string {
-		s, ok := x.(string)
-		if !ok && err == nil {
-			err = fmt.Errorf("settle script: unexpected reply element %T", x)
+	r, err := parseOneReply(a[0])
+	if err != nil {
+		return r, err
+	}
+	if len(a) > 1 {
+		str := func(x any) string {
+			s, ok := x.(string)
+			if !ok && err == nil {
+				err = fmt.Errorf("settle script: unexpected reply element %T", x)
+			}
+			return s
 		}
-		return s
-	}
-	r.decisions = str(a[0])
-	r.committed = str(a[1]) == "1"
-	if len(a) > 2 {
-		r.peeks = str(a[2])
-		for i := 3; i+2 < len(a); i += 3 {
+		r.peeks = str(a[1])
+		for i := 2; i+2 < len(a); i += 3 {
 			idx, e := strconv.Atoi(str(a[i]))
 			if e != nil && err == nil {
 				err = fmt.Errorf("settle script: bad key index: %v", e)
@@ -135,6 +198,34 @@ func parseSettleReply(v any) (settleReply, error) {
 		}
 	}
 	return r, err
+}
+
+// parseSettleReplies parses the reply of a script that settled n requests
+// (not in try mode).
+func parseSettleReplies(v any, n int) ([]settleReply, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != n {
+		return nil, fmt.Errorf("settle script: unexpected reply %T for %d requests", v, n)
+	}
+	r := make([]settleReply, n)
+	for i := range r {
+		var err error
+		if r[i], err = parseOneReply(a[i]); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// parseOneReply parses one request's reply: committed, paths, ":" and the
+// decisions.
+func parseOneReply(v any) (settleReply, error) {
+	s, ok := v.(string)
+	head, decisions, found := strings.Cut(s, ":")
+	if !ok || !found || len(head) < 1 {
+		return settleReply{}, fmt.Errorf("settle script: unexpected reply %q", v)
+	}
+	return settleReply{committed: head[0] == '1', paths: head[1:], decisions: decisions}, nil
 }
 
 // parseDecisions writes the decisions of s ("code remaining reset retry

@@ -1,106 +1,241 @@
--- settle.lua: store.Settle over the buckets KEYS, at one instant, in one
--- script (so atomically). After bignum.lua, state.lua and decide.lua.
+-- settle.lua: store.Settle for one request or several, each over its
+-- buckets among KEYS, at one instant, in one script (so atomically): the
+-- requests are settled one after the other, each all or nothing on its
+-- own, as if each had been a script of its own. After now.lua, the bignums library (bignum.lua,
+-- state.lua and decide.lua, built only when a charge takes that path) and
+-- fast.lua.
 --
--- ARGV[1]  now in hexadecimal nanoseconds, or "" to read Redis TIME
--- ARGV[2]  "1": set each written key to expire when its bucket is back at
+-- ARGV[1], ARGV[2]  now as readNow takes it: ms and sub decimal, or "" and
+--          "" to read Redis TIME
+-- ARGV[3]  "1": set each written key to expire when its bucket is back at
 --          rest; "0": write keys without expiry (tests on injected time)
--- ARGV[3]  "1": try mode, for one slot's share of a request that spans
---          several (see below); "0": the whole request
--- then twelve per key, for KEYS[i]:
---          algorithm (1..5), Requests, Period (hex), Capacity, cost, shadow
---          ("1" or "0"), and for the buckets C, k and a (see decide.lua),
---          each as whole ns (hex) and remainder over R (decimal); "0" for
---          the windows. Requests, Capacity, cost and the remainders are
+-- ARGV[4]  "1": try mode, for one slot's share of a request that spans
+--          several (see below; then there is one request); "0": whole
+--          requests
+-- then per request, its number of keys, and one charge per key, for its
+-- keys in KEYS in order. A charge is one string of space-separated fields
+-- (a request's charges on the same limit and cost are the same string,
+-- parsed once per script call):
+--
+--          fast ("1": the limit may take fast.lua's path) and algorithm
+--          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
+--          ("1" or "0"), cost, and for the buckets C, k and a (see
+--          decide.lua), each as whole ns (hex) and remainder over R
+--          (decimal). Requests, Capacity, cost and the remainders are
 --          decimal integers below 2^33 (the store passes a cost above
 --          Capacity as Capacity+1 and a negative one as 0: the decisions
 --          are the same).
 --
+-- Each charge is decided on fast.lua's path when its limit and state fit
+-- it, and on decide.lua's bignums otherwise: the same decision either way.
 -- Each charged bucket's state is written as state.lua's put writes it.
 --
--- Reply: {decisions, committed}, decisions being one "code remaining
--- reset retry delay" (hexadecimal) per key, joined by ",", and committed
--- "1" when the charges were written. In try mode, when committed, the reply
--- goes on with the decisions that Settle reports had the request been
--- denied (the admitted charges as peeks of their old state), then, per key
--- written, its index, its old value ("" for none) and its new value: what
--- the store needs to undo the charges should another slot deny.
+-- Reply: per request one string, committed ("1" when the charges were
+-- written, else "0"), paths (one letter per key: "f" for fast.lua's path,
+-- "b" for the bignums), ":" and the decisions, one "code remaining reset
+-- retry delay" (hexadecimal) per key, joined by ",". In try mode, when
+-- committed, the reply goes on with the decisions that Settle reports had
+-- the request been denied (the admitted charges as peeks of their old
+-- state), then, per key written, its index, its old value ("" for none) and
+-- its new value: what the store needs to undo the charges should another
+-- slot deny.
+
+readNow(ARGV[1], ARGV[2])
+local expire = ARGV[3] == "1"
+local try = ARGV[4] == "1"
+
+local match = string.match
+
+-- specs are the charges parsed so far, by their strings.
+local specs = {}
+
+-- spec returns the charge ARGV[i] holds, parsed: fast, alg, r, p, cap,
+-- shadow, cost, and for the buckets spanNs, spanFrac, kNs, kFrac, aNs,
+-- aFrac, as numbers (the times exact only when fast) and, for the bignum
+-- path, as strings (ph, spanHex, kHex, aHex).
+local function spec(i)
+  local s = ARGV[i]
+  local c = specs[s]
+  if c then return c end
+  local f, alg, r, p, cap, shadow, cost, rest = match(s, "^(%d)(%d) (%d+) (%x+) (%d+) (%d) (%d+)(.*)$")
+  c = {
+    fast = f == "1", alg = tonumber(alg), r = tonumber(r), ph = p, p = tonumber(p, 16), cap = tonumber(cap),
+    shadow = shadow == "1", cost = tonumber(cost),
+  }
+  if c.alg >= TOKEN then
+    local sn, sf, kn, kf, an, af = match(rest, "^ (%x+) (%d+) (%x+) (%d+) (%x+) (%d+)$")
+    c.spanHex, c.kHex, c.aHex = sn, kn, an
+    c.spanNs, c.spanFrac = tonumber(sn, 16), tonumber(sf)
+    c.kNs, c.kFrac = tonumber(kn, 16), tonumber(kf)
+    c.aNs, c.aFrac = tonumber(an, 16), tonumber(af)
+  else
+    c.spanHex, c.kHex, c.aHex, c.spanFrac, c.kFrac, c.aFrac = "0", "0", "0", 0, 0, 0
+  end
+  specs[s] = c
+  return c
+end
+
+local function bigLimit(B, c)
+  local fromhex = B.fromhex
+  return B.newLimit(c.alg, c.r, fromhex(c.ph), c.cap, fromhex(c.spanHex), c.spanFrac, fromhex(c.kHex), c.kFrac,
+    fromhex(c.aHex), c.aFrac)
+end
 
 -- stateOf returns the state v holds, or the zero State for none.
-local function stateOf(v)
-  return parseState(v) or { t = ZERO, n = 0, m = 0 }
+local function stateOf(B, v)
+  return B.parseState(v) or { t = B.ZERO, n = 0, m = 0 }
 end
 
-local function formatDecision(d)
-  return string.format("%d %x ", d.code, d.rem) .. tohex(d.reset) .. " " .. tohex(d.retry) .. " " .. tohex(d.delay)
+-- A charge is a table: cost, shadow, and on the fast path (fast true) its
+-- limit l, old state t, n, m, decision code, rem, reset, retry, delay and
+-- next state nt, nn, nm, nr (nt nil when unchanged); on the bignum path its
+-- limit bl, old state bs, decision d (and code = d.code) and next state.
+
+-- peek returns the decision, formatted, of a peek (cost 0) of c's old state.
+local function peek(c)
+  if c.fast then
+    return fastFormatDecision(fastDecide(c.l, c.t, c.n, c.m, 0))
+  end
+  local B = bignums()
+  local _, d = B.decide(c.bl, c.bs, B.bigNow(), 0)
+  return B.formatDecision(d)
 end
 
--- write stores a charged state (its restAt is after now), and returns
--- the value written.
-local function write(key, s, now, expire)
-  local v = formatState(s)
-  put(key, v, s.restAt, now, expire)
+local function formatCharge(c)
+  if c.fast then
+    return fastFormatDecision(c.code, c.rem, c.reset, c.retry, c.delay)
+  end
+  return bignums().formatDecision(c.d)
+end
+
+-- charge decides the charge ARGV[i] on KEYS[key], and returns it and its
+-- bucket's old value.
+local function charge(key, i)
+  local sp = spec(i)
+  local cost, shadow = sp.cost, sp.shadow
+  local old = redis.call("GET", key)
+  if sp.fast then
+    local ok, t, n, m = fastState(old, sp)
+    if ok then
+      local code, rem, reset, retry, delay, nt, nn, nm, nr = fastDecide(sp, t, n, m, cost)
+      return {
+        fast = true, cost = cost, shadow = shadow, l = sp, t = t, n = n, m = m,
+        code = code, rem = rem, reset = reset, retry = retry, delay = delay, nt = nt, nn = nn, nm = nm, nr = nr,
+      }, old
+    end
+  end
+  local B = bignums()
+  local bl, bs = bigLimit(B, sp), stateOf(B, old)
+  local next, d = B.decide(bl, bs, B.bigNow(), cost)
+  return { cost = cost, shadow = shadow, bl = bl, bs = bs, d = d, code = d.code, next = next }, old
+end
+
+-- store writes c's charged state under key and returns the value written.
+local function store(key, c)
+  if c.fast then
+    local v = fastFormatState(c.nt, c.nn, c.nm, c.nr)
+    fastPut(key, v, c.nr, expire)
+    return v
+  end
+  local B = bignums()
+  local v = B.formatState(c.next)
+  B.put(key, v, c.next.restAt, expire)
   return v
 end
 
-local now = readNow(ARGV[1])
-local expire = ARGV[2] == "1"
-local try = ARGV[3] == "1"
+local reply = {}
 
-local charges, olds, nexts, decisions = {}, {}, {}, {}
-local commit = true
-for i = 1, #KEYS do
-  local b = 3 + (i - 1) * 12
-  local c = {
-    limit = newLimit(tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), fromhex(ARGV[b + 3]), tonumber(ARGV[b + 4]),
-      fromhex(ARGV[b + 7]), tonumber(ARGV[b + 8]), fromhex(ARGV[b + 9]), tonumber(ARGV[b + 10]),
-      fromhex(ARGV[b + 11]), tonumber(ARGV[b + 12])),
-    cost = tonumber(ARGV[b + 5]),
-    shadow = ARGV[b + 6] == "1",
-  }
-  charges[i] = c
-  local old = redis.call("GET", KEYS[i])
-  olds[i] = old
-  local next, d = decide(c.limit, stateOf(old), now, c.cost)
-  nexts[i], decisions[i] = next, d
-  if d.code ~= ALLOWED and not c.shadow then
-    commit = false
+-- settleOneFast settles a request of one charge on the fast path, the
+-- most common request, without a table; it returns false, writing
+-- nothing, when the charge does not fit the path.
+local function settleOneFast(key, sp)
+  local cost = sp.cost
+  local old = redis.call("GET", key)
+  local ok, t, n, m = fastState(old, sp)
+  if not ok then
+    return false
   end
+  local code, rem, reset, retry, delay, nt, nn, nm, nr = fastDecide(sp, t, n, m, cost)
+  local d = fastFormatDecision(code, rem, reset, retry, delay)
+  if code ~= ALLOWED and not sp.shadow then
+    -- Denied: a single charge is not admitted, so reported as it is.
+    reply[#reply + 1] = "0f:" .. d
+    return true
+  end
+  if code == ALLOWED and cost > 0 then
+    fastPut(key, fastFormatState(nt, nn, nm, nr), nr, expire)
+  end
+  reply[#reply + 1] = "1f:" .. d
+  return true
 end
 
--- peeks returns every decision, with the admitted charges replaced by a
--- peek of their bucket's old state: what Settle reports for a denial.
-local function peeks()
-  local out = {}
-  for i = 1, #KEYS do
-    local d = decisions[i]
-    if d.code == ALLOWED and charges[i].cost ~= 0 then
-      local _, p = decide(charges[i].limit, stateOf(olds[i]), now, 0)
-      d = p
+-- settle settles one request: its n keys after KEYS[k], their charges
+-- after ARGV[a]. It appends the request's reply to reply.
+local function settle(k, a, n)
+  if n == 1 and not try then
+    local sp = spec(a + 1)
+    if sp.fast and settleOneFast(KEYS[k + 1], sp) then
+      return
     end
-    out[i] = formatDecision(d)
   end
-  return table.concat(out, ",")
+  local charges, olds, paths = {}, {}, {}
+  local commit = true
+  for i = 1, n do
+    local c, old = charge(KEYS[k + i], a + i)
+    charges[i], olds[i] = c, old
+    paths[i] = c.fast and "f" or "b"
+    if c.code ~= ALLOWED and not c.shadow then
+      commit = false
+    end
+  end
+  paths = table.concat(paths)
+
+  -- peeks returns every decision, with the admitted charges replaced by a
+  -- peek of their bucket's old state: what Settle reports for a denial.
+  local function peeks()
+    local out = {}
+    for i = 1, n do
+      local c = charges[i]
+      if c.code == ALLOWED and c.cost ~= 0 then
+        out[i] = peek(c)
+      else
+        out[i] = formatCharge(c)
+      end
+    end
+    return table.concat(out, ",")
+  end
+
+  if not commit then
+    reply[#reply + 1] = "0" .. paths .. ":" .. peeks()
+    return
+  end
+
+  local out, written = {}, {}
+  for i = 1, n do
+    local c = charges[i]
+    out[i] = formatCharge(c)
+    if c.code == ALLOWED and c.cost > 0 then
+      local v = store(KEYS[k + i], c)
+      if try then
+        written[#written + 1] = { i, olds[i] or "", v }
+      end
+    end
+  end
+  reply[#reply + 1] = "1" .. paths .. ":" .. table.concat(out, ",")
+  if try then
+    reply[#reply + 1] = peeks()
+    for _, w in ipairs(written) do
+      reply[#reply + 1] = tostring(w[1])
+      reply[#reply + 1] = w[2]
+      reply[#reply + 1] = w[3]
+    end
+  end
 end
 
-if not commit then
-  return { peeks(), "0" }
-end
-
-local out, written = {}, {}
-for i = 1, #KEYS do
-  out[i] = formatDecision(decisions[i])
-  if decisions[i].code == ALLOWED and charges[i].cost > 0 then
-    local v = write(KEYS[i], nexts[i], now, expire)
-    written[#written + 1] = { i, olds[i] or "", v }
-  end
-end
-local reply = { table.concat(out, ","), "1" }
-if try then
-  reply[3] = peeks()
-  for _, w in ipairs(written) do
-    reply[#reply + 1] = tostring(w[1])
-    reply[#reply + 1] = w[2]
-    reply[#reply + 1] = w[3]
-  end
+local a, k = 4, 0
+while a < #ARGV do
+  local n = tonumber(ARGV[a + 1])
+  settle(k, a + 1, n)
+  a, k = a + 1 + n, k + n
 end
 return reply

@@ -1,26 +1,27 @@
 -- undo.lua: take back the charges a try-mode settle.lua wrote on one slot
--- when another slot of the same request denied it or failed. After
--- bignum.lua and state.lua.
+-- when another slot of the same request denied it or failed. After now.lua
+-- and the bignums library (bignum.lua and state.lua).
 --
--- ARGV[1] now (hex) or "" for Redis TIME; ARGV[2] "1" to set expiry; then
--- two per key: the value the charge wrote, and the value before it ("" for
--- none). A key is restored only if it still holds what the charge wrote
--- (and then as state.lua's put writes a state, or deleted if it had none):
--- if another request has charged the bucket since, the charge stays (the
--- request then consumed quota there; it never admits more). Bucket
--- states only move forward under charges, so an equal value means no
--- charge came in between.
+-- ARGV[1], ARGV[2] now as readNow takes it ("" for Redis TIME); ARGV[3]
+-- "1" to set expiry; then two per key: the value the charge wrote, and the
+-- value before it ("" for none). A key is restored only if it still holds
+-- what the charge wrote (and then as state.lua's put writes a state, or
+-- deleted if it had none): if another request has charged the bucket
+-- since, the charge stays (the request then consumed quota there; it never
+-- admits more). Bucket states only move forward under charges, so an equal
+-- value means no charge came in between.
 
-local now = readNow(ARGV[1])
-local expire = ARGV[2] == "1"
+readNow(ARGV[1], ARGV[2])
+local B = bignums()
+local expire = ARGV[3] == "1"
 local undone = 0
 for i = 1, #KEYS do
-  local wrote, before = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+  local wrote, before = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   if redis.call("GET", KEYS[i]) == wrote then
     undone = undone + 1
-    local restAt = restAtOf(before)
+    local restAt = B.restAtOf(before)
     if restAt then
-      put(KEYS[i], before, restAt, now, expire)
+      B.put(KEYS[i], before, restAt, expire)
     else
       redis.call("DEL", KEYS[i])
     end

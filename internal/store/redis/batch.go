@@ -1,0 +1,193 @@
+package redis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Batching. Requests whose buckets are all in one hash slot (every request
+// on a standalone Redis, and with the {domain} hash tag every request on a
+// cluster) are settled by the store's sender: a goroutine that takes every
+// request waiting, sends them in one round trip, and delivers the replies.
+// When the sender is idle as a request arrives, it sends that request at
+// once, alone: batching adds no wait at low load. While it waits for Redis,
+// requests gather, and it sends them together next: requests of one slot
+// in one settle.lua call (which settles them one after the other, each
+// atomic and all or nothing on its own), the calls of one node pipelined
+// in one write. The more requests arrive at once, the fewer round trips
+// and script calls each costs. (More senders, batches in flight at once,
+// measured no faster and cost Redis more per request: smaller batches.)
+const (
+	senders  = 1   // batches in flight at once
+	maxBatch = 128 // requests in one batch
+)
+
+// call is one request waiting to be sent by a sender.
+type call struct {
+	ctx  context.Context // the caller's: a call it gave up before sending is dropped
+	keys []string
+	args []any     // appendRequest's
+	slot int       // the hash slot of its keys (0 on a standalone Redis)
+	now  [2]string // settle.lua's now: redisTime, or a test clock's
+
+	// Set by the sender before it closes done.
+	reply settleReply
+	err   error
+	done  chan struct{}
+}
+
+// errClosed is the error of calls cut short by Close.
+var errClosed = errors.New("redis: store closed")
+
+// batchError is the error of every call of a batch that failed: one
+// failure of Redis however many requests it carried (the circuit breaker
+// counts it once).
+type batchError struct {
+	err   error
+	batch uint64 // the batch's number, from 1
+}
+
+func (e *batchError) Error() string { return e.err.Error() }
+func (e *batchError) Unwrap() error { return e.err }
+
+// send queues c for a sender and waits until it is settled, ctx ends or
+// the store closes.
+func (s *Store) send(ctx context.Context, c *call) error {
+	select {
+	case s.queue <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errClosed
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errClosed
+	}
+}
+
+// sender sends batches until the store closes.
+func (s *Store) sender() {
+	batch := make([]*call, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case c := <-s.queue:
+			batch = append(batch, c)
+		case <-s.done:
+			return
+		}
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-s.queue:
+				batch = append(batch, c)
+			default:
+				break gather
+			}
+		}
+		s.sendBatch(batch)
+	}
+}
+
+// sendBatch settles batch in one round trip per node: one settle.lua call
+// per slot, pipelined.
+func (s *Store) sendBatch(batch []*call) {
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	s.metrics.batchSize.Observe(float64(len(live)))
+
+	// Group by slot (and by now, which differs only on a test clock).
+	slices.SortStableFunc(live, func(a, b *call) int {
+		return cmp.Or(a.slot-b.slot, cmp.Compare(a.now[0], b.now[0]), cmp.Compare(a.now[1], b.now[1]))
+	})
+	var groups [][]*call
+	for i := 0; i < len(live); {
+		j := i + 1
+		for j < len(live) && live[j].slot == live[i].slot && live[j].now == live[i].now {
+			j++
+		}
+		groups = append(groups, live[i:j])
+		i = j
+	}
+
+	seq := s.batches.Add(1)
+	ctx, cancel := context.WithTimeout(s.life, s.timeout)
+	defer cancel()
+	keys := make([][]string, len(groups))
+	args := make([][]any, len(groups))
+	for g, calls := range groups {
+		args[g] = settleHead(calls[0].now, s.testNow == nil, false, len(calls))
+		for _, c := range calls {
+			keys[g] = append(keys[g], c.keys...)
+			args[g] = append(args[g], c.args...)
+		}
+	}
+	cmds := s.runScripts(ctx, keys, args)
+	for g, calls := range groups {
+		v, err := cmds[g].Result()
+		var replies []settleReply
+		if err == nil {
+			replies, err = parseSettleReplies(v, len(calls))
+		}
+		for i, c := range calls {
+			if err != nil {
+				c.err = &batchError{err, seq}
+			} else {
+				c.reply = replies[i]
+			}
+			close(c.done)
+		}
+	}
+}
+
+// runScripts runs settle.lua on each keys[g], args[g] in one pipeline
+// (EVALSHA, and EVAL again for those that Redis answered NOSCRIPT, which
+// did not run), and returns each call's command.
+func (s *Store) runScripts(ctx context.Context, keys [][]string, args [][]any) []*goredis.Cmd {
+	run := func(eval bool, which []int, cmds []*goredis.Cmd) {
+		pipe := s.client.Pipeline()
+		for _, g := range which {
+			if eval {
+				cmds[g] = settleScript.Eval(ctx, pipe, keys[g], args[g]...)
+			} else {
+				cmds[g] = settleScript.EvalSha(ctx, pipe, keys[g], args[g]...)
+			}
+		}
+		pipe.Exec(ctx) // each command holds its own outcome
+	}
+	cmds := make([]*goredis.Cmd, len(keys))
+	all := make([]int, len(keys))
+	for g := range all {
+		all[g] = g
+	}
+	run(false, all, cmds)
+	var noScript []int
+	for g, c := range cmds {
+		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			noScript = append(noScript, g)
+		}
+	}
+	if len(noScript) > 0 {
+		run(true, noScript, cmds)
+	}
+	return cmds
+}

@@ -1,0 +1,95 @@
+package redis_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"log/slog"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// lines returns the JSON log records written so far.
+func (b *syncBuffer) lines(t *testing.T) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestRefusedConnection: with nothing listening on Redis's port, the
+// store says the connection is refused — in Healthy and in its log line —
+// rather than that a deadline passed, and go-redis's own lines go through
+// the store's structured logger (component=go-redis), not to stderr.
+func TestRefusedConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // connections to addr are now refused
+
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	s := newTestStore(t, redis.Config{Addr: addr, Timeout: 250 * time.Millisecond, Logger: log}, clock.NewFake(t0))
+	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
+	apply(t, s, store.Charge{Domain: "shop", Key: engineKey("shop", "refused"), Limit: l, Cost: 1})
+	up, why := s.Healthy()
+	if up || !strings.Contains(why, "connection refused") || strings.Contains(why, "deadline") {
+		t.Errorf("Healthy() = %v, %q; want down, connection refused", up, why)
+	}
+
+	var storeLine, clientLine map[string]any
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && (storeLine == nil || clientLine == nil); time.Sleep(20 * time.Millisecond) {
+		for _, m := range buf.lines(t) {
+			switch {
+			case strings.HasPrefix(m["msg"].(string), "redis failed"):
+				storeLine = m
+			case m["component"] == "go-redis":
+				clientLine = m
+			}
+		}
+	}
+	if storeLine == nil {
+		t.Fatal("no log line saying Redis failed")
+	}
+	if e, _ := storeLine["err"].(string); !strings.Contains(e, "connection refused") || strings.Contains(e, "deadline") {
+		t.Errorf("the store logged err=%q; want the refused connection", e)
+	}
+	if clientLine == nil {
+		t.Fatalf("no go-redis line in the structured log; got %v", buf.lines(t))
+	}
+	if msg, _ := clientLine["msg"].(string); !strings.Contains(msg, "refused") || clientLine["level"] != "WARN" {
+		t.Errorf("go-redis's line: %v; want a warning naming the refused connection", clientLine)
+	}
+}
