@@ -214,7 +214,12 @@ func (w *Writer) write(b []byte) {
 }
 
 // Add appends one bucket. Keys longer than MaxKeyBytes are refused.
-func (w *Writer) Add(key []byte, st algorithms.State) error {
+func (w *Writer) Add(key []byte, st algorithms.State) error { return addKey(w, key, st) }
+
+// AddString is Add for a key held as a string.
+func (w *Writer) AddString(key string, st algorithms.State) error { return addKey(w, key, st) }
+
+func addKey[K []byte | string](w *Writer, key K, st algorithms.State) error {
 	if len(key) > MaxKeyBytes {
 		return fmt.Errorf("snapshot: a key of %d bytes (at most %d)", len(key), MaxKeyBytes)
 	}

@@ -1,0 +1,148 @@
+package memory
+
+import (
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/snapshot"
+)
+
+// Written is what WriteSnapshot wrote.
+type Written struct {
+	// Buckets is the number of buckets in the file, Bytes its size.
+	Buckets int
+	Bytes   int64
+	// Took is how long the whole snapshot took, the file's fsyncs included.
+	Took time.Duration
+	// Pause is the longest time one shard was locked for copying: the
+	// longest a decision on that shard waited for the snapshot. Locked is
+	// the sum over all shards, each locked once.
+	Pause, Locked time.Duration
+}
+
+// WriteSnapshot writes the store's buckets to a snapshot file at path
+// (internal/snapshot: a temporary file, fsynced, renamed over path), for
+// ReadSnapshot to bring back after a restart. wallNow is the wall clock's
+// reading now (time.Now().UnixNano()), recorded with the store clock's so
+// that a reader can carry the states to its own clock.
+//
+// Buckets are copied one shard at a time, each shard locked only while its
+// buckets are copied into a buffer, never while the file is written: a
+// decision waits at most one shard's copy (Written.Pause). So the file is
+// not one instant's picture: a bucket copied early may be charged again
+// before a later shard is copied. Buckets at rest when their shard is
+// copied are left out; they are indistinguishable from absent ones.
+//
+// On error, the file at path is as it was.
+func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
+	start := time.Now()
+	w, err := snapshot.Create(path, snapshot.Header{Clock: s.clock.Now(), Wall: wallNow})
+	if err != nil {
+		return Written{}, err
+	}
+	defer w.Abort()
+
+	var out Written
+	// The index's keys are immutable strings: copying their headers is
+	// enough, and the bytes stay valid after the shard moves on.
+	var keys []string
+	var states []algorithms.State
+	for i := range s.shards {
+		keys, states = keys[:0], states[:0]
+		sh := &s.shards[i]
+		locked := time.Now()
+		sh.mu.Lock()
+		now := s.clock.Now()
+		for k, p := range sh.index {
+			if st := sh.states[p]; !st.AtRest(now) {
+				keys = append(keys, k)
+				states = append(states, st)
+			}
+		}
+		sh.mu.Unlock()
+		held := time.Since(locked)
+		out.Pause, out.Locked = max(out.Pause, held), out.Locked+held
+
+		for j, k := range keys {
+			if err := w.AddString(k, states[j]); err != nil {
+				return Written{}, err
+			}
+		}
+	}
+	out.Buckets = w.Len()
+	if out.Bytes, err = w.Commit(); err != nil {
+		return Written{}, err
+	}
+	out.Took = time.Since(start)
+	return out, nil
+}
+
+// Restored is what Restore did with a snapshot's buckets.
+type Restored struct {
+	// Buckets were restored.
+	Buckets int
+	// AtRest buckets had come to rest by the time of loading: nothing to
+	// restore.
+	AtRest int
+	// Dropped buckets were refused by keep: their limits are gone or
+	// changed.
+	Dropped int
+	// Full buckets did not fit under the store's bound (MaxBuckets).
+	Full int
+	// Present buckets were already in the store, which kept its own state.
+	Present int
+	// Lag is how far behind the writing process's clock ran, as Header.Lag
+	// computes it. When positive, the states were moved that much later.
+	// When negative (the writing clock ran ahead), the states were kept as
+	// they are: stricter than the truth by -Lag rather than lenient, as a
+	// clock that steps back never grants extra. Within a millisecond or so
+	// of 0 unless the wall clock was stepped while the old process ran.
+	Lag time.Duration
+}
+
+// Restore puts a snapshot's buckets into the store, meant for an empty
+// store before it serves. wallNow is the wall clock's reading now.
+//
+// States are times on the decision clock, which counts from the Unix epoch
+// (internal/clock), so a state written by one process means the same in
+// the next one and the time between the two passes by itself: a bucket
+// drained before a restart has refilled by exactly the downtime after it.
+// Nothing is re-based unless the writing process's clock ran behind the
+// wall clock (a wall clock stepped forward while it ran: see
+// snapshot.Header.Lag): then every state is moved later by that lag
+// (algorithms.State.Later), so that the step does not hand out extra.
+//
+// A bucket is skipped when it is at rest at the store clock's now (it
+// would be deleted at once), when keep is not nil and returns false for its
+// key (the engine's InPolicy: its limit no longer exists with the same
+// parameters), when the store already holds the key (its own state is
+// newer), or when the store is full. keep is called without any lock held.
+func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []byte) bool) Restored {
+	now := s.clock.Now()
+	lag := snap.Lag(now, wallNow)
+	r := Restored{Lag: time.Duration(lag)}
+	for key, st := range snap.All() {
+		st = st.Later(lag) // unchanged for lag ≤ 0
+		if st.AtRest(now) {
+			r.AtRest++
+			continue
+		}
+		if keep != nil && !keep(key) {
+			r.Dropped++
+			continue
+		}
+		sh := &s.shards[s.shardOf(key)]
+		sh.mu.Lock()
+		switch _, p := sh.lookup(key); {
+		case p != absent:
+			r.Present++
+		case s.buckets.Load() >= s.maxBuckets:
+			r.Full++
+		default:
+			s.put(sh, key, absent, st, now)
+			r.Buckets++
+		}
+		sh.mu.Unlock()
+	}
+	return r
+}
