@@ -77,6 +77,11 @@ func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
 	return out, nil
 }
 
+// MinLag is the least lag (snapshot.Header.Lag) for which Restore moves
+// states later: NTP steps the clock only for offsets over 128ms and slews
+// it otherwise, which moves the monotonic clock along with the wall clock.
+const MinLag = 100 * time.Millisecond
+
 // Restored is what Restore did with a snapshot's buckets.
 type Restored struct {
 	// Buckets were restored.
@@ -92,7 +97,7 @@ type Restored struct {
 	// Present buckets were already in the store, which kept its own state.
 	Present int
 	// Lag is how far behind the writing process's clock ran, as Header.Lag
-	// computes it. When positive, the states were moved that much later.
+	// computes it. When above MinLag, the states were moved that much later.
 	// When negative (the writing clock ran ahead), the states were kept as
 	// they are: stricter than the truth by -Lag rather than lenient, as a
 	// clock that steps back never grants extra. Within a millisecond or so
@@ -108,9 +113,12 @@ type Restored struct {
 // the next one and the time between the two passes by itself: a bucket
 // drained before a restart has refilled by exactly the downtime after it.
 // Nothing is re-based unless the writing process's clock ran behind the
-// wall clock (a wall clock stepped forward while it ran: see
-// snapshot.Header.Lag): then every state is moved later by that lag
-// (algorithms.State.Later), so that the step does not hand out extra.
+// wall clock by more than MinLag (a wall clock stepped forward while it
+// ran: see snapshot.Header.Lag): then every state is moved later by that
+// lag (algorithms.State.Later), so that the step does not hand out extra.
+// A smaller lag is left alone: it is the noise of reading two clocks, or a
+// step too small for NTP to make (it slews those), and moving a window's
+// start off the period's multiples would make its retry_after inexact.
 //
 // A bucket is skipped when it is at rest at the store clock's now (it
 // would be deleted at once), when keep is not nil and returns false for its
@@ -121,8 +129,11 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 	now := s.clock.Now()
 	lag := snap.Lag(now, wallNow)
 	r := Restored{Lag: time.Duration(lag)}
+	if lag <= int64(MinLag) {
+		lag = 0
+	}
 	for key, st := range snap.All() {
-		st = st.Later(lag) // unchanged for lag ≤ 0
+		st = st.Later(lag) // unchanged for lag 0
 		if st.AtRest(now) {
 			r.AtRest++
 			continue

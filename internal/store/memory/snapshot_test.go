@@ -197,12 +197,14 @@ func TestRestoreAcrossAClockStep(t *testing.T) {
 	}{
 		{"old clock an hour behind", -time.Hour, time.Hour},
 		{"old clock a second behind", -time.Second, time.Second},
+		{"old clock 50ms behind: below MinLag, left alone", -50 * time.Millisecond, 50 * time.Millisecond},
 		{"old clock in step", 0, 0},
 		{"old clock an hour ahead", time.Hour, -time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			oldNow := snapT0 + int64(tc.skew)
-			old := New(clock.NewFake(oldNow))
+			oldClock := clock.NewFake(oldNow)
+			old := New(oldClock)
 			drain(t, old, []bucketCase{{"k", tb, 1}})
 			snap := writeRead(t, old, filepath.Join(t.TempDir(), "state"), snapT0)
 
@@ -220,6 +222,15 @@ func TestRestoreAcrossAClockStep(t *testing.T) {
 			if tc.skew > 0 {
 				if d.Code != algorithms.Denied {
 					t.Fatalf("after 3s down: %+v, want still denied", d)
+				}
+				return
+			}
+			if tc.wantLag > 0 && tc.wantLag <= MinLag {
+				// Not moved: the state decides as the old store's does at
+				// the same reading, 50ms more lenient than the truth.
+				oldClock.Set(snapT0 + int64(down))
+				if want := storetest.Apply(t, old, charge("k", tb, 1))[0]; d != want {
+					t.Fatalf("lag below MinLag: %+v, want %+v (the state as written)", d, want)
 				}
 				return
 			}
