@@ -111,3 +111,22 @@ descriptors:
 		}
 	}
 }
+
+// BenchmarkInPolicy: the cost per bucket that restoring a snapshot adds
+// for checking the limit is still in force (the default policy's
+// per-user-per-endpoint key).
+func BenchmarkInPolicy(b *testing.B) {
+	rec := &keyRecorder{Store: memory.New(clock.NewFake(t0)), keys: map[string][]byte{}}
+	e := New(config.Default(), rec)
+	rec.name = "k"
+	var resp Response
+	if err := e.ShouldRateLimit(context.Background(), &Request{Domain: "default", Descriptors: []Descriptor{{Entries: entries("path", "/api/v1/orders", "user", "user-0001234")}}}, &resp); err != nil {
+		b.Fatal(err)
+	}
+	key := rec.keys["k#0"]
+	for b.Loop() {
+		if !e.InPolicy(key) {
+			b.Fatal("not in policy")
+		}
+	}
+}
