@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,9 @@ type snapshots struct {
 	// that a start that fails before loading never replaces a good file
 	// with an empty store.
 	loaded atomic.Bool
+	// writing serializes writes: the last one, on shutdown, may start
+	// while the interval's is still under way, and both use path.tmp.
+	writing sync.Mutex
 
 	writes                      *prometheus.CounterVec
 	lastTime, lastTook          prometheus.Gauge
@@ -148,6 +152,8 @@ func (s *snapshots) write(final bool) {
 	if !s.loaded.Load() {
 		return
 	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
 	w, err := s.store.WriteSnapshot(s.path, time.Now().UnixNano())
 	if err != nil {
 		s.writes.WithLabelValues("error").Inc()
