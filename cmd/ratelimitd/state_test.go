@@ -97,8 +97,8 @@ func TestStateFileAcrossSIGTERM(t *testing.T) {
 	}
 	c = client(t, second)
 	for _, who := range callers {
-		asked := time.Now()
 		resp := ask(t, c, 1, who...)
+		answered := time.Now() // no earlier than the daemon decided
 		if resp.OverallCode != rl.Code_CODE_OVER_LIMIT {
 			t.Fatalf("%v after the restart: %v, want still over the limit", who, resp)
 		}
@@ -106,7 +106,7 @@ func TestStateFileAcrossSIGTERM(t *testing.T) {
 		if wait <= 0 || wait > 6*time.Second {
 			t.Fatalf("%v: retry_after %v", who, wait)
 		}
-		time.Sleep(time.Until(asked.Add(wait)))
+		time.Sleep(time.Until(answered.Add(wait)))
 		if r := ask(t, c, 1, who...); r.OverallCode != rl.Code_CODE_OK {
 			t.Fatalf("%v denied after waiting its retry_after %v: %v", who, wait, r)
 		}
