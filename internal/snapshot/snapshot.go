@@ -12,7 +12,9 @@
 //	16      8     clock: the decision clock's reading when the snapshot was
 //	              taken, int64 nanoseconds since the Unix epoch
 //	24      8     wall: the wall clock's reading at the same moment, likewise
-//	32      ...   records, back to back, each:
+//	32      32    key seed: the secret that keyed the digests the store keeps
+//	              long keys as (zero when it keeps none)
+//	64      ...   records, back to back, each:
 //	                uvarint  key length (at most MaxKeyBytes)
 //	                bytes    the bucket key
 //	                24       the bucket's state (algorithms.State.AppendBinary)
@@ -70,7 +72,7 @@ var (
 )
 
 const (
-	headerSize  = 32
+	headerSize  = 64
 	trailerSize = 24
 )
 
@@ -82,6 +84,11 @@ type Header struct {
 	Clock int64
 	// Wall is the wall clock's reading (time.Now) at the same moment.
 	Wall int64
+	// KeySeed is the secret with which the store keyed the digests it
+	// keeps long keys as: a record's key may be such a digest, which only
+	// a store using the same seed can match. It makes the file as
+	// sensitive as the seed (the writer creates it with mode 0600).
+	KeySeed [32]byte
 }
 
 // Lag returns how far behind the clock that wrote the snapshot ran, as
@@ -197,6 +204,7 @@ func Create(path string, h Header) (*Writer, error) {
 	hdr = binary.LittleEndian.AppendUint32(hdr, 0)
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(h.Clock))
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(h.Wall))
+	hdr = append(hdr, h.KeySeed[:]...)
 	w.write(hdr)
 	if w.err != nil {
 		w.Abort()
@@ -405,6 +413,7 @@ func Decode(data []byte) (*Snapshot, error) {
 		},
 		body: data[headerSize : end-trailerSize],
 	}
+	copy(s.KeySeed[:], data[32:64])
 	b := s.body
 	var short [binary.MaxVarintLen64]byte
 	for len(b) > 0 {

@@ -40,7 +40,7 @@ var sample = []bucket{
 	{"\x00\xff binary key", stateOf(42, 0, 0, 0)},
 }
 
-var sampleHeader = Header{Clock: 1_767_225_600_123_456_789, Wall: 1_767_225_600_123_000_000}
+var sampleHeader = Header{Clock: 1_767_225_600_123_456_789, Wall: 1_767_225_600_123_000_000, KeySeed: [32]byte{1, 2, 3, 31: 0xff}}
 
 func write(t testing.TB, path string, h Header, bs []bucket) int64 {
 	t.Helper()
@@ -121,7 +121,11 @@ func TestRoundTrip(t *testing.T) {
 func TestLayout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	st := stateOf(0x0102030405060708, 9, 10, 11)
-	write(t, path, Header{Clock: 5, Wall: 6}, []bucket{{"ab", st}})
+	var seed [32]byte
+	for i := range seed {
+		seed[i] = byte(100 + i)
+	}
+	write(t, path, Header{Clock: 5, Wall: 6, KeySeed: seed}, []bucket{{"ab", st}})
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +134,7 @@ func TestLayout(t *testing.T) {
 	want = append(want, 0x89, 'R', 'L', 'S', 'N', 'A', 'P', '\n')
 	want = append(want, 1, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0)
+	want = append(want, seed[:]...)
 	want = append(want, 2, 'a', 'b')
 	want, _ = st.AppendBinary(want)
 	want = append(want, 1, 0, 0, 0, 0, 0, 0, 0)  // count
@@ -194,6 +199,7 @@ func TestRefused(t *testing.T) {
 		{"a byte of a key flipped", edit(func(b []byte) []byte { b[headerSize+3] ^= 1; return b }), ErrCorrupt, "checksum"},
 		{"a byte of a state flipped", edit(func(b []byte) []byte { b[len(b)-trailerSize-1] ^= 0x80; return b }), ErrCorrupt, "checksum"},
 		{"the clock flipped", edit(func(b []byte) []byte { b[20] ^= 4; return b }), ErrCorrupt, "checksum"},
+		{"the key seed flipped", edit(func(b []byte) []byte { b[40] ^= 1; return b }), ErrCorrupt, "checksum"},
 		{"a record dropped, checksum redone", edit(func(b []byte) []byte {
 			return resum(append(b[:headerSize], b[headerSize+1+len(sample[0].key)+24:]...))
 		}), ErrCorrupt, "the trailer gives"},
