@@ -16,7 +16,8 @@
 //	              long keys as (zero when it keeps none)
 //	64      ...   records, back to back, each:
 //	                uvarint  key length (at most MaxKeyBytes)
-//	                bytes    the bucket key
+//	                bytes    the bucket's key as the store keeps it (a long
+//	                         key may be kept as its digest)
 //	                24       the bucket's state (algorithms.State.AppendBinary)
 //	end-24  8     count: the number of records
 //	end-16  8     body length: the records' length in bytes
@@ -337,7 +338,8 @@ func (s *Snapshot) All() iter.Seq2[[]byte, algorithms.State] {
 	}
 }
 
-// Read reads and checks the snapshot at path. A missing file is an error
+// Read reads and checks the snapshot at path. It holds the whole file in
+// memory (about 100 bytes a bucket) until the Snapshot is dropped. A missing file is an error
 // satisfying errors.Is(err, fs.ErrNotExist); a refused one is an *Error
 // (KindOf says why); any other error is the filesystem's.
 func Read(path string) (*Snapshot, error) {
