@@ -70,7 +70,7 @@ func newSnapshots(st *memory.Store, path string, interval time.Duration, log *sl
 		}, []string{"outcome"}),
 		loadBuckets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ratelimitd_snapshot_load_buckets",
-			Help: "Buckets of the snapshot loaded at start, by what became of them: restored, at_rest (nothing to restore), dropped (limit gone or changed), full (over --max-buckets).",
+			Help: "Buckets of the snapshot loaded at start, by what became of them: restored, at_rest (nothing to restore), dropped (limit gone or changed), full (over --max-memory or --max-buckets).",
 		}, []string{"result"}),
 		loadTook: gauge("load_duration_seconds", "How long loading the snapshot at start took."),
 	}

@@ -294,3 +294,27 @@ func TestFailedStartKeepsTheStateFile(t *testing.T) {
 		t.Error("a failed start rewrote the state file")
 	}
 }
+
+// TestStateFileKeepsLongKeys: a bucket whose key the store keeps as a
+// digest (a long descriptor value) comes back too: the file carries the
+// digests' seed.
+func TestStateFileKeepsLongKeys(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	user := desc("user", strings.Repeat("a-long-user-id-", 10))
+	first := stateDaemon(t, statePolicy, stateFile)
+	drainAll(t, first, user)
+	first.Clock.Set(time.Now().UnixNano())
+	first.Stop()
+
+	second := stateDaemon(t, statePolicy, stateFile)
+	if !strings.Contains(second.Logs(), "restored=1 ") {
+		t.Fatalf("the long key's bucket was not restored:\n%s", second.Logs())
+	}
+	if r := shouldRateLimit(t, second, user); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+		t.Errorf("long key after the restart: %v, want still over the limit", r)
+	}
+	other := stateDaemon(t, statePolicy, filepath.Join(t.TempDir(), "other.snap"))
+	if r := shouldRateLimit(t, other, user); r.OverallCode != rl.Code_CODE_OK {
+		t.Errorf("a daemon without the file: %v, want a fresh bucket", r)
+	}
+}

@@ -26,6 +26,11 @@ type Written struct {
 // reading now (time.Now().UnixNano()), recorded with the store clock's so
 // that a reader can carry the states to its own clock.
 //
+// The file holds each bucket's stored key — the key itself, or for a long
+// key its digest — and the secret seed of the digests, so that a store
+// restoring it can match the digests; keep the file as private as the
+// process's memory (it is created with mode 0600).
+//
 // Buckets are copied one shard at a time, each shard locked only while its
 // buckets are copied into a buffer, never while the file is written: a
 // decision waits at most one shard's copy (Written.Pause). So the file is
@@ -36,7 +41,7 @@ type Written struct {
 // On error, the file at path is as it was.
 func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
 	start := time.Now()
-	w, err := snapshot.Create(path, snapshot.Header{Clock: s.clock.Now(), Wall: wallNow})
+	w, err := snapshot.Create(path, snapshot.Header{Clock: s.clock.Now(), Wall: wallNow, KeySeed: s.keySeed})
 	if err != nil {
 		return Written{}, err
 	}
@@ -89,10 +94,12 @@ type Restored struct {
 	// AtRest buckets had come to rest by the time of loading: nothing to
 	// restore.
 	AtRest int
-	// Dropped buckets were refused by keep: their limits are gone or
-	// changed.
+	// Dropped buckets were refused by keep (their limits are gone or
+	// changed), or were kept under a digest of another seed than the
+	// store's (restoring into a store that already held buckets).
 	Dropped int
-	// Full buckets did not fit under the store's bound (MaxBuckets).
+	// Full buckets did not fit under the store's bounds (WithMaxBuckets,
+	// WithMaxBytes).
 	Full int
 	// Present buckets were already in the store, which kept its own state.
 	Present int
@@ -124,11 +131,25 @@ type Restored struct {
 // would be deleted at once), when keep is not nil and returns false for its
 // key (the engine's InPolicy: its limit no longer exists with the same
 // parameters), when the store already holds the key (its own state is
-// newer), or when the store is full. keep is called without any lock held.
+// newer), or when it does not fit under the store's bounds. keep is called
+// without any lock held.
+//
+// A bucket kept under the digest of a long key (see the package doc) can
+// be matched only with the seed that made the digest: an empty store takes
+// the snapshot's seed, so Restore must come before the store is used
+// (while it serves nothing); a store that already holds buckets keeps its
+// own, and drops the snapshot's digested buckets if the seeds differ. keep
+// is not asked about digested buckets, whose keys are gone: they are
+// restored, and if their limit has changed they are simply never charged
+// again and are reclaimed once at rest, as after a hot reload.
 func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []byte) bool) Restored {
 	now := s.clock.Now()
 	lag := snap.Lag(now, wallNow)
 	r := Restored{Lag: time.Duration(lag)}
+	sameSeed := snap.KeySeed == s.keySeed
+	if !sameSeed && s.Len() == 0 {
+		s.keySeed, sameSeed = snap.KeySeed, true
+	}
 	if lag <= int64(MinLag) {
 		lag = 0
 	}
@@ -138,7 +159,8 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 			r.AtRest++
 			continue
 		}
-		if keep != nil && !keep(key) {
+		digest := len(key) == DigestSize // a verbatim key never is
+		if digest && !sameSeed || !digest && keep != nil && !keep(key) {
 			r.Dropped++
 			continue
 		}
@@ -147,7 +169,7 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 		switch _, p := sh.lookup(key); {
 		case p != absent:
 			r.Present++
-		case s.buckets.Load() >= s.maxBuckets:
+		case s.full(BucketBytes(len(key))):
 			r.Full++
 		default:
 			s.put(sh, key, absent, st, now)

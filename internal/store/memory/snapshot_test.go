@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -299,5 +300,44 @@ func TestWriteSnapshotWhileDeciding(t *testing.T) {
 	wg.Wait()
 	if admitted.Load() == 0 {
 		t.Fatal("nothing was decided during the snapshots")
+	}
+}
+
+// Buckets of long keys, which the store keeps under a digest keyed by its
+// own random seed, come back in a new store: it takes the snapshot's seed.
+// A store that already holds buckets cannot, and drops them.
+func TestRestoreDigestedKeys(t *testing.T) {
+	l := storetest.MustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1)
+	long := strings.Repeat("a long key past MaxVerbatimKey ", 4)
+	if len(long) <= MaxVerbatimKey {
+		t.Fatal("the long key is not long")
+	}
+	old := New(clock.NewFake(snapT0))
+	storetest.Apply(t, old, charge(long, l, 1))
+	storetest.Apply(t, old, charge("short", l, 1))
+	snap := writeRead(t, old, filepath.Join(t.TempDir(), "state"), snapT0)
+
+	var asked []string
+	s := New(clock.NewFake(snapT0))
+	r := s.Restore(snap, snapT0, func(key []byte) bool { asked = append(asked, string(key)); return true })
+	if r.Buckets != 2 {
+		t.Fatalf("Restore = %+v, want both buckets", r)
+	}
+	if len(asked) != 1 || asked[0] != "short" {
+		t.Errorf("keep was asked about %q; only the verbatim key can be checked", asked)
+	}
+	for _, k := range []string{long, "short"} {
+		if d := storetest.Apply(t, s, charge(k, l, 1))[0]; d.Code != algorithms.Denied {
+			t.Errorf("%.10s… after the restore: %+v, want denied", k, d)
+		}
+	}
+
+	busy := New(clock.NewFake(snapT0))
+	storetest.Apply(t, busy, charge("other", l, 1))
+	if r := busy.Restore(snap, snapT0, nil); r.Buckets != 1 || r.Dropped != 1 {
+		t.Errorf("Restore into a store with buckets and its own seed = %+v, want the short key only", r)
+	}
+	if d := storetest.Apply(t, busy, charge(long, l, 1))[0]; d.Code != algorithms.Allowed {
+		t.Errorf("the long key in the busy store: %+v, want a fresh bucket", d)
 	}
 }
