@@ -78,6 +78,8 @@ Flags:
 	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (KiB, MiB, GiB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
+	fs.StringVar(&cfg.StateFile, "state-file", "", "keep the memory store's buckets across restarts in this `file`: loaded before serving, written every --snapshot-interval and on SIGTERM/SIGINT (default: off; give a path on a volume that outlives the process, one file per daemon)")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", daemon.DefaultSnapshotInterval, "how often the buckets are written to --state-file; a crash loses at most the charges of about this long")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long to go on deciding with health NOT_SERVING before refusing new calls")
 	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
@@ -119,6 +121,10 @@ Flags:
 	}
 	if cfg.NearLimitRatio == 0 { // the daemon would read 0 as "the default"
 		fmt.Fprintln(stderr, "ratelimitd: --near-limit-ratio 0: want a number in (0, 1]")
+		return 2
+	}
+	if cfg.SnapshotInterval <= 0 { // the daemon would read 0 as "the default"
+		fmt.Fprintf(stderr, "ratelimitd: --snapshot-interval %v: want a positive duration\n", cfg.SnapshotInterval)
 		return 2
 	}
 	if err := redisFlags.apply(&cfg); err != nil {

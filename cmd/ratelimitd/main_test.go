@@ -284,6 +284,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-memory", "256MB"}, "max-memory"},
 		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
+		{[]string{"--snapshot-interval", "0s"}, "--snapshot-interval"},
 	}
 	for _, tt := range tests {
 		var stderr strings.Builder

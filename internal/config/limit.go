@@ -89,6 +89,10 @@ const denyAllKey = "deny-all"
 // of the same arithmetic.
 const inlineKeyPrefix = "inline:"
 
+// IsInlineKey reports whether k is the Key of an inline limit
+// (NewInlineLimit) rather than of a policy's.
+func IsInlineKey(k string) bool { return strings.HasPrefix(k, inlineKeyPrefix) }
+
 // NewInlineLimit returns a limit that a request carries itself rather than
 // one from a policy file: requests per period with the algorithm alg and,
 // for the bucket algorithms, a capacity of burst (0 means requests). The

@@ -67,6 +67,17 @@ type Config struct {
 	MaxMemory int64
 	// SweepInterval is how often idle buckets are reclaimed (0: 10s).
 	SweepInterval time.Duration
+	// StateFile, when set, keeps the memory store's buckets across
+	// restarts in that file (internal/snapshot's format): loaded at start
+	// before serving (a missing file starts empty; a bad one is logged,
+	// counted, renamed to StateFile.rejected and the store starts empty),
+	// written every SnapshotInterval and on shutdown after the last call.
+	// Only for the memory store. Empty: off.
+	StateFile string
+	// SnapshotInterval is how often the store is written to StateFile
+	// (0: DefaultSnapshotInterval, 10s). After a crash, the charges of at
+	// most the last interval (and the snapshot then being written) are lost.
+	SnapshotInterval time.Duration
 	// ShutdownGrace is how long in-flight requests may take to finish on
 	// shutdown before they are cut off (0: 10s).
 	ShutdownGrace time.Duration
@@ -182,6 +193,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
+	d.restoreBuckets()
 	d.grpc = d.grpcServer()
 	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	d.setServing(healthpb.HealthCheckResponse_SERVING)
@@ -236,6 +248,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if cfg.StateFile != "" && cfg.Store == "redis" {
+		return cfg, errors.New("a state file keeps the memory store's buckets; Redis keeps its own")
 	}
 	if cfg.NearLimitRatio == 0 {
 		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
@@ -303,6 +321,13 @@ func (d *Daemon) openStore() (err error) {
 	d.metrics.Registry().MustRegister(d.store.collectors()...)
 	return nil
 }
+
+// restoreBuckets brings back the buckets the store kept across the restart
+// (the memory store with a state file), only those of limits still in the
+// policy with the same parameters. It runs before anything is served, so
+// health and /readyz say SERVING only once it is done; it cannot fail (a
+// bad file starts the store empty).
+func (d *Daemon) restoreBuckets() { d.store.restore(d.engine.InPolicy) }
 
 // listen binds the gRPC and HTTP listeners.
 func (d *Daemon) listen() (err error) {
@@ -497,7 +522,8 @@ func (d *Daemon) Done() <-chan error { return d.served }
 //  4. if calls are still in flight when Config.ShutdownGrace has passed
 //     since step 3, they are cut off (and a warning logged);
 //  5. the HTTP server, the file watchers and the bucket sweeper (or the
-//     Redis health pings) stop, and the Redis connections close.
+//     Redis health pings) stop, and the Redis connections close; with
+//     Config.StateFile, the memory store is written to it one last time.
 //
 // ctx's end cuts steps 2 and 3 short. Calls after the first wait for it to
 // finish and do nothing more.

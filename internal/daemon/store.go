@@ -42,6 +42,10 @@ type storeBackend interface {
 	collectors() []prometheus.Collector
 	// routes adds the store's own endpoints to the HTTP mux.
 	routes(mux *http.ServeMux)
+	// restore brings back the buckets kept across restarts (the memory
+	// store with Config.StateFile), those that keep accepts, before the
+	// daemon serves; a store that keeps none does nothing.
+	restore(keep func(key []byte) bool)
 	// close releases what the store holds, once no call is deciding.
 	close()
 	// String names the store in the start log line.
@@ -60,10 +64,12 @@ func openStore(cfg Config, hs *health.Server) (storeBackend, error) {
 	return nil, fmt.Errorf("store %q: want memory or redis", cfg.Store)
 }
 
-// memoryBackend is the sharded in-memory store, swept every SweepInterval.
+// memoryBackend is the sharded in-memory store, swept every SweepInterval
+// and, with Config.StateFile, kept in that file across restarts.
 type memoryBackend struct {
 	*memory.Store
 	sweepInterval time.Duration
+	snapshots     *snapshots // nil without Config.StateFile
 }
 
 func newMemoryBackend(cfg Config) *memoryBackend {
@@ -74,16 +80,41 @@ func newMemoryBackend(cfg Config) *memoryBackend {
 	if cfg.MaxMemory > 0 {
 		opts = append(opts, memory.WithMaxBytes(cfg.MaxMemory))
 	}
-	return &memoryBackend{Store: memory.New(cfg.Clock, opts...), sweepInterval: cfg.SweepInterval}
+	b := &memoryBackend{Store: memory.New(cfg.Clock, opts...), sweepInterval: cfg.SweepInterval}
+	if cfg.StateFile != "" {
+		b.snapshots = newSnapshots(b.Store, cfg.StateFile, cfg.SnapshotInterval, cfg.Logger)
+	}
+	return b
 }
 
-func (b *memoryBackend) run(ctx context.Context) { b.Run(ctx, b.sweepInterval) }
+func (b *memoryBackend) run(ctx context.Context) {
+	if b.snapshots != nil {
+		go b.snapshots.run(ctx)
+	}
+	b.Run(ctx, b.sweepInterval)
+}
 func (b *memoryBackend) collectors() []prometheus.Collector {
-	return metrics.MemoryStoreCollectors(b.Store)
+	c := metrics.MemoryStoreCollectors(b.Store)
+	if b.snapshots != nil {
+		c = append(c, b.snapshots.collectors()...)
+	}
+	return c
 }
 func (b *memoryBackend) routes(*http.ServeMux) {}
-func (b *memoryBackend) close()                {}
-func (b *memoryBackend) String() string        { return "memory" }
+func (b *memoryBackend) restore(keep func(key []byte) bool) {
+	if b.snapshots != nil {
+		b.snapshots.load(keep)
+	}
+}
+
+// close writes the last snapshot, when there is a state file and the
+// daemon got as far as loading one.
+func (b *memoryBackend) close() {
+	if b.snapshots != nil {
+		b.snapshots.write(true)
+	}
+}
+func (b *memoryBackend) String() string { return "memory" }
 
 // redisBackend is the Redis store, shared by every daemon on the same Redis.
 type redisBackend struct {
@@ -119,6 +150,7 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 
 func (b *redisBackend) run(ctx context.Context)            { b.Run(ctx, time.Second) }
 func (b *redisBackend) collectors() []prometheus.Collector { return b.Collectors() }
+func (b *redisBackend) restore(func(key []byte) bool)      {}
 func (b *redisBackend) close()                             { b.Close() }
 func (b *redisBackend) String() string                     { return b.name }
 

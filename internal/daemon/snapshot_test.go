@@ -1,0 +1,320 @@
+package daemon_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+)
+
+// statePolicy has a token bucket per user (2 at once, then one every
+// 30s), a sliding window per API key (3 per 10s) and, for the changed-limit
+// test, a fixed window per tenant.
+const statePolicy = `
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 2, burst: 2}
+  - key: api_key
+    rate_limit: {algorithm: sliding_window, unit: second, unit_multiplier: 10, requests_per_unit: 3}
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+// stateDaemon starts a daemon keeping its buckets in stateFile, with a fake
+// clock that reads the real wall time at start: so the decision clock and
+// the wall clock agree, as they do in a real process.
+func stateDaemon(t *testing.T, policy, stateFile string, opts ...func(*daemon.Config)) *daemontest.Daemon {
+	t.Helper()
+	return daemontest.Start(t, policy, append([]func(*daemon.Config){func(c *daemon.Config) {
+		c.StateFile = stateFile
+		c.Clock = clock.NewFake(time.Now().UnixNano())
+	}}, opts...)...)
+}
+
+func shouldRateLimit(t *testing.T, d *daemontest.Daemon, ds ...*rl.Descriptor) *rl.ShouldRateLimitResponse {
+	t.Helper()
+	resp, err := rl.NewRateLimitServiceClient(d.Dial(t)).ShouldRateLimit(context.Background(), req("shop", ds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// drainAll charges each descriptor until it is denied.
+func drainAll(t *testing.T, d *daemontest.Daemon, ds ...*rl.Descriptor) {
+	t.Helper()
+	for _, ds := range ds {
+		for i := 0; shouldRateLimit(t, d, ds).OverallCode == rl.Code_CODE_OK; i++ {
+			if i > 100 {
+				t.Fatalf("%v never denied", ds)
+			}
+		}
+	}
+}
+
+// TestStateFileKeepsBucketsAcrossARestart: a user and an API key drained
+// before a graceful stop are still denied by the next daemon, which loaded
+// the snapshot before it served, and the retry_after it gives comes true.
+func TestStateFileKeepsBucketsAcrossARestart(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	user, key := desc("user", "alice"), desc("api_key", "k1")
+
+	first := stateDaemon(t, statePolicy, stateFile)
+	drainAll(t, first, user, key)
+	first.Clock.Set(time.Now().UnixNano()) // in step with the wall clock when it writes, as a real clock
+	first.Stop()
+	if !strings.Contains(first.Logs(), `msg="snapshot written" state_file=`+stateFile+" buckets=2") {
+		t.Fatalf("no final snapshot of 2 buckets logged:\n%s", first.Logs())
+	}
+
+	second := stateDaemon(t, statePolicy, stateFile)
+	logs := second.Logs()
+	loaded, serving := strings.Index(logs, `msg="snapshot loaded"`), strings.Index(logs, `msg="ratelimitd serving"`)
+	if loaded < 0 || serving < 0 || loaded > serving {
+		t.Fatalf("the snapshot was not loaded before serving:\n%s", logs)
+	}
+	if !strings.Contains(logs, "restored=2 at_rest=0 dropped=0 full=0") {
+		t.Errorf("load log line does not say 2 restored:\n%s", logs)
+	}
+	if code, body := httpGet(t, second, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after start: %d %s", code, body)
+	}
+	// Both still denied; then, in the order their waits end, each is
+	// denied 1ns before its retry_after and admitted at it.
+	start := second.Clock.Now()
+	type denial struct {
+		ds *rl.Descriptor
+		at int64
+	}
+	var denials []denial
+	for _, ds := range []*rl.Descriptor{user, key} {
+		resp := shouldRateLimit(t, second, ds)
+		if resp.OverallCode != rl.Code_CODE_OVER_LIMIT {
+			t.Fatalf("%v after the restart: %v, want still over the limit", ds.Entries[0].Key, resp)
+		}
+		wait := resp.RetryAfter.AsDuration()
+		if wait <= 0 || wait > 30*time.Second {
+			t.Fatalf("%v: retry_after %v", ds.Entries[0].Key, wait)
+		}
+		denials = append(denials, denial{ds, start + int64(wait)})
+	}
+	slices.SortFunc(denials, func(a, b denial) int { return cmp.Compare(a.at, b.at) })
+	for _, d := range denials {
+		second.Clock.Set(d.at - 1)
+		if r := shouldRateLimit(t, second, d.ds); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+			t.Fatalf("%v admitted 1ns before its retry_after", d.ds.Entries[0].Key)
+		}
+		second.Clock.Set(d.at)
+		if r := shouldRateLimit(t, second, d.ds); r.OverallCode != rl.Code_CODE_OK {
+			t.Fatalf("%v denied at its retry_after: %v", d.ds.Entries[0].Key, r)
+		}
+	}
+	m := scrape(t, second)
+	for series, want := range map[string]float64{
+		`ratelimitd_snapshot_loads_total{outcome="loaded"}`:     1,
+		`ratelimitd_snapshot_loads_total{outcome="corrupt"}`:    0,
+		`ratelimitd_snapshot_load_buckets{result="restored"}`:   2,
+		`ratelimitd_snapshot_load_buckets{result="dropped"}`:    0,
+		`ratelimitd_snapshot_writes_total{result="ok"}`:         0,
+		`ratelimitd_snapshot_last_write_buckets`:                0,
+		`ratelimitd_snapshot_load_buckets{result="at_rest"}`:    0,
+		`ratelimitd_snapshot_loads_total{outcome="missing"}`:    0,
+		`ratelimitd_snapshot_writes_total{result="error"}`:      0,
+		`ratelimitd_snapshot_load_buckets{result="full"}`:       0,
+		`ratelimitd_snapshot_loads_total{outcome="unreadable"}`: 0,
+		`ratelimitd_snapshot_loads_total{outcome="truncated"}`:  0,
+		`ratelimitd_snapshot_loads_total{outcome="foreign"}`:    0,
+		`ratelimitd_snapshot_loads_total{outcome="version"}`:    0,
+		`ratelimitd_snapshot_last_write_timestamp_seconds`:      0,
+		`ratelimitd_snapshot_last_write_bytes`:                  0,
+		`ratelimitd_snapshot_last_write_pause_seconds`:          0,
+		`ratelimitd_snapshot_last_write_duration_seconds`:       0,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+}
+
+// TestStateFileRestoresOnlyLimitsStillInForce: a limit changed while the
+// daemon was down starts afresh; an unchanged one keeps its bucket.
+func TestStateFileRestoresOnlyLimitsStillInForce(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	user, tenant := desc("user", "bob"), desc("tenant", "t1")
+	first := stateDaemon(t, statePolicy, stateFile)
+	drainAll(t, first, user, tenant)
+	first.Stop()
+
+	changed := strings.Replace(statePolicy, "{unit: hour, requests_per_unit: 1}", "{unit: hour, requests_per_unit: 2}", 1)
+	second := stateDaemon(t, changed, stateFile)
+	if !strings.Contains(second.Logs(), "restored=1 at_rest=0 dropped=1") {
+		t.Errorf("load log line does not say 1 restored, 1 dropped:\n%s", second.Logs())
+	}
+	if r := shouldRateLimit(t, second, user); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+		t.Errorf("unchanged limit: %v, want still over the limit", r)
+	}
+	r := shouldRateLimit(t, second, tenant)
+	if r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 1 {
+		t.Errorf("changed limit: %v, want a fresh bucket (1 remaining of 2)", r)
+	}
+}
+
+// TestStateFileRefusedFiles: a bad state file is refused with a log line
+// naming why and a metric, kept aside as .rejected, and the daemon starts
+// and serves with no buckets; its next snapshot is good again.
+func TestStateFileRefusedFiles(t *testing.T) {
+	good := func(t *testing.T) []byte {
+		stateFile := filepath.Join(t.TempDir(), "good.snap")
+		d := stateDaemon(t, statePolicy, stateFile)
+		drainAll(t, d, desc("user", "carol"))
+		d.Stop()
+		b, err := os.ReadFile(stateFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}(t)
+	flipped := bytes.Clone(good)
+	flipped[40] ^= 0x10
+	version := bytes.Clone(good)
+	version[8] = 9
+	for _, tc := range []struct {
+		name, reason string
+		data         []byte
+	}{
+		{"foreign", "foreign", []byte("user=carol denied\n")},
+		{"truncated", "truncated", good[:len(good)-10]},
+		{"empty", "truncated", nil},
+		{"corrupt", "corrupt", flipped},
+		{"later version", "version", version},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+			if err := os.WriteFile(stateFile, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d := stateDaemon(t, statePolicy, stateFile)
+			if !strings.Contains(d.Logs(), `msg="snapshot refused; starting with no buckets" state_file=`+stateFile+" reason="+tc.reason) {
+				t.Errorf("no refusal logged with reason %s:\n%s", tc.reason, d.Logs())
+			}
+			if got := scrape(t, d)[`ratelimitd_snapshot_loads_total{outcome="`+tc.reason+`"}`]; got != 1 {
+				t.Errorf("loads_total{outcome=%q} = %v, want 1", tc.reason, got)
+			}
+			aside, err := os.ReadFile(stateFile + ".rejected")
+			if err != nil || !bytes.Equal(aside, tc.data) {
+				t.Errorf("the bad file was not kept aside as it was: %v", err)
+			}
+			if r := shouldRateLimit(t, d, desc("user", "carol")); r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 1 {
+				t.Errorf("after a refused file: %v, want a fresh bucket", r)
+			}
+			d.Stop()
+			third := stateDaemon(t, statePolicy, stateFile)
+			if !strings.Contains(third.Logs(), "restored=1") {
+				t.Errorf("the snapshot written after a refused file did not load:\n%s", third.Logs())
+			}
+		})
+	}
+}
+
+func TestStateFileMissingStartsEmpty(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "new.snap")
+	d := stateDaemon(t, statePolicy, stateFile)
+	if !strings.Contains(d.Logs(), `msg="no snapshot yet; starting with no buckets"`) {
+		t.Errorf("no log line for a first start:\n%s", d.Logs())
+	}
+	if got := scrape(t, d)[`ratelimitd_snapshot_loads_total{outcome="missing"}`]; got != 1 {
+		t.Errorf(`loads_total{outcome="missing"} = %v, want 1`, got)
+	}
+}
+
+// TestStateFileWrittenEveryInterval: with no shutdown at all, the buckets
+// reach the file within an interval, and the write metrics say so.
+func TestStateFileWrittenEveryInterval(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	d := stateDaemon(t, statePolicy, stateFile, func(c *daemon.Config) { c.SnapshotInterval = 20 * time.Millisecond })
+	drainAll(t, d, desc("user", "dave"), desc("api_key", "k2"))
+	eventually(t, "a snapshot of both buckets", func() bool {
+		m := scrape(t, d)
+		return m[`ratelimitd_snapshot_last_write_buckets`] == 2 && m[`ratelimitd_snapshot_writes_total{result="ok"}`] >= 1
+	})
+	m := scrape(t, d)
+	if m[`ratelimitd_snapshot_last_write_bytes`] <= 0 || m[`ratelimitd_snapshot_last_write_timestamp_seconds`] < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("write metrics: %v", m)
+	}
+	if m[`ratelimitd_snapshot_writes_total{result="error"}`] != 0 {
+		t.Error("a snapshot failed")
+	}
+}
+
+func TestStateFileNeedsTheMemoryStore(t *testing.T) {
+	_, err := daemon.Start(daemon.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: "redis", StateFile: filepath.Join(t.TempDir(), "s"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil || !strings.Contains(err.Error(), "state file") {
+		t.Fatalf("Start with Redis and a state file: %v, want an error about the state file", err)
+	}
+}
+
+// TestFailedStartKeepsTheStateFile: a start that fails after the store is
+// opened (the HTTP address is taken) writes nothing over a good file.
+func TestFailedStartKeepsTheStateFile(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	d := stateDaemon(t, statePolicy, stateFile)
+	drainAll(t, d, desc("user", "erin"))
+	d.Stop()
+	before, err := os.ReadFile(stateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := stateDaemon(t, statePolicy, filepath.Join(t.TempDir(), "other.snap"))
+	_, err = daemon.Start(daemon.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: taken.HTTPAddr(), StateFile: stateFile,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil {
+		t.Fatal("Start on a taken HTTP address succeeded")
+	}
+	after, _ := os.ReadFile(stateFile)
+	if !bytes.Equal(before, after) {
+		t.Error("a failed start rewrote the state file")
+	}
+}
+
+// TestStateFileKeepsLongKeys: a bucket whose key the store keeps as a
+// digest (a long descriptor value) comes back too: the file carries the
+// digests' seed.
+func TestStateFileKeepsLongKeys(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	user := desc("user", strings.Repeat("a-long-user-id-", 10))
+	first := stateDaemon(t, statePolicy, stateFile)
+	drainAll(t, first, user)
+	first.Clock.Set(time.Now().UnixNano())
+	first.Stop()
+
+	second := stateDaemon(t, statePolicy, stateFile)
+	if !strings.Contains(second.Logs(), "restored=1 ") {
+		t.Fatalf("the long key's bucket was not restored:\n%s", second.Logs())
+	}
+	if r := shouldRateLimit(t, second, user); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+		t.Errorf("long key after the restart: %v, want still over the limit", r)
+	}
+	other := stateDaemon(t, statePolicy, filepath.Join(t.TempDir(), "other.snap"))
+	if r := shouldRateLimit(t, other, user); r.OverallCode != rl.Code_CODE_OK {
+		t.Errorf("a daemon without the file: %v, want a fresh bucket", r)
+	}
+}

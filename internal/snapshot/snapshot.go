@@ -1,0 +1,446 @@
+// Package snapshot is the file format in which the memory store keeps its
+// buckets across restarts, and its crash-safe writer and checking reader.
+//
+// # Format, version 1
+//
+// All integers are little-endian.
+//
+//	offset  size  field
+//	0       8     magic: 0x89 'R' 'L' 'S' 'N' 'A' 'P' '\n'
+//	8       4     version: 1
+//	12      4     flags: 0 (a reader of version 1 refuses any other value)
+//	16      8     clock: the decision clock's reading when the snapshot was
+//	              taken, int64 nanoseconds since the Unix epoch
+//	24      8     wall: the wall clock's reading at the same moment, likewise
+//	32      32    key seed: the secret that keyed the digests the store keeps
+//	              long keys as (zero when it keeps none)
+//	64      ...   records, back to back, each:
+//	                uvarint  key length (at most MaxKeyBytes)
+//	                bytes    the bucket's key as the store keeps it (a long
+//	                         key may be kept as its digest)
+//	                24       the bucket's state (algorithms.State.AppendBinary)
+//	end-24  8     count: the number of records
+//	end-16  8     body length: the records' length in bytes
+//	end-8   4     CRC-32C (Castagnoli) of every byte before it
+//	end-4   4     end mark: 'E' 'N' 'D' '\n'
+//
+// The magic's first byte is not ASCII and its last is a newline, so a file
+// mangled as text is refused as foreign. The version is read before
+// anything else after the magic: a later version may change everything
+// after it, and a reader refuses versions it does not know (ErrVersion)
+// rather than misread them. A record's state is meaningful on the clock of
+// the header's clock field; Header.Lag says how to carry it to another.
+//
+// # Crash safety
+//
+// Create writes to PATH.tmp in the same directory; Commit writes the
+// trailer, fsyncs the file, renames it over PATH and fsyncs the directory.
+// A crash at any point leaves PATH either as the previous snapshot or as
+// the new one, whole. A file that is torn or truncated anyway (a disk or
+// filesystem that does not keep its promises, a copy cut short) lacks its
+// end mark or disagrees with its body length, and is refused as
+// ErrTruncated; one whose bytes changed fails its checksum, ErrCorrupt.
+// Read never returns part of a file: it is all of it, checked, or an error.
+package snapshot
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"iter"
+	"os"
+	"path/filepath"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+)
+
+// Version is the format version this package writes, and the only one it
+// reads.
+const Version = 1
+
+// MaxKeyBytes bounds a record's key. The engine's keys are far shorter
+// (their parts are bounded by the request bounds); a longer length in a
+// file is corruption.
+const MaxKeyBytes = 1 << 20
+
+var (
+	magic   = [8]byte{0x89, 'R', 'L', 'S', 'N', 'A', 'P', '\n'}
+	endMark = [4]byte{'E', 'N', 'D', '\n'}
+	crcTab  = crc32.MakeTable(crc32.Castagnoli)
+)
+
+const (
+	headerSize  = 64
+	trailerSize = 24
+)
+
+// Header is what a snapshot says about when it was taken.
+type Header struct {
+	// Clock is the decision clock's reading when the snapshot was taken
+	// (nanoseconds since the Unix epoch): the clock the states' times are
+	// on.
+	Clock int64
+	// Wall is the wall clock's reading (time.Now) at the same moment.
+	Wall int64
+	// KeySeed is the secret with which the store keyed the digests it
+	// keeps long keys as: a record's key may be such a digest, which only
+	// a store using the same seed can match. It makes the file as
+	// sensitive as the seed (the writer creates it with mode 0600).
+	KeySeed [32]byte
+}
+
+// Lag returns how far behind the clock that wrote the snapshot ran, as
+// seen by a clock that reads clockNow while the wall clock reads wallNow:
+// (clockNow - wallNow) - (h.Clock - h.Wall). A state from the snapshot
+// decides on the reading clock as it did on the writing one once moved by
+// Lag (algorithms.State.Later).
+//
+// The wall clock is the only time two processes share, so the real time
+// between writing and reading is taken as wallNow - h.Wall. The decision
+// clock (internal/clock.Monotonic) reads the wall clock when the process
+// starts and runs on the monotonic clock after: the two agree to within
+// microseconds unless the wall clock was stepped while the writing process
+// ran, and then Lag is that step.
+func (h Header) Lag(clockNow, wallNow int64) int64 {
+	return (clockNow - wallNow) - (h.Clock - h.Wall)
+}
+
+// Kind is why a file was refused.
+type Kind int
+
+const (
+	// Foreign: the file is not a snapshot (no magic).
+	Foreign Kind = iota + 1
+	// WrongVersion: a snapshot of a format version this build does not read.
+	WrongVersion
+	// Truncated: the file ends before its end (torn or cut short).
+	Truncated
+	// Corrupt: the checksum or the structure is wrong.
+	Corrupt
+)
+
+// String returns "foreign", "version", "truncated" or "corrupt": the
+// reason label of the load-outcome metric.
+func (k Kind) String() string {
+	switch k {
+	case Foreign:
+		return "foreign"
+	case WrongVersion:
+		return "version"
+	case Truncated:
+		return "truncated"
+	case Corrupt:
+		return "corrupt"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Error is a refused file. Is matches the sentinel of its Kind
+// (ErrForeign, ErrVersion, ErrTruncated, ErrCorrupt).
+type Error struct {
+	Kind   Kind
+	Detail string
+}
+
+func (e *Error) Error() string { return "snapshot " + e.Kind.String() + ": " + e.Detail }
+
+// Is reports whether target is the sentinel of e's Kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Detail == "" && t.Kind == e.Kind
+}
+
+// The sentinels of each Kind, for errors.Is.
+var (
+	ErrForeign   error = &Error{Kind: Foreign}
+	ErrVersion   error = &Error{Kind: WrongVersion}
+	ErrTruncated error = &Error{Kind: Truncated}
+	ErrCorrupt   error = &Error{Kind: Corrupt}
+)
+
+func refuse(k Kind, format string, args ...any) error {
+	return &Error{Kind: k, Detail: fmt.Sprintf(format, args...)}
+}
+
+// KindOf returns the Kind of a refused file's error, or 0 when err is not
+// a refusal (an I/O error, or nil).
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return 0
+}
+
+// Writer writes one snapshot. It is not safe for concurrent use.
+type Writer struct {
+	path, tmp string
+	f         *os.File
+	bw        *bufio.Writer
+	crc       uint32
+	count     uint64
+	body      uint64
+	rec       []byte
+	err       error
+	done      bool // committed: the temporary file is the snapshot now
+}
+
+// Create starts a snapshot that Commit will put at path, writing its
+// header now to path + ".tmp" (created with mode 0600, or truncated).
+// Nothing happens to path itself until Commit. Only one Writer may write
+// a given path at a time.
+func Create(path string, h Header) (*Writer, error) {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{path: path, tmp: tmp, f: f, bw: bufio.NewWriterSize(f, 1<<20)}
+	hdr := make([]byte, 0, headerSize)
+	hdr = append(hdr, magic[:]...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, Version)
+	hdr = binary.LittleEndian.AppendUint32(hdr, 0)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(h.Clock))
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(h.Wall))
+	hdr = append(hdr, h.KeySeed[:]...)
+	w.write(hdr)
+	if w.err != nil {
+		w.Abort()
+		return nil, w.err
+	}
+	return w, nil
+}
+
+func (w *Writer) write(b []byte) {
+	if w.err != nil {
+		return
+	}
+	w.crc = crc32.Update(w.crc, crcTab, b)
+	_, w.err = w.bw.Write(b)
+}
+
+// Add appends one bucket. Keys longer than MaxKeyBytes are refused.
+func (w *Writer) Add(key []byte, st algorithms.State) error { return addKey(w, key, st) }
+
+// AddString is Add for a key held as a string.
+func (w *Writer) AddString(key string, st algorithms.State) error { return addKey(w, key, st) }
+
+func addKey[K []byte | string](w *Writer, key K, st algorithms.State) error {
+	if len(key) > MaxKeyBytes {
+		return fmt.Errorf("snapshot: a key of %d bytes (at most %d)", len(key), MaxKeyBytes)
+	}
+	r := binary.AppendUvarint(w.rec[:0], uint64(len(key)))
+	r = append(r, key...)
+	r, _ = st.AppendBinary(r)
+	w.rec = r
+	w.write(r)
+	w.count++
+	w.body += uint64(len(r))
+	return w.err
+}
+
+// Len returns the number of buckets added so far.
+func (w *Writer) Len() int { return int(w.count) }
+
+// Commit finishes the snapshot: it writes the trailer, fsyncs the
+// temporary file, renames it to the path given to Create and fsyncs the
+// directory. It returns the file's size. On error the temporary file is
+// removed and the previous file at path, if any, is untouched.
+func (w *Writer) Commit() (size int64, err error) {
+	defer func() {
+		if err != nil {
+			w.Abort()
+		}
+	}()
+	tr := make([]byte, 0, trailerSize)
+	tr = binary.LittleEndian.AppendUint64(tr, w.count)
+	tr = binary.LittleEndian.AppendUint64(tr, w.body)
+	w.write(tr)
+	if w.err != nil {
+		return 0, w.err
+	}
+	tr = binary.LittleEndian.AppendUint32(tr[:0], w.crc)
+	tr = append(tr, endMark[:]...)
+	if _, err := w.bw.Write(tr); err != nil {
+		return 0, err
+	}
+	if err := w.bw.Flush(); err != nil {
+		return 0, err
+	}
+	if err := w.f.Sync(); err != nil {
+		return 0, err
+	}
+	err = w.f.Close()
+	w.f = nil
+	if err != nil {
+		return 0, err
+	}
+	if err := os.Rename(w.tmp, w.path); err != nil {
+		return 0, err
+	}
+	w.done = true
+	if err := syncDir(filepath.Dir(w.path)); err != nil {
+		return 0, err
+	}
+	return headerSize + int64(w.body) + trailerSize, nil
+}
+
+// Abort abandons the snapshot and removes the temporary file. It is safe
+// to call after Commit, and more than once.
+func (w *Writer) Abort() {
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	if !w.done {
+		os.Remove(w.tmp)
+		w.done = true
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Snapshot is a snapshot read and checked whole.
+type Snapshot struct {
+	Header
+	count int
+	body  []byte
+}
+
+// Len returns the number of buckets in the snapshot.
+func (s *Snapshot) Len() int { return s.count }
+
+// All yields every bucket, in file order. The key is only valid during
+// the yield; copy it to keep it.
+func (s *Snapshot) All() iter.Seq2[[]byte, algorithms.State] {
+	return func(yield func([]byte, algorithms.State) bool) {
+		b := s.body
+		for len(b) > 0 {
+			n, w := binary.Uvarint(b) // checked by Decode
+			key := b[w : w+int(n)]
+			var st algorithms.State
+			_ = st.UnmarshalBinary(b[w+int(n) : w+int(n)+algorithms.StateSize])
+			b = b[w+int(n)+algorithms.StateSize:]
+			if !yield(key, st) {
+				return
+			}
+		}
+	}
+}
+
+// Read reads and checks the snapshot at path. It holds the whole file in
+// memory (about 100 bytes a bucket) until the Snapshot is dropped. A missing file is an error
+// satisfying errors.Is(err, fs.ErrNotExist); a refused one is an *Error
+// (KindOf says why); any other error is the filesystem's.
+func Read(path string) (*Snapshot, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Look at the magic and version before reading a possibly large
+	// foreign file whole.
+	var head [12]byte
+	n, err := io.ReadFull(f, head[:])
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, err
+	}
+	if err := checkStart(head[:n]); err != nil {
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(data)
+}
+
+// checkStart checks the magic and the version in b, the file's first bytes.
+func checkStart(b []byte) error {
+	m := b[:min(len(b), len(magic))]
+	if string(m) != string(magic[:len(m)]) {
+		return refuse(Foreign, "no snapshot magic (the file starts %q)", m)
+	}
+	if len(b) < len(magic)+4 {
+		return refuse(Truncated, "%d bytes, shorter than a header", len(b))
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
+		return refuse(WrongVersion, "format version %d; this build reads version %d", v, Version)
+	}
+	return nil
+}
+
+// Decode checks data as a whole snapshot file and returns it; the
+// Snapshot refers to data. Read describes the errors.
+func Decode(data []byte) (*Snapshot, error) {
+	if err := checkStart(data[:min(len(data), 12)]); err != nil {
+		return nil, err
+	}
+	if len(data) < headerSize+trailerSize {
+		return nil, refuse(Truncated, "%d bytes, shorter than a header and a trailer", len(data))
+	}
+	if flags := binary.LittleEndian.Uint32(data[12:]); flags != 0 {
+		return nil, refuse(Corrupt, "flags %#x; version %d has none", flags, Version)
+	}
+	end := len(data)
+	if string(data[end-4:]) != string(endMark[:]) {
+		return nil, refuse(Truncated, "no end mark: the file was cut short or torn (%d bytes)", len(data))
+	}
+	count := binary.LittleEndian.Uint64(data[end-24:])
+	bodyLen := binary.LittleEndian.Uint64(data[end-16:])
+	sum := binary.LittleEndian.Uint32(data[end-8:])
+	if got := crc32.Checksum(data[:end-8], crcTab); got != sum {
+		return nil, refuse(Corrupt, "checksum %08x, the file says %08x", got, sum)
+	}
+	if have := uint64(end - headerSize - trailerSize); bodyLen != have {
+		return nil, refuse(Corrupt, "the trailer gives %d bytes of records, the file holds %d", bodyLen, have)
+	}
+	s := &Snapshot{
+		Header: Header{
+			Clock: int64(binary.LittleEndian.Uint64(data[16:])),
+			Wall:  int64(binary.LittleEndian.Uint64(data[24:])),
+		},
+		body: data[headerSize : end-trailerSize],
+	}
+	copy(s.KeySeed[:], data[32:64])
+	b := s.body
+	var short [binary.MaxVarintLen64]byte
+	for len(b) > 0 {
+		n, w := binary.Uvarint(b)
+		// The length must be a uvarint in its shortest form, as the
+		// writer writes it: one file, one reading.
+		if w <= 0 || w != binary.PutUvarint(short[:], n) || n > MaxKeyBytes || uint64(len(b)-w) < n+algorithms.StateSize {
+			return nil, refuse(Corrupt, "record %d is malformed", s.count)
+		}
+		b = b[w+int(n)+algorithms.StateSize:]
+		s.count++
+	}
+	if uint64(s.count) != count {
+		return nil, refuse(Corrupt, "%d records, the trailer says %d", s.count, count)
+	}
+	return s, nil
+}
+
+// SetAside renames a refused file at path to path + ".rejected", replacing
+// an earlier one, so that it is kept for inspection and the next snapshot
+// does not overwrite it. It returns the new name.
+func SetAside(path string) (string, error) {
+	aside := path + ".rejected"
+	if err := os.Rename(path, aside); err != nil {
+		return "", err
+	}
+	return aside, syncDir(filepath.Dir(path))
+}
