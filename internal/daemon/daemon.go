@@ -153,6 +153,7 @@ type Daemon struct {
 	loaded      atomic.Pointer[admin.Loaded]
 	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
 	reloading   sync.Mutex                           // held by Reload
+	ready       chan struct{}                        // closed once the store has its buckets back, before the gRPC port serves
 	drain       chan struct{}                        // closed when new calls start being refused
 	shutdown    sync.Once
 }
@@ -174,6 +175,7 @@ func Start(cfg Config) (*Daemon, error) {
 		served:    make(chan error, 2),
 		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
+		ready:     make(chan struct{}),
 		drain:     make(chan struct{}),
 	}
 	// Each step opens what it names; should a later one fail, abort closes
@@ -193,9 +195,15 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
-	d.restoreBuckets()
 	d.grpc = d.grpcServer()
 	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	// While the state file loads, the HTTP port answers: /readyz and the
+	// health service say NOT_SERVING and decision calls are refused. No
+	// decision is made on a store that has not got its buckets back.
+	d.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	d.serveHTTP()
+	d.restoreBuckets()
+	close(d.ready)
 	d.setServing(healthpb.HealthCheckResponse_SERVING)
 	d.serve()
 	d.log.Info("ratelimitd serving",
@@ -324,10 +332,19 @@ func (d *Daemon) openStore() (err error) {
 
 // restoreBuckets brings back the buckets the store kept across the restart
 // (the memory store with a state file), only those of limits still in the
-// policy with the same parameters. It runs before anything is served, so
-// health and /readyz say SERVING only once it is done; it cannot fail (a
-// bad file starts the store empty).
-func (d *Daemon) restoreBuckets() { d.store.restore(d.engine.InPolicy) }
+// policy with the same parameters. It runs before the gRPC port serves;
+// meanwhile the HTTP port answers, with /readyz (and the health service)
+// NOT_SERVING and decision calls refused. It cannot fail (a bad file
+// starts the store empty).
+func (d *Daemon) restoreBuckets() {
+	if restoring != nil {
+		restoring()
+	}
+	d.store.restore(d.engine.InPolicy)
+}
+
+// restoring, when set (by tests), is called as the restore starts.
+var restoring func()
 
 // listen binds the gRPC and HTTP listeners.
 func (d *Daemon) listen() (err error) {
@@ -398,7 +415,7 @@ func (d *Daemon) httpHandler() http.Handler {
 	}
 	// The decision APIs as JSON: the very services the gRPC server has,
 	// through the same interceptors, refused like gRPC calls once draining.
-	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseWhenDraining}, d.unaryInterceptors(httpapi.CheckDecoded)...)...))
+	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...))
 	grpcapi.Register(api, d.engine)
 	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
 	return mux
@@ -411,10 +428,16 @@ func (d *Daemon) unaryInterceptors(decoded grpc.UnaryServerInterceptor) []grpc.U
 	return append(d.ownInterceptors(decoded), d.cfg.UnaryInterceptors...)
 }
 
-// refuseWhenDraining answers Unavailable once the daemon refuses new calls
-// (Shutdown's step 3), as the gRPC server does, for HTTP calls that the
-// still open HTTP server receives.
-func (d *Daemon) refuseWhenDraining(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// refuseUnlessServing answers Unavailable, for HTTP calls that the HTTP
+// server receives while the gRPC server would not take them: before the
+// store has its buckets back from the state file, and once the daemon
+// refuses new calls (Shutdown's step 3).
+func (d *Daemon) refuseUnlessServing(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	select {
+	case <-d.ready:
+	default:
+		return nil, status.Error(codes.Unavailable, "ratelimitd is starting: loading its state file")
+	}
 	select {
 	case <-d.drain:
 		return nil, status.Error(codes.Unavailable, "ratelimitd is shutting down")
@@ -423,8 +446,19 @@ func (d *Daemon) refuseWhenDraining(ctx context.Context, req any, info *grpc.Una
 	}
 }
 
+// serveHTTP starts the HTTP server.
+func (d *Daemon) serveHTTP() {
+	go func() {
+		err := d.http.Serve(d.httpLis)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		d.served <- err
+	}()
+}
+
 // serve starts the background jobs (the store's, the file watchers) and
-// both servers.
+// the gRPC server.
 func (d *Daemon) serve() {
 	jobs, stop := context.WithCancel(context.Background())
 	d.stopJobs = stop
@@ -440,13 +474,6 @@ func (d *Daemon) serve() {
 		go d.authz.Run(jobs)
 	}
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
-	go func() {
-		err := d.http.Serve(d.httpLis)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		d.served <- err
-	}()
 }
 
 // every calls f every interval until ctx ends.

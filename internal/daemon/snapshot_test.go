@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -316,5 +317,66 @@ func TestStateFileKeepsLongKeys(t *testing.T) {
 	other := stateDaemon(t, statePolicy, filepath.Join(t.TempDir(), "other.snap"))
 	if r := shouldRateLimit(t, other, user); r.OverallCode != rl.Code_CODE_OK {
 		t.Errorf("a daemon without the file: %v, want a fresh bucket", r)
+	}
+}
+
+// TestNotReadyWhileRestoring: while the state file loads, the HTTP port
+// already answers, /readyz with 503 and decision calls with 503
+// (Unavailable), so that nothing is decided on a store without its
+// buckets; once it is loaded the daemon is ready.
+func TestNotReadyWhileRestoring(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := l.Addr().String()
+	l.Close()
+
+	restoring, release := make(chan struct{}), make(chan struct{})
+	daemon.SetRestoring(func() { close(restoring); <-release })
+	defer daemon.SetRestoring(nil)
+	started := make(chan *daemon.Daemon, 1)
+	go func() {
+		d, err := daemon.Start(daemon.Config{
+			ConfigPath: "", GRPCAddr: "127.0.0.1:0", HTTPAddr: httpAddr,
+			StateFile: filepath.Join(t.TempDir(), "state"),
+			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- d
+	}()
+	<-restoring
+	get := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+httpAddr+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	decide := `{"domain":"default","descriptors":[{"entries":[{"key":"path","value":"/orders"}]}]}`
+	if code, body := get("GET", "/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while restoring: %d %s; want 503", code, body)
+	}
+	if code, body := get("POST", "/ratelimit.v1.RateLimitService/ShouldRateLimit", decide); code != http.StatusServiceUnavailable || !strings.Contains(body, "loading its state file") {
+		t.Errorf("a decision while restoring: %d %s; want 503 saying the state file is loading", code, body)
+	}
+	close(release)
+	d := <-started
+	if d == nil {
+		t.FailNow()
+	}
+	defer d.Shutdown(context.Background())
+	if code, body := get("GET", "/readyz", ""); code != http.StatusOK {
+		t.Errorf("/readyz once restored: %d %s; want 200", code, body)
+	}
+	if code, body := get("POST", "/ratelimit.v1.RateLimitService/ShouldRateLimit", decide); code != http.StatusOK {
+		t.Errorf("a decision once restored: %d %s; want 200", code, body)
 	}
 }
