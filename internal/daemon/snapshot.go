@@ -134,16 +134,7 @@ func (s *snapshots) load(keep func(key []byte) bool) {
 
 // run writes a snapshot every interval until ctx ends.
 func (s *snapshots) run(ctx context.Context) {
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.write(false)
-		}
-	}
+	every(ctx, s.interval, func() { s.write(false) })
 }
 
 // write writes one snapshot, if load has run; final says it is the one
