@@ -14,12 +14,15 @@ func FuzzPolicy(f *testing.F) {
 	f.Add([]byte("clients: [&c {name: a, match: [{dns: a}], grants: [{domains: [a], access: charge}]}, *c]\n"))
 	f.Add([]byte("clients:\n  - name: a\n    match: [{uri: '%zz'}]\n"))
 	f.Add([]byte("---\n---\nclients: 1\n"))
+	f.Add([]byte("\r\u0a7d")) // a lone \r is a line break to YAML
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ps := &parser{file: "authz.yaml", dir: ".", tokens: map[string][]*client{}, p: &Policy{
 			byCN: map[string][]*client{}, byDNS: map[string][]*client{}, byURI: map[string][]*client{}, byToken: map[digest][]*client{},
 		}}
 		ps.document(data)
-		lines := strings.Count(string(data), "\n") + 1
+		// YAML breaks lines at \n, \r\n and a lone \r: at most one line per
+		// \n or \r, plus the first.
+		lines := strings.Count(string(data), "\n") + strings.Count(string(data), "\r") + 1
 		for _, e := range ps.errs {
 			if e.File != "authz.yaml" || e.Line < 0 || e.Line > lines || e.Problem == "" {
 				t.Fatalf("problem %+v (the file has %d lines)", *e, lines)

@@ -34,6 +34,7 @@ type snapshots struct {
 	// writing serializes writes: the last one, on shutdown, may start
 	// while the interval's is still under way, and both use path.tmp.
 	writing sync.Mutex
+	done    bool // the final snapshot was written; guarded by writing
 
 	writes                      *prometheus.CounterVec
 	lastTime, lastTook          prometheus.Gauge
@@ -145,6 +146,10 @@ func (s *snapshots) write(final bool) {
 	}
 	s.writing.Lock()
 	defer s.writing.Unlock()
+	if s.done {
+		return // the final snapshot is written: an interval's write that lost the race to it writes nothing
+	}
+	s.done = final
 	w, err := s.store.WriteSnapshot(s.path, time.Now().UnixNano())
 	if err != nil {
 		s.writes.WithLabelValues("error").Inc()
