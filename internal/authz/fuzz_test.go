@@ -15,9 +15,7 @@ func FuzzPolicy(f *testing.F) {
 	f.Add([]byte("clients:\n  - name: a\n    match: [{uri: '%zz'}]\n"))
 	f.Add([]byte("---\n---\nclients: 1\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ps := &parser{file: "authz.yaml", dir: ".", tokens: map[string][]*client{}, p: &Policy{
-			byCN: map[string][]*client{}, byDNS: map[string][]*client{}, byURI: map[string][]*client{}, byToken: map[digest][]*client{},
-		}}
+		ps := newParser("authz.yaml")
 		ps.document(data)
 		lines := strings.Count(string(data), "\n") + 1
 		for _, e := range ps.errs {
