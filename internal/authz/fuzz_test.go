@@ -16,9 +16,7 @@ func FuzzPolicy(f *testing.F) {
 	f.Add([]byte("---\n---\nclients: 1\n"))
 	f.Add([]byte("\r\u0a7d")) // a lone \r is a line break to YAML
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ps := &parser{file: "authz.yaml", dir: ".", tokens: map[string][]*client{}, p: &Policy{
-			byCN: map[string][]*client{}, byDNS: map[string][]*client{}, byURI: map[string][]*client{}, byToken: map[digest][]*client{},
-		}}
+		ps := newParser("authz.yaml")
 		ps.document(data)
 		// YAML breaks lines at \n, \r\n and a lone \r: at most one line per
 		// \n or \r, plus the first.

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
 )
 
 // Access is what a grant allows in a domain.
@@ -117,18 +118,7 @@ func load(path string) (*Policy, []string, error) {
 	if err != nil {
 		return nil, files, fmt.Errorf("%s: %w", path, err)
 	}
-	ps := &parser{
-		file:   path,
-		dir:    filepath.Dir(path),
-		tokens: map[string][]*client{},
-		p: &Policy{
-			source:  path,
-			byCN:    map[string][]*client{},
-			byDNS:   map[string][]*client{},
-			byURI:   map[string][]*client{},
-			byToken: map[digest][]*client{},
-		},
-	}
+	ps := newParser(path)
 	h := sha256.New()
 	part(h, path, data)
 	ps.document(data)
@@ -221,7 +211,27 @@ type parser struct {
 	tokenFiles []tokenFile
 	tokens     map[string][]*client // token file path -> the clients naming it
 	nTokens    int
-	items      int // list items walked so far, up to maxItems
+	nodes      yamlnode.Reader // reports through errorf; bounds list items to maxItems
+}
+
+// newParser returns a parser for the policy file at path.
+func newParser(path string) *parser {
+	ps := &parser{
+		file:   path,
+		dir:    filepath.Dir(path),
+		tokens: map[string][]*client{},
+		p: &Policy{
+			source:  path,
+			byCN:    map[string][]*client{},
+			byDNS:   map[string][]*client{},
+			byURI:   map[string][]*client{},
+			byToken: map[digest][]*client{},
+		},
+	}
+	ps.nodes = yamlnode.Reader{MaxItems: maxItems, Errorf: func(n *yaml.Node, field, format string, args ...any) {
+		ps.errorf(n.Line, field, format, args...)
+	}}
+	return ps
 }
 
 // tokenFile is a token file named by the policy, and where it is first
@@ -264,22 +274,22 @@ func (ps *parser) document(data []byte) {
 	}
 	var root *yaml.Node
 	if len(doc.Content) > 0 {
-		root = resolve(doc.Content[0])
+		root = yamlnode.Resolve(doc.Content[0])
 	}
-	if root == nil || isNull(root) {
+	if root == nil || yamlnode.IsNull(root) {
 		ps.errorf(0, "", "empty: an authorization policy has clients, anonymous grants or both")
 		return
 	}
-	m := ps.fields(root, "", fileFields)
+	m := ps.nodes.Fields(root, "", fileFields)
 	if m == nil {
 		return
 	}
 	names := map[string]int{}
-	for i, y := range ps.list(m["clients"], "clients") {
+	for i, y := range ps.nodes.List(m["clients"], "clients") {
 		ps.client(y, fmt.Sprintf("clients[%d]", i), names)
 	}
-	if a := m["anonymous"]; a != nil && !isNull(a) {
-		if am := ps.fields(a, "anonymous", anonymousFields); am != nil {
+	if a := m["anonymous"]; a != nil && !yamlnode.IsNull(a) {
+		if am := ps.nodes.Fields(a, "anonymous", anonymousFields); am != nil {
 			c := &client{name: anonymousName, domains: map[string]Access{}}
 			ps.grants(am["grants"], a.Line, "anonymous.grants", c)
 			ps.p.anonymous = c
@@ -292,16 +302,16 @@ func (ps *parser) document(data []byte) {
 
 // client checks one client and adds it to the policy.
 func (ps *parser) client(y *yaml.Node, path string, names map[string]int) {
-	m := ps.fields(y, path, clientFields)
+	m := ps.nodes.Fields(y, path, clientFields)
 	if m == nil {
 		return
 	}
 	c := &client{domains: map[string]Access{}}
 	switch n := m["name"]; {
-	case n == nil || isNull(n):
+	case n == nil || yamlnode.IsNull(n):
 		ps.errorf(y.Line, path+".name", "missing: every client has a name")
 	default:
-		name, ok := ps.str(n, path+".name")
+		name, ok := ps.nodes.Str(n, path+".name")
 		switch {
 		case !ok:
 		case name == "":
@@ -315,8 +325,8 @@ func (ps *parser) client(y *yaml.Node, path string, names map[string]int) {
 			c.name = name
 		}
 	}
-	matches := ps.list(m["match"], path+".match")
-	if len(matches) == 0 && (m["match"] == nil || isNull(m["match"]) || resolve(m["match"]).Kind == yaml.SequenceNode) {
+	matches := ps.nodes.List(m["match"], path+".match")
+	if len(matches) == 0 && (m["match"] == nil || yamlnode.IsNull(m["match"]) || yamlnode.Resolve(m["match"]).Kind == yaml.SequenceNode) {
 		ps.errorf(y.Line, path+".match", "missing: a client needs at least one match rule")
 	}
 	for i, r := range matches {
@@ -328,11 +338,11 @@ func (ps *parser) client(y *yaml.Node, path string, names map[string]int) {
 
 // match checks one match rule of c and indexes c by it.
 func (ps *parser) match(y *yaml.Node, path string, c *client) {
-	m := ps.fields(y, path, matchFields)
+	m := ps.nodes.Fields(y, path, matchFields)
 	if m == nil {
 		return
 	}
-	if len(m) == 0 && len(resolve(y).Content) > 0 {
+	if len(m) == 0 && len(yamlnode.Resolve(y).Content) > 0 {
 		return // its keys are reported unknown
 	}
 	if len(m) != 1 {
@@ -341,7 +351,7 @@ func (ps *parser) match(y *yaml.Node, path string, c *client) {
 	}
 	for key, v := range m {
 		field := path + "." + key
-		s, ok := ps.str(v, field)
+		s, ok := ps.nodes.Str(v, field)
 		if !ok {
 			return
 		}
@@ -378,22 +388,22 @@ func (ps *parser) match(y *yaml.Node, path string, c *client) {
 
 // grants checks a list of grants and merges them into c.
 func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
-	items := ps.list(y, path)
-	if len(items) == 0 && (y == nil || isNull(y) || resolve(y).Kind == yaml.SequenceNode) {
+	items := ps.nodes.List(y, path)
+	if len(items) == 0 && (y == nil || yamlnode.IsNull(y) || yamlnode.Resolve(y).Kind == yaml.SequenceNode) {
 		ps.errorf(line, path, "missing: at least one grant {domains: [...], access: charge|peek}")
 	}
 	for i, g := range items {
 		gp := fmt.Sprintf("%s[%d]", path, i)
-		m := ps.fields(g, gp, grantFields)
+		m := ps.nodes.Fields(g, gp, grantFields)
 		if m == nil {
 			continue
 		}
 		var access Access
 		switch a := m["access"]; {
-		case a == nil || isNull(a):
+		case a == nil || yamlnode.IsNull(a):
 			ps.errorf(g.Line, gp+".access", "missing: want charge or peek")
 		default:
-			s, ok := ps.str(a, gp+".access")
+			s, ok := ps.nodes.Str(a, gp+".access")
 			switch {
 			case !ok:
 			case s == "charge":
@@ -404,13 +414,13 @@ func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
 				ps.errorf(a.Line, gp+".access", "%q: want charge or peek", s)
 			}
 		}
-		domains := ps.list(m["domains"], gp+".domains")
-		if len(domains) == 0 && (m["domains"] == nil || isNull(m["domains"]) || resolve(m["domains"]).Kind == yaml.SequenceNode) {
+		domains := ps.nodes.List(m["domains"], gp+".domains")
+		if len(domains) == 0 && (m["domains"] == nil || yamlnode.IsNull(m["domains"]) || yamlnode.Resolve(m["domains"]).Kind == yaml.SequenceNode) {
 			ps.errorf(g.Line, gp+".domains", "missing: at least one domain, or \"*\" for every domain")
 		}
 		for j, d := range domains {
 			dp := fmt.Sprintf("%s.domains[%d]", gp, j)
-			name, ok := ps.str(d, dp)
+			name, ok := ps.nodes.Str(d, dp)
 			switch {
 			case !ok || access == 0:
 			case name == "":
@@ -422,99 +432,4 @@ func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
 			}
 		}
 	}
-}
-
-// fields returns the values of the mapping y by key, reporting a y that is
-// not a mapping (and returning nil), and keys unknown or repeated.
-func (ps *parser) fields(y *yaml.Node, path string, known []string) map[string]*yaml.Node {
-	y = resolve(y)
-	if y.Kind != yaml.MappingNode {
-		ps.errorf(y.Line, path, "want a mapping with %s; got %s", strings.Join(known, ", "), describe(y))
-		return nil
-	}
-	m := make(map[string]*yaml.Node, len(y.Content)/2)
-	for i := 0; i+1 < len(y.Content); i += 2 {
-		k, v := resolve(y.Content[i]), resolve(y.Content[i+1])
-		field := k.Value
-		if path != "" {
-			field = path + "." + k.Value
-		}
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			ps.errorf(k.Line, path, "a key that is %s (want one of %s)", describe(k), strings.Join(known, ", "))
-		case !slices.Contains(known, k.Value):
-			ps.errorf(k.Line, field, "unknown field (want one of %s)", strings.Join(known, ", "))
-		case m[k.Value] != nil:
-			ps.errorf(k.Line, field, "given twice (first at line %d)", m[k.Value].Line)
-		default:
-			m[k.Value] = v
-		}
-	}
-	return m
-}
-
-// list returns the items of the sequence y: none for a missing or null y,
-// and none, with a problem, for a y that is not a sequence.
-func (ps *parser) list(y *yaml.Node, path string) []*yaml.Node {
-	if y == nil || isNull(y) {
-		return nil
-	}
-	y = resolve(y)
-	if y.Kind != yaml.SequenceNode {
-		ps.errorf(y.Line, path, "want a list; got %s", describe(y))
-		return nil
-	}
-	if ps.items += len(y.Content); ps.items > maxItems {
-		if ps.items-len(y.Content) <= maxItems {
-			ps.errorf(y.Line, path, "more than %d list items in the policy (aliases counted each time they are used)", maxItems)
-		}
-		return nil
-	}
-	items := make([]*yaml.Node, len(y.Content))
-	for i, item := range y.Content {
-		items[i] = resolve(item)
-	}
-	return items
-}
-
-// str returns the scalar y as written; null is "".
-func (ps *parser) str(y *yaml.Node, path string) (string, bool) {
-	if isNull(y) {
-		return "", true
-	}
-	if y.Kind != yaml.ScalarNode {
-		ps.errorf(y.Line, path, "want a string; got %s", describe(y))
-		return "", false
-	}
-	return y.Value, true
-}
-
-// resolve follows aliases (*name) to the node they name.
-func resolve(y *yaml.Node) *yaml.Node {
-	for y != nil && y.Kind == yaml.AliasNode && y.Alias != nil {
-		y = y.Alias
-	}
-	return y
-}
-
-func isNull(y *yaml.Node) bool {
-	y = resolve(y)
-	return y != nil && y.Kind == yaml.ScalarNode && y.ShortTag() == "!!null"
-}
-
-// describe says what y is, for problems.
-func describe(y *yaml.Node) string {
-	switch y = resolve(y); {
-	case y == nil || isNull(y):
-		return "nothing"
-	case y.Kind == yaml.MappingNode:
-		return "a mapping"
-	case y.Kind == yaml.SequenceNode:
-		return "a list"
-	case y.Kind == yaml.ScalarNode && y.ShortTag() == "!!str":
-		return strconv.Quote(y.Value)
-	case y.Kind == yaml.ScalarNode:
-		return y.Value
-	}
-	return "something else"
 }

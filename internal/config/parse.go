@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
 )
 
 // Limits bound what loading a policy may cost, so that an oversize file
@@ -218,8 +219,9 @@ var (
 
 // parser checks one policy file and builds its domain.
 type parser struct {
-	file string
-	errs Errors
+	file  string
+	errs  Errors
+	nodes yamlnode.Reader // reports through errorf
 
 	names    map[string]bool // every limit name of the domain
 	replaces []replacesRef   // every replaces entry, checked against names at the end
@@ -247,6 +249,7 @@ type replacesRef struct {
 // of descriptors, limit.
 func parseDomain(file string, data []byte, budget, limit int) (*Domain, int, Errors) {
 	p := &parser{file: file, names: map[string]bool{}, maxDescriptors: budget, descriptorLimit: limit}
+	p.nodes.Errorf = p.errorf
 	d := p.document(data)
 	for _, r := range p.replaces {
 		if !p.names[r.name] {
@@ -313,28 +316,28 @@ func (p *parser) document(data []byte) *Domain {
 	case err != nil:
 		p.syntaxError(err)
 		return nil
-	case len(next.Content) > 0 && !isNull(next.Content[0]):
+	case len(next.Content) > 0 && !yamlnode.IsNull(next.Content[0]):
 		p.errorf(next.Content[0], "", "a second YAML document (a policy file holds one domain)")
 	}
 	var root *yaml.Node
 	if len(doc.Content) > 0 {
-		root = resolve(doc.Content[0])
+		root = yamlnode.Resolve(doc.Content[0])
 	}
-	if root == nil || isNull(root) {
+	if root == nil || yamlnode.IsNull(root) {
 		p.errorf(root, "domain", "missing: a policy file names its domain")
 		return nil
 	}
-	m := p.fields(root, "", fileFields)
+	m := p.nodes.Fields(root, "", fileFields)
 	if m == nil {
 		return nil
 	}
 	d := &Domain{Source: p.file, line: root.Line}
 	switch v := m["domain"]; {
-	case v == nil || isNull(v):
+	case v == nil || yamlnode.IsNull(v):
 		p.errorf(root, "domain", "missing: a policy file names its domain")
 	default:
 		d.line = v.Line
-		if name, ok := p.str(v, "domain"); ok && name == "" {
+		if name, ok := p.nodes.Str(v, "domain"); ok && name == "" {
 			p.errorf(v, "domain", "empty: a policy file names its domain")
 		} else {
 			d.Name = name
@@ -357,7 +360,7 @@ type level struct {
 
 // descriptors checks a list of descriptors and adds them to parent.
 func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, up level) {
-	items := p.list(seq, path)
+	items := p.nodes.List(seq, path)
 	where := map[Entry]string{} // where each key and value is at this level
 	for i, item := range items {
 		p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), parent, up, where)
@@ -375,21 +378,21 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 		return
 	}
 	p.descriptorCount++
-	m := p.fields(y, path, descriptorFields)
+	m := p.nodes.Fields(y, path, descriptorFields)
 	if m == nil {
 		return
 	}
 	var e Entry
 	keyOK := false
-	if v := m["key"]; v == nil || isNull(v) {
-		p.errorf(y, join(path, "key"), "missing: every descriptor has a key")
-	} else if e.Key, keyOK = p.str(v, join(path, "key")); keyOK && e.Key == "" {
-		p.errorf(v, join(path, "key"), "empty: every descriptor has a key")
+	if v := m["key"]; v == nil || yamlnode.IsNull(v) {
+		p.errorf(y, yamlnode.Join(path, "key"), "missing: every descriptor has a key")
+	} else if e.Key, keyOK = p.nodes.Str(v, yamlnode.Join(path, "key")); keyOK && e.Key == "" {
+		p.errorf(v, yamlnode.Join(path, "key"), "empty: every descriptor has a key")
 		keyOK = false
 	}
 	valueOK := true
 	if v := m["value"]; v != nil {
-		e.Value, valueOK = p.str(v, join(path, "value"))
+		e.Value, valueOK = p.nodes.Str(v, yamlnode.Join(path, "value"))
 	}
 	if keyOK && valueOK {
 		if first, dup := where[e]; dup {
@@ -411,24 +414,24 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 	n := &node{}
 	// The fields below are rare: their paths are built only when present,
 	// as a file with aliases may hold hundreds of thousands of descriptors.
-	if v := m["share_threshold"]; v != nil && p.shareThreshold(v, join(path, "share_threshold"), e.Value) {
+	if v := m["share_threshold"]; v != nil && p.shareThreshold(v, yamlnode.Join(path, "share_threshold"), e.Value) {
 		n.shared = true
 		here.shared = make([]string, here.depth)
 		copy(here.shared, up.shared)
 		here.shared[up.depth] = e.Value
 	}
 	limits := p.limits(m, path)
-	shadow := p.boolean(m["shadow_mode"], join(path, "shadow_mode"))
+	shadow := p.boolean(m["shadow_mode"], yamlnode.Join(path, "shadow_mode"))
 	quota := false
 	if v := m["quota_mode"]; v != nil {
-		quota = p.boolean(v, join(path, "quota_mode"))
+		quota = p.boolean(v, yamlnode.Join(path, "quota_mode"))
 	}
-	detailed := p.boolean(m["detailed_metric"], join(path, "detailed_metric"))
+	detailed := p.boolean(m["detailed_metric"], yamlnode.Join(path, "detailed_metric"))
 	if v := m["value_to_metric"]; v != nil {
-		p.boolean(v, join(path, "value_to_metric")) // metrics only: see doc.go
+		p.boolean(v, yamlnode.Join(path, "value_to_metric")) // metrics only: see doc.go
 	}
 	if v := m["metadata"]; v != nil {
-		p.metadata(v, join(path, "metadata"))
+		p.metadata(v, yamlnode.Join(path, "metadata"))
 	}
 	if len(limits) > 0 {
 		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed}
@@ -437,7 +440,7 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 			copy(n.rule.Shared, here.shared)
 		}
 	}
-	p.descriptors(m["descriptors"], join(path, "descriptors"), n, here)
+	p.descriptors(m["descriptors"], yamlnode.Join(path, "descriptors"), n, here)
 
 	if !keyOK || !valueOK {
 		return
@@ -472,11 +475,11 @@ func (p *parser) shareThreshold(v *yaml.Node, path, value string) bool {
 // metadata checks a descriptor's metadata: a mapping of anything, which
 // upstream hands to Envoy as dynamic metadata and ratelimitd does not use.
 func (p *parser) metadata(v *yaml.Node, path string) {
-	if v == nil || isNull(v) {
+	if v == nil || yamlnode.IsNull(v) {
 		return
 	}
-	if r := resolve(v); r.Kind != yaml.MappingNode {
-		p.errorf(v, path, "want a mapping; got %s", describe(v))
+	if r := yamlnode.Resolve(v); r.Kind != yaml.MappingNode {
+		p.errorf(v, path, "want a mapping; got %s", yamlnode.Describe(v))
 	}
 }
 
@@ -486,37 +489,37 @@ func (p *parser) limits(m map[string]*yaml.Node, path string) []*Limit {
 	one, many := m["rate_limit"], m["rate_limits"]
 	switch {
 	case one != nil && many != nil:
-		p.errorf(many, join(path, "rate_limits"), "a descriptor has rate_limit or rate_limits, not both")
+		p.errorf(many, yamlnode.Join(path, "rate_limits"), "a descriptor has rate_limit or rate_limits, not both")
 		return nil
 	case one != nil:
-		if isNull(one) {
-			p.errorf(one, join(path, "rate_limit"), "empty: give unit and requests_per_unit, or unlimited: true")
+		if yamlnode.IsNull(one) {
+			p.errorf(one, yamlnode.Join(path, "rate_limit"), "empty: give unit and requests_per_unit, or unlimited: true")
 			return nil
 		}
-		if l := p.limit(one, join(path, "rate_limit")); l != nil {
+		if l := p.limit(one, yamlnode.Join(path, "rate_limit")); l != nil {
 			return []*Limit{l}
 		}
 		return nil
 	case many != nil:
-		if r := resolve(many); isNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
-			p.errorf(many, join(path, "rate_limits"), "empty: list at least one limit")
+		if r := yamlnode.Resolve(many); yamlnode.IsNull(r) || r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
+			p.errorf(many, yamlnode.Join(path, "rate_limits"), "empty: list at least one limit")
 			return nil
 		}
-		items := p.list(many, join(path, "rate_limits"))
+		items := p.nodes.List(many, yamlnode.Join(path, "rate_limits"))
 		if len(items) == 0 {
 			return nil // not a list
 		}
 		limits := make([]*Limit, 0, len(items))
 		ok := true
 		for i, item := range items {
-			ipath := fmt.Sprintf("%s[%d]", join(path, "rate_limits"), i)
+			ipath := fmt.Sprintf("%s[%d]", yamlnode.Join(path, "rate_limits"), i)
 			l := p.limit(item, ipath)
 			if l == nil {
 				ok = false
 				continue
 			}
 			if l.Unlimited && len(items) > 1 {
-				p.errorf(item, join(ipath, "unlimited"), "an unlimited limit is the only limit of its descriptor")
+				p.errorf(item, yamlnode.Join(ipath, "unlimited"), "an unlimited limit is the only limit of its descriptor")
 				ok = false
 				continue
 			}
@@ -540,15 +543,15 @@ func (p *parser) limits(m map[string]*yaml.Node, path string) []*Limit {
 // has problems. It runs one step per concern, each reporting its own
 // problems; the limit is built only when none of them found any.
 func (p *parser) limit(y *yaml.Node, path string) *Limit {
-	m := p.fields(y, path, limitFields)
+	m := p.nodes.Fields(y, path, limitFields)
 	if m == nil {
 		return nil
 	}
 	nerrs := p.problems()
 	l := &Limit{}
-	l.Name = p.limitName(m["name"], join(path, "name"))
-	l.Unlimited = p.boolean(m["unlimited"], join(path, "unlimited"))
-	l.Replaces = p.replacesList(m["replaces"], join(path, "replaces"), l.Name)
+	l.Name = p.limitName(m["name"], yamlnode.Join(path, "name"))
+	l.Unlimited = p.boolean(m["unlimited"], yamlnode.Join(path, "unlimited"))
+	l.Replaces = p.replacesList(m["replaces"], yamlnode.Join(path, "replaces"), l.Name)
 	if l.Unlimited {
 		p.checkUnlimited(m, path)
 		if p.problems() > nerrs {
@@ -558,15 +561,15 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 		return l
 	}
 
-	l.Unit = p.unit(m["unit"], y, join(path, "unit"))
-	requests, denyAll := p.requestsPerUnit(m["requests_per_unit"], y, join(path, "requests_per_unit"))
+	l.Unit = p.unit(m["unit"], y, yamlnode.Join(path, "unit"))
+	requests, denyAll := p.requestsPerUnit(m["requests_per_unit"], y, yamlnode.Join(path, "requests_per_unit"))
 	l.DenyAll = denyAll
-	alg := p.algorithm(m["algorithm"], join(path, "algorithm"))
-	burst := p.burst(m["burst"], join(path, "burst"), alg)
-	l.UnitMultiplier = p.unitMultiplier(m["unit_multiplier"], join(path, "unit_multiplier"))
-	l.RetryJitter = p.retryJitter(m["retry_jitter"], join(path, "retry_jitter"))
+	alg := p.algorithm(m["algorithm"], yamlnode.Join(path, "algorithm"))
+	burst := p.burst(m["burst"], yamlnode.Join(path, "burst"), alg)
+	l.UnitMultiplier = p.unitMultiplier(m["unit_multiplier"], yamlnode.Join(path, "unit_multiplier"))
+	l.RetryJitter = p.retryJitter(m["retry_jitter"], yamlnode.Join(path, "retry_jitter"))
 	if l.DenyAll && (m["burst"] != nil || m["algorithm"] != nil) {
-		p.errorf(y, join(path, "requests_per_unit"), "0 denies every request; algorithm and burst do not apply")
+		p.errorf(y, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; algorithm and burst do not apply")
 	}
 	if p.problems() > nerrs {
 		return nil
@@ -587,7 +590,7 @@ func (p *parser) limitName(v *yaml.Node, path string) string {
 	if v == nil {
 		return ""
 	}
-	name, _ := p.str(v, path)
+	name, _ := p.nodes.Str(v, path)
 	if name != "" {
 		p.names[name] = true
 	}
@@ -599,23 +602,23 @@ func (p *parser) limitName(v *yaml.Node, path string) string {
 // each name exists is checked once the whole file is read.
 func (p *parser) replacesList(v *yaml.Node, path, own string) []string {
 	var names []string
-	for i, r := range p.list(v, path) {
+	for i, r := range p.nodes.List(v, path) {
 		rpath := fmt.Sprintf("%s[%d]", path, i)
-		rm := p.fields(r, rpath, replacesFields)
+		rm := p.nodes.Fields(r, rpath, replacesFields)
 		if rm == nil {
 			continue
 		}
 		var name string
 		if v := rm["name"]; v != nil {
-			name, _ = p.str(v, join(rpath, "name"))
+			name, _ = p.nodes.Str(v, yamlnode.Join(rpath, "name"))
 		}
 		switch {
 		case name == "":
-			p.errorf(r, join(rpath, "name"), "missing: a replaces entry names the limit it replaces")
+			p.errorf(r, yamlnode.Join(rpath, "name"), "missing: a replaces entry names the limit it replaces")
 		case name == own:
-			p.errorf(rm["name"], join(rpath, "name"), "a limit cannot replace itself")
+			p.errorf(rm["name"], yamlnode.Join(rpath, "name"), "a limit cannot replace itself")
 		default:
-			p.replaces = append(p.replaces, replacesRef{name: name, field: join(rpath, "name"), line: rm["name"].Line})
+			p.replaces = append(p.replaces, replacesRef{name: name, field: yamlnode.Join(rpath, "name"), line: rm["name"].Line})
 			names = append(names, name)
 		}
 	}
@@ -625,8 +628,8 @@ func (p *parser) replacesList(v *yaml.Node, path, own string) []string {
 // checkUnlimited reports the fields that an unlimited limit may not have.
 func (p *parser) checkUnlimited(m map[string]*yaml.Node, path string) {
 	for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter"} {
-		if v := m[f]; v != nil && !isNull(v) {
-			p.errorf(v, join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
+		if v := m[f]; v != nil && !yamlnode.IsNull(v) {
+			p.errorf(v, yamlnode.Join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
 		}
 	}
 }
@@ -634,11 +637,11 @@ func (p *parser) checkUnlimited(m map[string]*yaml.Node, path string) {
 // unit returns rate_limit.unit, which is required; block is the rate_limit
 // mapping, where a missing unit is reported.
 func (p *parser) unit(v, block *yaml.Node, path string) Unit {
-	if v == nil || isNull(v) {
+	if v == nil || yamlnode.IsNull(v) {
 		p.errorf(block, path, "missing (want %s)", unitNames)
 		return UnitNone
 	}
-	s, ok := p.str(v, path)
+	s, ok := p.nodes.Str(v, path)
 	if !ok {
 		return UnitNone
 	}
@@ -653,7 +656,7 @@ func (p *parser) unit(v, block *yaml.Node, path string) Unit {
 // denyAll is true for a literal 0, which denies every request.
 func (p *parser) requestsPerUnit(v, block *yaml.Node, path string) (requests int64, denyAll bool) {
 	switch {
-	case v == nil || isNull(v):
+	case v == nil || yamlnode.IsNull(v):
 		p.errorf(block, path, "missing: how many requests each unit admits")
 	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0":
 		return 0, true
@@ -665,10 +668,10 @@ func (p *parser) requestsPerUnit(v, block *yaml.Node, path string) (requests int
 
 // algorithm returns rate_limit.algorithm, fixed_window when absent.
 func (p *parser) algorithm(v *yaml.Node, path string) algorithms.Algorithm {
-	if v == nil || isNull(v) {
+	if v == nil || yamlnode.IsNull(v) {
 		return algorithms.FixedWindow
 	}
-	s, ok := p.str(v, path)
+	s, ok := p.nodes.Str(v, path)
 	if !ok {
 		return algorithms.FixedWindow
 	}
@@ -700,10 +703,10 @@ func (p *parser) unitMultiplier(v *yaml.Node, path string) int64 {
 
 // retryJitter returns rate_limit.retry_jitter, 0 when absent.
 func (p *parser) retryJitter(v *yaml.Node, path string) time.Duration {
-	if v == nil || isNull(v) {
+	if v == nil || yamlnode.IsNull(v) {
 		return 0
 	}
-	s, ok := p.str(v, path)
+	s, ok := p.nodes.Str(v, path)
 	if !ok {
 		return 0
 	}
@@ -728,7 +731,7 @@ func (p *parser) retryJitter(v *yaml.Node, path string) time.Duration {
 func (p *parser) rate(l *Limit, alg algorithms.Algorithm, requests, burst int64, block, multiplier *yaml.Node, path string) bool {
 	unit := l.Unit.Duration()
 	if l.UnitMultiplier > int64(algorithms.MaxSpan/unit) {
-		p.errorf(multiplier, join(path, "unit_multiplier"), "%d × %v is longer than the longest period, %v", l.UnitMultiplier, l.Unit, algorithms.MaxSpan)
+		p.errorf(multiplier, yamlnode.Join(path, "unit_multiplier"), "%d × %v is longer than the longest period, %v", l.UnitMultiplier, l.Unit, algorithms.MaxSpan)
 		return false
 	}
 	r, err := algorithms.NewLimit(alg, requests, time.Duration(l.UnitMultiplier)*unit, burst)
@@ -741,67 +744,6 @@ func (p *parser) rate(l *Limit, alg algorithms.Algorithm, requests, burst int64,
 	return true
 }
 
-// fields returns the values of the mapping y by key, reporting a y that is
-// not a mapping (and returning nil), and keys that are unknown or repeated.
-// A key whose value is null is present with a null value.
-func (p *parser) fields(y *yaml.Node, path string, known []string) map[string]*yaml.Node {
-	y = resolve(y)
-	if y.Kind != yaml.MappingNode {
-		p.errorf(y, path, "want a mapping with %s; got %s", strings.Join(known, ", "), describe(y))
-		return nil
-	}
-	m := make(map[string]*yaml.Node, len(y.Content)/2)
-	for i := 0; i+1 < len(y.Content); i += 2 {
-		k, v := resolve(y.Content[i]), resolve(y.Content[i+1])
-		name := k.Value
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, path, "a key that is %s (want one of %s)", describe(k), strings.Join(known, ", "))
-			continue
-		}
-		if !slices.Contains(known, name) {
-			p.errorf(k, join(path, name), "unknown field (want one of %s)", strings.Join(known, ", "))
-			continue
-		}
-		if prev, dup := m[name]; dup {
-			p.errorf(k, join(path, name), "given twice (first at line %d)", prev.Line)
-			continue
-		}
-		m[name] = v
-	}
-	return m
-}
-
-// list returns the items of the sequence y: none for a missing or null y,
-// and none, with a problem, for a y that is not a sequence.
-func (p *parser) list(y *yaml.Node, path string) []*yaml.Node {
-	if y == nil || isNull(y) {
-		return nil
-	}
-	y = resolve(y)
-	if y.Kind != yaml.SequenceNode {
-		p.errorf(y, path, "want a list; got %s", describe(y))
-		return nil
-	}
-	items := make([]*yaml.Node, len(y.Content))
-	for i, item := range y.Content {
-		items[i] = resolve(item)
-	}
-	return items
-}
-
-// str returns the scalar y as written: like envoyproxy/ratelimit, a string
-// field takes any scalar (value: 200 is the string "200"), and null is "".
-func (p *parser) str(y *yaml.Node, path string) (string, bool) {
-	if isNull(y) {
-		return "", true
-	}
-	if y.Kind != yaml.ScalarNode {
-		p.errorf(y, path, "want a string; got %s", describe(y))
-		return "", false
-	}
-	return y.Value, true
-}
-
 // yaml11Bools are the booleans of YAML 1.1, which envoyproxy/ratelimit's
 // YAML parser (yaml.v2) reads and YAML 1.2 reads as strings.
 var yaml11Bools = map[string]bool{
@@ -811,7 +753,7 @@ var yaml11Bools = map[string]bool{
 
 // boolean returns the boolean y, false when y is missing or null.
 func (p *parser) boolean(y *yaml.Node, path string) bool {
-	if y == nil || isNull(y) {
+	if y == nil || yamlnode.IsNull(y) {
 		return false
 	}
 	if y.Kind == yaml.ScalarNode {
@@ -825,18 +767,18 @@ func (p *parser) boolean(y *yaml.Node, path string) bool {
 			return b
 		}
 	}
-	p.errorf(y, path, "want true or false; got %s", describe(y))
+	p.errorf(y, path, "want true or false; got %s", yamlnode.Describe(y))
 	return false
 }
 
 // integer returns the whole number y, which must be within [min, max]; 0
 // when y is missing or null. ok is false when y has a problem.
 func (p *parser) integer(y *yaml.Node, path string, min, max int64) (n int64, ok bool) {
-	if y == nil || isNull(y) {
+	if y == nil || yamlnode.IsNull(y) {
 		return 0, true
 	}
 	if y.Kind != yaml.ScalarNode || y.ShortTag() != "!!int" {
-		p.errorf(y, path, "want a whole number; got %s", describe(y))
+		p.errorf(y, path, "want a whole number; got %s", yamlnode.Describe(y))
 		return 0, false
 	}
 	if err := y.Decode(&n); err != nil {
@@ -855,48 +797,4 @@ func (p *parser) integer(y *yaml.Node, path string, min, max int64) (n int64, ok
 		return 0, false
 	}
 	return n, true
-}
-
-// resolve follows aliases (*name) to the node they name.
-func resolve(y *yaml.Node) *yaml.Node {
-	for y != nil && y.Kind == yaml.AliasNode && y.Alias != nil {
-		y = y.Alias
-	}
-	return y
-}
-
-func isNull(y *yaml.Node) bool {
-	y = resolve(y)
-	return y != nil && y.Kind == yaml.ScalarNode && y.ShortTag() == "!!null"
-}
-
-// describe says what y is, for problems.
-func describe(y *yaml.Node) string {
-	y = resolve(y)
-	if y == nil {
-		return "nothing"
-	}
-	switch y.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch y.ShortTag() {
-		case "!!null":
-			return "nothing"
-		case "!!str":
-			return strconv.Quote(y.Value)
-		}
-		return y.Value
-	}
-	return "something else"
-}
-
-// join returns the path of field name within the field at path.
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
 }

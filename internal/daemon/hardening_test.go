@@ -13,13 +13,13 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/grpcdecode/grpcdecodetest"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
 )
@@ -143,33 +143,6 @@ descriptors:
 	}
 }
 
-// raw is a client codec that sends []byte as they are: what a broken or
-// hostile client sends, which no generated client would.
-type raw struct{}
-
-func (raw) Name() string { return "proto" }
-func (raw) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
-}
-func (raw) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-// notUTF8 marshals m and replaces marker (once in a string field) by as
-// many 0xff bytes: a message no generated client would send.
-func notUTF8(t *testing.T, m proto.Message, marker string) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Count(b, []byte(marker)) != 1 {
-		t.Fatalf("marker %q not found once in %x", marker, b)
-	}
-	return bytes.Replace(b, []byte(marker), bytes.Repeat([]byte{0xff}, len(marker)), 1)
-}
-
 // TestUndecodableRequests: over a real connection, on both APIs, bytes
 // that do not decode as the request — malformed wire data, a string that is
 // not UTF-8 — are InvalidArgument naming the problem, and counted in the
@@ -189,11 +162,11 @@ func TestUndecodableRequests(t *testing.T) {
 		body         []byte
 		want         string
 	}{
-		{"v1: a value not UTF-8", v1, notUTF8(t, v1Msg, "@@"),
+		{"v1: a value not UTF-8", v1, grpcdecodetest.NotUTF8(t, v1Msg, "@@"),
 			"request ratelimit.v1.ShouldRateLimitRequest: descriptors[0].entries[1].value: invalid UTF-8"},
 		{"v1: truncated", v1, []byte{0x0a, 0x10, 'd'},
 			"request ratelimit.v1.ShouldRateLimitRequest: cannot decode: proto:"},
-		{"v3: a key not UTF-8", envoy, notUTF8(t, envoyMsg, "@@"),
+		{"v3: a key not UTF-8", envoy, grpcdecodetest.NotUTF8(t, envoyMsg, "@@"),
 			"request envoy.service.ratelimit.v3.RateLimitRequest: descriptors[0].entries[0].key: invalid UTF-8"},
 		{"v3: a varint that never ends", envoy, bytes.Repeat([]byte{0x80}, 12),
 			"request envoy.service.ratelimit.v3.RateLimitRequest: cannot decode: proto:"},
@@ -201,7 +174,7 @@ func TestUndecodableRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out []byte
-			err := conn.Invoke(context.Background(), tt.method, tt.body, &out, grpc.ForceCodecV2(raw{}))
+			err := conn.Invoke(context.Background(), tt.method, tt.body, &out, grpc.ForceCodecV2(grpcdecodetest.Raw{}))
 			st := status.Convert(err)
 			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), tt.want) {
 				t.Errorf("got %v %q, want InvalidArgument %q", st.Code(), st.Message(), tt.want)
@@ -219,7 +192,7 @@ func TestUndecodableRequests(t *testing.T) {
 	// The same connection still decides well-formed requests.
 	var out []byte
 	ok, _ := proto.Marshal(req("default", desc("path", "/orders")))
-	if err := conn.Invoke(context.Background(), v1, ok, &out, grpc.ForceCodecV2(raw{})); err != nil {
+	if err := conn.Invoke(context.Background(), v1, ok, &out, grpc.ForceCodecV2(grpcdecodetest.Raw{})); err != nil {
 		t.Errorf("a valid request after the malformed ones: %v", err)
 	}
 }

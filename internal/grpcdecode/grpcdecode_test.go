@@ -16,47 +16,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
+	"github.com/ratelimitd/ratelimitd/internal/grpcdecode/grpcdecodetest"
 )
-
-// raw is a client codec that sends []byte as they are, so that a test can
-// send what no generated client would.
-type raw struct{}
-
-func (raw) Name() string { return "proto" }
-func (raw) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
-}
-func (raw) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-// corrupt marshals m and replaces marker, which must occur once in a
-// string field, by bytes of the same length that are not UTF-8.
-func corrupt(t *testing.T, m proto.Message, marker string) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Count(b, []byte(marker)) != 1 {
-		t.Fatalf("marker %q not found once", marker)
-	}
-	return bytes.Replace(b, []byte(marker), bytes.Repeat([]byte{0xff}, len(marker)), 1)
-}
-
-func mustMarshal(t testing.TB, m proto.Message) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // TestUndecodableRequests runs the health service behind a Decoder on
 // loopback, with an interceptor before it that records each call's code,
@@ -98,8 +62,8 @@ func TestUndecodableRequests(t *testing.T) {
 		code codes.Code
 		msg  string
 	}{
-		{"valid", mustMarshal(t, &healthpb.HealthCheckRequest{Service: ""}), codes.OK, ""},
-		{"invalid UTF-8", corrupt(t, &healthpb.HealthCheckRequest{Service: "zz"}, "zz"), codes.InvalidArgument,
+		{"valid", grpcdecodetest.Marshal(t, &healthpb.HealthCheckRequest{Service: ""}), codes.OK, ""},
+		{"invalid UTF-8", grpcdecodetest.NotUTF8(t, &healthpb.HealthCheckRequest{Service: "zz"}, "zz"), codes.InvalidArgument,
 			"request grpc.health.v1.HealthCheckRequest: service: invalid UTF-8"},
 		{"truncated", []byte{0x0a, 0x05, 'a'}, codes.InvalidArgument,
 			"request grpc.health.v1.HealthCheckRequest: cannot decode: "},
@@ -110,7 +74,7 @@ func TestUndecodableRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := handled.Load()
 			var out []byte
-			err := conn.Invoke(ctx, "/grpc.health.v1.Health/Check", tt.body, &out, grpc.ForceCodecV2(raw{}))
+			err := conn.Invoke(ctx, "/grpc.health.v1.Health/Check", tt.body, &out, grpc.ForceCodecV2(grpcdecodetest.Raw{}))
 			st := status.Convert(err)
 			if st.Code() != tt.code || !bytes.HasPrefix([]byte(st.Message()), []byte(tt.msg)) {
 				t.Fatalf("got %v %q, want %v %q", st.Code(), st.Message(), tt.code, tt.msg)
@@ -125,11 +89,11 @@ func TestUndecodableRequests(t *testing.T) {
 	}
 
 	// A stream: Watch's request is received through RecvMsg.
-	s, err := conn.NewStream(ctx, &healthpb.Health_ServiceDesc.Streams[0], "/grpc.health.v1.Health/Watch", grpc.ForceCodecV2(raw{}))
+	s, err := conn.NewStream(ctx, &healthpb.Health_ServiceDesc.Streams[0], "/grpc.health.v1.Health/Watch", grpc.ForceCodecV2(grpcdecodetest.Raw{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SendMsg(corrupt(t, &healthpb.HealthCheckRequest{Service: "zz"}, "zz")); err != nil {
+	if err := s.SendMsg(grpcdecodetest.NotUTF8(t, &healthpb.HealthCheckRequest{Service: "zz"}, "zz")); err != nil {
 		t.Fatal(err)
 	}
 	s.CloseSend()
@@ -163,7 +127,7 @@ func TestInvalidUTF8Path(t *testing.T) {
 			"descriptors[0].limit.name"},
 	}
 	for _, tt := range tests {
-		got := grpcdecode.InvalidUTF8(tt.msg, corrupt(t, tt.msg, tt.marker))
+		got := grpcdecode.InvalidUTF8(tt.msg, grpcdecodetest.NotUTF8(t, tt.msg, tt.marker))
 		if got != tt.want {
 			t.Errorf("%v: %q, want %q", tt.msg, got, tt.want)
 		}
@@ -175,7 +139,7 @@ func TestInvalidUTF8Path(t *testing.T) {
 // proto codec alone (baseline): the difference is what the Decoder adds.
 func BenchmarkWellFormed(b *testing.B) {
 	dec := grpcdecode.New()
-	in := mustMarshal(b, &ratelimitv1.ShouldRateLimitRequest{Domain: "default", Descriptors: []*ratelimitv1.Descriptor{
+	in := grpcdecodetest.Marshal(b, &ratelimitv1.ShouldRateLimitRequest{Domain: "default", Descriptors: []*ratelimitv1.Descriptor{
 		{Entries: []*ratelimitv1.Entry{{Key: "path", Value: "/orders"}, {Key: "user", Value: "alice"}}}}})
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	for _, bb := range []struct {
