@@ -1,0 +1,226 @@
+// Command smoke checks a freshly started ratelimitd from outside, as a user
+// would: scripts/image-test runs it against the container image. It waits
+// for /readyz, then asks for real decisions and checks the answers:
+//
+//   - ratelimit.v1 with the embedded default policy: [generic_key=global]
+//     is admitted by the rule "global" with 6999 of 7000 left;
+//   - ratelimit.v1 with an inline limit of 1 per hour on a key of its own:
+//     the first call is admitted with 0 left, the second denied with a
+//     retry_after of at most an hour;
+//   - Envoy's v3 API on the same bucket as the first: admitted, 6998 left
+//     (both APIs share the buckets);
+//   - gRPC health: SERVING;
+//   - over HTTP: /healthz, and /metrics counting exactly those decisions
+//     (3 ok, 1 over_limit) and, with -revision, ratelimitd_build_info naming
+//     that commit.
+//
+// The daemon must be fresh (no decision made before) and serve the
+// embedded default policy. Exit status 0 when every check holds, 1 with
+// the failed check otherwise.
+//
+// Usage: smoke -grpc 127.0.0.1:8081 -http 127.0.0.1:8080 [-revision COMMIT] [-started-at UNIXNANO] [-timeout 30s]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	rlsv3common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("smoke", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grpcAddr := fs.String("grpc", "127.0.0.1:8081", "the daemon's gRPC `address`")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "the daemon's HTTP `address`")
+	revision := fs.String("revision", "", "the `commit` ratelimitd_build_info must name (empty: not checked)")
+	startedAt := fs.Int64("started-at", 0, "when the daemon was started, in Unix `nanoseconds`: report the time to ready from then")
+	timeout := fs.Duration("timeout", 30*time.Second, "the most to wait for /readyz, and for all the checks")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	start := time.Now()
+	if *startedAt != 0 {
+		start = time.Unix(0, *startedAt)
+	}
+	s := smoke{grpc: *grpcAddr, http: "http://" + *httpAddr, revision: *revision}
+	if err := s.waitReady(ctx); err != nil {
+		fmt.Fprintf(stderr, "smoke: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "ready %d ms after start\n", time.Since(start).Milliseconds())
+	if err := s.check(ctx); err != nil {
+		fmt.Fprintf(stderr, "smoke: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "smoke: ok: decisions over ratelimit.v1 and Envoy v3, health, metrics")
+	return 0
+}
+
+type smoke struct {
+	grpc, http, revision string
+}
+
+// get returns the status and body of GET path on the HTTP port.
+func (s smoke) get(ctx context.Context, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.http+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// waitReady polls /readyz every 20ms until it answers 200.
+func (s smoke) waitReady(ctx context.Context) error {
+	var last string
+	for {
+		code, body, err := s.get(ctx, "/readyz")
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %q", code, body)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("/readyz not 200 in time; last answer: %s", last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s smoke) check(ctx context.Context) error {
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	v1 := rl.NewRateLimitServiceClient(conn)
+
+	global := &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{
+		{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}},
+	}}
+	resp, err := v1.ShouldRateLimit(ctx, global)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 [generic_key=global]: %w", err)
+	}
+	if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || !st[0].GetMatched() ||
+		st[0].GetRule().GetName() != "global" || st[0].GetRemaining() != 6999 {
+		return fmt.Errorf("ratelimit.v1 [generic_key=global]: got %v, want CODE_OK by rule global with 6999 left", resp)
+	}
+
+	once := &rl.ShouldRateLimitRequest{Domain: "smoke", Descriptors: []*rl.Descriptor{{
+		Entries: []*rl.Entry{{Key: "smoke", Value: "once-an-hour"}},
+		Limit:   &rl.Limit{Algorithm: rl.Algorithm_ALGORITHM_TOKEN_BUCKET, Requests: 1, Period: durationpb.New(time.Hour), Name: "smoke"},
+	}}}
+	resp, err = v1.ShouldRateLimit(ctx, once)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 inline limit, first call: %w", err)
+	}
+	if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || st[0].GetRemaining() != 0 {
+		return fmt.Errorf("ratelimit.v1 inline limit, first call: got %v, want CODE_OK with 0 left", resp)
+	}
+	resp, err = v1.ShouldRateLimit(ctx, once)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 inline limit, second call: %w", err)
+	}
+	if ra := resp.GetRetryAfter().AsDuration(); resp.GetOverallCode() != rl.Code_CODE_OVER_LIMIT || ra <= 0 || ra > time.Hour {
+		return fmt.Errorf("ratelimit.v1 inline limit, second call: got %v, want CODE_OVER_LIMIT with a retry_after in (0, 1h]", resp)
+	}
+
+	envoy, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain:      "default",
+		Descriptors: []*rlsv3common.RateLimitDescriptor{{Entries: []*rlsv3common.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "global"}}}},
+	})
+	if err != nil {
+		return fmt.Errorf("Envoy v3 [generic_key=global]: %w", err)
+	}
+	if st := envoy.GetStatuses(); envoy.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(st) != 1 || st[0].GetLimitRemaining() != 6998 {
+		return fmt.Errorf("Envoy v3 [generic_key=global]: got %v, want OK with 6998 left (the bucket ratelimit.v1 charged)", envoy)
+	}
+
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("gRPC health: %v %v, want SERVING", h, err)
+	}
+
+	if code, body, err := s.get(ctx, "/healthz"); err != nil || code != http.StatusOK {
+		return fmt.Errorf("/healthz: %d %q %v, want 200", code, body, err)
+	}
+	code, body, err := s.get(ctx, "/metrics")
+	if err != nil || code != http.StatusOK {
+		return fmt.Errorf("/metrics: %d %v, want 200", code, err)
+	}
+	samples, err := parse(body)
+	if err != nil {
+		return fmt.Errorf("/metrics: %w", err)
+	}
+	for series, want := range map[string]float64{
+		`ratelimitd_decisions_total{code="ok"}`:         3,
+		`ratelimitd_decisions_total{code="over_limit"}`: 1,
+	} {
+		if got, ok := samples[series]; !ok || got != want {
+			return fmt.Errorf("/metrics: %s = %v (present: %v), want %v", series, got, ok, want)
+		}
+	}
+	if s.revision != "" && !strings.Contains(body, `revision="`+s.revision+`"`) {
+		return fmt.Errorf("/metrics: ratelimitd_build_info does not name revision %s:\n%s", s.revision, lines(body, "ratelimitd_build_info"))
+	}
+	return nil
+}
+
+// parse reads the samples of a Prometheus text exposition, keyed by their
+// series as written: `name{label="value",...}`.
+func parse(body string) (map[string]float64, error) {
+	samples := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("sample %q: %v", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	return samples, nil
+}
+
+func lines(text, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
