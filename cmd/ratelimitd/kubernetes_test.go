@@ -142,7 +142,8 @@ func TestKubernetesExample(t *testing.T) {
 	// The values parse too: --version exits 0 only after every flag before it did.
 	var stderr strings.Builder
 	if code := run(append(append([]string{}, c.Args...), "--version"), io.Discard, &stderr); code != 0 {
-		t.Errorf("ratelimitd %s --version: exit %d: %s", strings.Join(c.Args, " "), code, stderr.String())
+		msg, _, _ := strings.Cut(stderr.String(), "\n") // the first line; the usage follows
+		t.Errorf("ratelimitd %s --version: exit %d: %s", strings.Join(c.Args, " "), code, msg)
 	}
 
 	// The probes and ports match the addresses the image listens on.
