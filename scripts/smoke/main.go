@@ -1,24 +1,26 @@
 // Command smoke checks a freshly started ratelimitd from outside, as a user
-// would: scripts/image-test runs it against the container image. It waits
-// for /readyz, then asks for real decisions and checks the answers:
+// would: scripts/image-test runs it against the container image. The
+// daemon serves Policy (smoke -print-policy writes it out, for --config):
+// a token bucket of 3 that refills once a day, so that no answer depends on
+// how long the checks take. Smoke waits for /readyz, then asks for real
+// decisions and checks the answers:
 //
-//   - ratelimit.v1 with the embedded default policy: [generic_key=global]
-//     is admitted by the rule "global" with 6999 of 7000 left;
-//   - ratelimit.v1 with an inline limit of 1 per hour on a key of its own:
-//     the first call is admitted with 0 left, the second denied with a
-//     retry_after of at most an hour;
-//   - Envoy's v3 API on the same bucket as the first: admitted, 6998 left
-//     (both APIs share the buckets);
+//   - ratelimit.v1, twice: admitted by the rule "smoke", 2 then 1 left;
+//   - Envoy's v3 API on the same bucket: admitted, 0 left (both APIs share
+//     the buckets);
+//   - ratelimit.v1 again: denied, with a retry_after of at most a day;
 //   - gRPC health: SERVING;
 //   - over HTTP: /healthz, and /metrics counting exactly those decisions
-//     (3 ok, 1 over_limit) and, with -revision, ratelimitd_build_info naming
-//     that commit.
+//     (3 ok, 1 over_limit; the rule's 4 hits, 1 over the limit) and, with
+//     -revision, ratelimitd_build_info naming that commit.
 //
-// The daemon must be fresh (no decision made before) and serve the
-// embedded default policy. Exit status 0 when every check holds, 1 with
-// the failed check otherwise.
+// The daemon must be fresh (no decision made before). Exit status 0 when
+// every check holds, 1 with the failed check otherwise.
 //
-// Usage: smoke -grpc 127.0.0.1:8081 -http 127.0.0.1:8080 [-revision COMMIT] [-started-at UNIXNANO] [-timeout 30s]
+// Usage:
+//
+//	smoke -grpc 127.0.0.1:8081 -http 127.0.0.1:8080 [-revision COMMIT] [-started-at UNIXNANO] [-timeout 30s]
+//	smoke -print-policy
 package main
 
 import (
@@ -37,10 +39,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
+
+// Policy is the policy file the checked daemon serves.
+const Policy = `domain: smoke
+descriptors:
+  - key: client
+    rate_limit: {unit: day, requests_per_unit: 1, algorithm: token_bucket, burst: 3, name: smoke}
+`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -54,8 +62,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	revision := fs.String("revision", "", "the `commit` ratelimitd_build_info must name (empty: not checked)")
 	startedAt := fs.Int64("started-at", 0, "when the daemon was started, in Unix `nanoseconds`: report the time to ready from then")
 	timeout := fs.Duration("timeout", 30*time.Second, "the most to wait for /readyz, and for all the checks")
+	printPolicy := fs.Bool("print-policy", false, "print the policy the daemon must serve, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *printPolicy {
+		fmt.Fprint(stdout, Policy)
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -73,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "smoke: %v\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "smoke: ok: decisions over ratelimit.v1 and Envoy v3, health, metrics")
+	fmt.Fprintln(stdout, "smoke: ok: decisions over ratelimit.v1 and Envoy v3 on one bucket, health, /healthz, /metrics")
 	return 0
 }
 
@@ -124,47 +137,37 @@ func (s smoke) check(ctx context.Context) error {
 	}
 	defer conn.Close()
 	v1 := rl.NewRateLimitServiceClient(conn)
+	envoy := rlsv3.NewRateLimitServiceClient(conn)
 
-	global := &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{
-		{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}},
-	}}
-	resp, err := v1.ShouldRateLimit(ctx, global)
-	if err != nil {
-		return fmt.Errorf("ratelimit.v1 [generic_key=global]: %w", err)
+	// Three tokens and no refill in the test's time: three admissions, the
+	// third through Envoy's API on the same bucket, then a denial.
+	req := &rl.ShouldRateLimitRequest{Domain: "smoke", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "client", Value: "smoke"}}}}}
+	for i, left := range []uint64{2, 1} {
+		resp, err := v1.ShouldRateLimit(ctx, req)
+		if err != nil {
+			return fmt.Errorf("ratelimit.v1 call %d: %w", i+1, err)
+		}
+		if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || !st[0].GetMatched() ||
+			st[0].GetRule().GetName() != "smoke" || st[0].GetRemaining() != left {
+			return fmt.Errorf("ratelimit.v1 call %d: got %v, want CODE_OK by rule smoke with %d left", i+1, resp, left)
+		}
 	}
-	if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || !st[0].GetMatched() ||
-		st[0].GetRule().GetName() != "global" || st[0].GetRemaining() != 6999 {
-		return fmt.Errorf("ratelimit.v1 [generic_key=global]: got %v, want CODE_OK by rule global with 6999 left", resp)
-	}
-
-	once := &rl.ShouldRateLimitRequest{Domain: "smoke", Descriptors: []*rl.Descriptor{{
-		Entries: []*rl.Entry{{Key: "smoke", Value: "once-an-hour"}},
-		Limit:   &rl.Limit{Algorithm: rl.Algorithm_ALGORITHM_TOKEN_BUCKET, Requests: 1, Period: durationpb.New(time.Hour), Name: "smoke"},
-	}}}
-	resp, err = v1.ShouldRateLimit(ctx, once)
-	if err != nil {
-		return fmt.Errorf("ratelimit.v1 inline limit, first call: %w", err)
-	}
-	if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || st[0].GetRemaining() != 0 {
-		return fmt.Errorf("ratelimit.v1 inline limit, first call: got %v, want CODE_OK with 0 left", resp)
-	}
-	resp, err = v1.ShouldRateLimit(ctx, once)
-	if err != nil {
-		return fmt.Errorf("ratelimit.v1 inline limit, second call: %w", err)
-	}
-	if ra := resp.GetRetryAfter().AsDuration(); resp.GetOverallCode() != rl.Code_CODE_OVER_LIMIT || ra <= 0 || ra > time.Hour {
-		return fmt.Errorf("ratelimit.v1 inline limit, second call: got %v, want CODE_OVER_LIMIT with a retry_after in (0, 1h]", resp)
-	}
-
-	envoy, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      "default",
-		Descriptors: []*rlsv3common.RateLimitDescriptor{{Entries: []*rlsv3common.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "global"}}}},
+	er, err := envoy.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain:      "smoke",
+		Descriptors: []*rlsv3common.RateLimitDescriptor{{Entries: []*rlsv3common.RateLimitDescriptor_Entry{{Key: "client", Value: "smoke"}}}},
 	})
 	if err != nil {
-		return fmt.Errorf("Envoy v3 [generic_key=global]: %w", err)
+		return fmt.Errorf("Envoy v3 call: %w", err)
 	}
-	if st := envoy.GetStatuses(); envoy.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(st) != 1 || st[0].GetLimitRemaining() != 6998 {
-		return fmt.Errorf("Envoy v3 [generic_key=global]: got %v, want OK with 6998 left (the bucket ratelimit.v1 charged)", envoy)
+	if st := er.GetStatuses(); er.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(st) != 1 || st[0].GetLimitRemaining() != 0 {
+		return fmt.Errorf("Envoy v3 call: got %v, want OK with 0 left (the bucket ratelimit.v1 charged)", er)
+	}
+	resp, err := v1.ShouldRateLimit(ctx, req)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 call 3: %w", err)
+	}
+	if ra := resp.GetRetryAfter().AsDuration(); resp.GetOverallCode() != rl.Code_CODE_OVER_LIMIT || ra <= 0 || ra > 24*time.Hour {
+		return fmt.Errorf("ratelimit.v1 call 3: got %v, want CODE_OVER_LIMIT with a retry_after in (0, 24h]", resp)
 	}
 
 	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -184,8 +187,10 @@ func (s smoke) check(ctx context.Context) error {
 		return fmt.Errorf("/metrics: %w", err)
 	}
 	for series, want := range map[string]float64{
-		`ratelimitd_decisions_total{code="ok"}`:         3,
-		`ratelimitd_decisions_total{code="over_limit"}`: 1,
+		`ratelimitd_decisions_total{code="ok"}`:                                             3,
+		`ratelimitd_decisions_total{code="over_limit"}`:                                     1,
+		`ratelimitd_rule_hits_total{descriptor="",domain="smoke",rule="client"}`:            4,
+		`ratelimitd_rule_over_limit_hits_total{descriptor="",domain="smoke",rule="client"}`: 1,
 	} {
 		if got, ok := samples[series]; !ok || got != want {
 			return fmt.Errorf("/metrics: %s = %v (present: %v), want %v", series, got, ok, want)

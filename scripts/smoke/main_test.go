@@ -16,10 +16,14 @@ func smokeRun(t *testing.T, d *daemontest.Daemon, extra ...string) (int, string)
 	return code, out.String() + errs.String()
 }
 
-// TestSmokePasses: against a fresh daemon with the default policy, every
-// check holds.
+// TestSmokePasses: against a fresh daemon serving Policy, every check
+// holds, and -print-policy prints that policy.
 func TestSmokePasses(t *testing.T) {
-	d := daemontest.Start(t, "")
+	var out strings.Builder
+	if code := run([]string{"-print-policy"}, &out, &out); code != 0 || out.String() != Policy {
+		t.Fatalf("-print-policy: exit %d, %q", code, out.String())
+	}
+	d := daemontest.Start(t, Policy)
 	if code, out := smokeRun(t, d, "-revision", buildinfo.Read().Commit); code != 0 || !strings.Contains(out, "smoke: ok") {
 		t.Fatalf("exit %d, want 0:\n%s", code, out)
 	}
@@ -35,19 +39,18 @@ func TestSmokeFails(t *testing.T) {
 		want  string
 	}{
 		{"shadow mode denies nothing", func(t *testing.T) *daemontest.Daemon {
-			return daemontest.Start(t, "", func(c *daemon.Config) { c.ShadowMode = true })
-		}, nil, "second call"},
-		{"another policy", func(t *testing.T) *daemontest.Daemon {
-			return daemontest.Start(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
-		}, nil, "[generic_key=global]"},
+			return daemontest.Start(t, Policy, func(c *daemon.Config) { c.ShadowMode = true })
+		}, nil, "call 3: got"},
+		{"the default policy", func(t *testing.T) *daemontest.Daemon { return daemontest.Start(t, "") },
+			nil, "ratelimit.v1 call 1: got"},
 		{"not fresh", func(t *testing.T) *daemontest.Daemon {
-			d := daemontest.Start(t, "")
+			d := daemontest.Start(t, Policy)
 			if code, out := smokeRun(t, d); code != 0 {
 				t.Fatalf("first run: exit %d:\n%s", code, out)
 			}
 			return d
-		}, nil, "6999"},
-		{"another revision", func(t *testing.T) *daemontest.Daemon { return daemontest.Start(t, "") },
+		}, nil, "call 1: got"},
+		{"another revision", func(t *testing.T) *daemontest.Daemon { return daemontest.Start(t, Policy) },
 			[]string{"-revision", "0123456789abcdef0123456789abcdef01234567"}, "does not name revision"},
 	}
 	for _, tt := range tests {
