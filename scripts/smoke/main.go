@@ -14,12 +14,15 @@
 //     (3 ok, 1 over_limit; the rule's 4 hits, 1 over the limit) and, with
 //     -revision, ratelimitd_build_info naming that commit.
 //
-// The daemon must be fresh (no decision made before). Exit status 0 when
-// every check holds, 1 with the failed check otherwise.
+// The daemon must be fresh (no decision made before). With -restarted, it
+// checks instead that a daemon restarted from the state file of one that
+// passed still denies that bucket. Exit status 0 when every check holds, 1
+// with the failed check otherwise.
 //
 // Usage:
 //
 //	smoke -grpc 127.0.0.1:8081 -http 127.0.0.1:8080 [-revision COMMIT] [-started-at UNIXNANO] [-timeout 30s]
+//	smoke -grpc ... -http ... -restarted
 //	smoke -print-policy
 package main
 
@@ -63,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	startedAt := fs.Int64("started-at", 0, "when the daemon was started, in Unix `nanoseconds`: report the time to ready from then")
 	timeout := fs.Duration("timeout", 30*time.Second, "the most to wait for /readyz, and for all the checks")
 	printPolicy := fs.Bool("print-policy", false, "print the policy the daemon must serve, and exit")
+	restarted := fs.Bool("restarted", false, "check instead that the bucket a first run spent is still spent: a daemon restarted from its --state-file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -82,6 +86,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "ready %d ms after start\n", time.Since(start).Milliseconds())
+	if *restarted {
+		if err := s.checkSpent(ctx); err != nil {
+			fmt.Fprintf(stderr, "smoke: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "smoke: ok: the bucket spent before the restart is still spent")
+		return 0
+	}
 	if err := s.check(ctx); err != nil {
 		fmt.Fprintf(stderr, "smoke: %v\n", err)
 		return 1
@@ -130,6 +142,27 @@ func (s smoke) waitReady(ctx context.Context) error {
 	}
 }
 
+// request is the one ratelimit.v1 request the checks make.
+var request = &rl.ShouldRateLimitRequest{Domain: "smoke", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "client", Value: "smoke"}}}}}
+
+// checkSpent checks that the bucket a full run of check spent is still
+// spent: one ratelimit.v1 call, denied.
+func (s smoke) checkSpent(ctx context.Context) error {
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	resp, err := rl.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 after the restart: %w", err)
+	}
+	if ra := resp.GetRetryAfter().AsDuration(); resp.GetOverallCode() != rl.Code_CODE_OVER_LIMIT || ra <= 0 || ra > 24*time.Hour {
+		return fmt.Errorf("ratelimit.v1 after the restart: got %v, want CODE_OVER_LIMIT: the bucket was spent before it", resp)
+	}
+	return nil
+}
+
 func (s smoke) check(ctx context.Context) error {
 	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -141,7 +174,7 @@ func (s smoke) check(ctx context.Context) error {
 
 	// Three tokens and no refill in the test's time: three admissions, the
 	// third through Envoy's API on the same bucket, then a denial.
-	req := &rl.ShouldRateLimitRequest{Domain: "smoke", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "client", Value: "smoke"}}}}}
+	req := request
 	for i, left := range []uint64{2, 1} {
 		resp, err := v1.ShouldRateLimit(ctx, req)
 		if err != nil {

@@ -64,6 +64,22 @@ func TestSmokeFails(t *testing.T) {
 	}
 }
 
+// TestSmokeRestarted: -restarted passes on a daemon whose bucket a full
+// run spent, and fails on a fresh one.
+func TestSmokeRestarted(t *testing.T) {
+	fresh := daemontest.Start(t, Policy)
+	if code, out := smokeRun(t, fresh, "-restarted"); code != 1 || !strings.Contains(out, "after the restart: got") {
+		t.Errorf("on a fresh daemon: exit %d, want 1:\n%s", code, out)
+	}
+	spent := daemontest.Start(t, Policy)
+	if code, out := smokeRun(t, spent); code != 0 {
+		t.Fatalf("full run: exit %d:\n%s", code, out)
+	}
+	if code, out := smokeRun(t, spent, "-restarted"); code != 0 {
+		t.Errorf("on a spent bucket: exit %d, want 0:\n%s", code, out)
+	}
+}
+
 // TestSmokeWaitsBounded: with nothing listening, it gives up after its
 // timeout and says /readyz was not ready.
 func TestSmokeWaitsBounded(t *testing.T) {
