@@ -5,13 +5,14 @@
 // how long the checks take. Smoke waits for /readyz, then asks for real
 // decisions and checks the answers:
 //
-//   - ratelimit.v1, twice: admitted by the rule "smoke", 2 then 1 left;
-//   - Envoy's v3 API on the same bucket: admitted, 0 left (both APIs share
-//     the buckets);
-//   - ratelimit.v1 again: denied, with a retry_after of at most a day;
+//   - ratelimit.v1 over gRPC: admitted by the rule "smoke", 2 left;
+//   - ratelimit.v1 as JSON over HTTP: 200, admitted, 1 left;
+//   - Envoy's v3 API over gRPC: admitted, 0 left (one bucket for all);
+//   - ratelimit.v1 over gRPC again: denied, retry_after at most a day;
+//   - upstream's /json over HTTP: 429, OVER_LIMIT;
 //   - gRPC health: SERVING;
 //   - over HTTP: /healthz, and /metrics counting exactly those decisions
-//     (3 ok, 1 over_limit; the rule's 4 hits, 1 over the limit) and, with
+//     (3 ok, 2 over_limit; the rule's 5 hits, 2 over the limit) and, with
 //     -revision, ratelimitd_build_info naming that commit.
 //
 // The daemon must be fresh (no decision made before). With -restarted, it
@@ -28,6 +29,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -98,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "smoke: %v\n", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "smoke: ok: decisions over ratelimit.v1 and Envoy v3 on one bucket, health, /healthz, /metrics")
+	fmt.Fprintln(stdout, "smoke: ok: decisions on one bucket over gRPC (ratelimit.v1, Envoy v3) and HTTP (JSON, /json), health, /healthz, /metrics")
 	return 0
 }
 
@@ -119,6 +121,22 @@ func (s smoke) get(ctx context.Context, path string) (int, string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
+}
+
+// post returns the status and body of a JSON POST to path on the HTTP port.
+func (s smoke) post(ctx context.Context, path, body string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.http+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }
 
 // waitReady polls /readyz every 20ms until it answers 200.
@@ -172,18 +190,31 @@ func (s smoke) check(ctx context.Context) error {
 	v1 := rl.NewRateLimitServiceClient(conn)
 	envoy := rlsv3.NewRateLimitServiceClient(conn)
 
-	// Three tokens and no refill in the test's time: three admissions, the
-	// third through Envoy's API on the same bucket, then a denial.
+	// Three tokens and no refill in the test's time: admitted over gRPC,
+	// over HTTP (JSON) and over Envoy's API, all on the one bucket; then
+	// denied over gRPC and over upstream's /json.
 	req := request
-	for i, left := range []uint64{2, 1} {
-		resp, err := v1.ShouldRateLimit(ctx, req)
-		if err != nil {
-			return fmt.Errorf("ratelimit.v1 call %d: %w", i+1, err)
-		}
-		if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || !st[0].GetMatched() ||
-			st[0].GetRule().GetName() != "smoke" || st[0].GetRemaining() != left {
-			return fmt.Errorf("ratelimit.v1 call %d: got %v, want CODE_OK by rule smoke with %d left", i+1, resp, left)
-		}
+	resp, err := v1.ShouldRateLimit(ctx, req)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 call 1: %w", err)
+	}
+	if st := resp.GetStatuses(); resp.GetOverallCode() != rl.Code_CODE_OK || len(st) != 1 || !st[0].GetMatched() ||
+		st[0].GetRule().GetName() != "smoke" || st[0].GetRemaining() != 2 {
+		return fmt.Errorf("ratelimit.v1 call 1: got %v, want CODE_OK by rule smoke with 2 left", resp)
+	}
+	code, body, err := s.post(ctx, "/ratelimit.v1.RateLimitService/ShouldRateLimit", `{"domain":"smoke","descriptors":[{"entries":[{"key":"client","value":"smoke"}]}]}`)
+	if err != nil {
+		return fmt.Errorf("ratelimit.v1 over HTTP: %w", err)
+	}
+	var hr struct {
+		OverallCode string `json:"overallCode"`
+		Statuses    []struct {
+			Remaining string `json:"remaining"`
+		} `json:"statuses"`
+	}
+	if err := json.Unmarshal([]byte(body), &hr); err != nil || code != http.StatusOK || hr.OverallCode != "CODE_OK" ||
+		len(hr.Statuses) != 1 || hr.Statuses[0].Remaining != "1" {
+		return fmt.Errorf("ratelimit.v1 over HTTP: got %d %s, want 200 with CODE_OK and 1 left", code, body)
 	}
 	er, err := envoy.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
 		Domain:      "smoke",
@@ -195,12 +226,19 @@ func (s smoke) check(ctx context.Context) error {
 	if st := er.GetStatuses(); er.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(st) != 1 || st[0].GetLimitRemaining() != 0 {
 		return fmt.Errorf("Envoy v3 call: got %v, want OK with 0 left (the bucket ratelimit.v1 charged)", er)
 	}
-	resp, err := v1.ShouldRateLimit(ctx, req)
+	resp, err = v1.ShouldRateLimit(ctx, req)
 	if err != nil {
 		return fmt.Errorf("ratelimit.v1 call 3: %w", err)
 	}
 	if ra := resp.GetRetryAfter().AsDuration(); resp.GetOverallCode() != rl.Code_CODE_OVER_LIMIT || ra <= 0 || ra > 24*time.Hour {
 		return fmt.Errorf("ratelimit.v1 call 3: got %v, want CODE_OVER_LIMIT with a retry_after in (0, 24h]", resp)
+	}
+	code, body, err = s.post(ctx, "/json", `{"domain":"smoke","descriptors":[{"entries":[{"key":"client","value":"smoke"}]}]}`)
+	if err != nil {
+		return fmt.Errorf("/json: %w", err)
+	}
+	if code != http.StatusTooManyRequests || !strings.Contains(body, `"OVER_LIMIT"`) {
+		return fmt.Errorf("/json: got %d %s, want 429 with OVER_LIMIT", code, body)
 	}
 
 	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -211,7 +249,7 @@ func (s smoke) check(ctx context.Context) error {
 	if code, body, err := s.get(ctx, "/healthz"); err != nil || code != http.StatusOK {
 		return fmt.Errorf("/healthz: %d %q %v, want 200", code, body, err)
 	}
-	code, body, err := s.get(ctx, "/metrics")
+	code, body, err = s.get(ctx, "/metrics")
 	if err != nil || code != http.StatusOK {
 		return fmt.Errorf("/metrics: %d %v, want 200", code, err)
 	}
@@ -221,9 +259,9 @@ func (s smoke) check(ctx context.Context) error {
 	}
 	for series, want := range map[string]float64{
 		`ratelimitd_decisions_total{code="ok"}`:                                             3,
-		`ratelimitd_decisions_total{code="over_limit"}`:                                     1,
-		`ratelimitd_rule_hits_total{descriptor="",domain="smoke",rule="client"}`:            4,
-		`ratelimitd_rule_over_limit_hits_total{descriptor="",domain="smoke",rule="client"}`: 1,
+		`ratelimitd_decisions_total{code="over_limit"}`:                                     2,
+		`ratelimitd_rule_hits_total{descriptor="",domain="smoke",rule="client"}`:            5,
+		`ratelimitd_rule_over_limit_hits_total{descriptor="",domain="smoke",rule="client"}`: 2,
 	} {
 		if got, ok := samples[series]; !ok || got != want {
 			return fmt.Errorf("/metrics: %s = %v (present: %v), want %v", series, got, ok, want)
