@@ -4,6 +4,7 @@
 //	ratelimitd check-config PATH       validate a policy file or directory
 //	ratelimitd simulate [flags]        replay traffic against limits (CSV, SVG)
 //	ratelimitd bench --target HOST:PORT load a rate-limit service and report (see bench --help)
+//	ratelimitd --version               print the build: version, commit, commit time
 //
 // Signals: SIGHUP reloads the policy and the authorization policy; SIGTERM and SIGINT drain and stop the
 // daemon (see daemon.Daemon.Shutdown), which then exits 0.
@@ -22,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
@@ -72,8 +74,8 @@ Flags:
 	var cfg daemon.Config
 	b := engine.DefaultBounds
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address`; 0.0.0.0:8081 for every interface (in a container)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, the decision APIs as JSON: docs/http.md; /debug/pprof/ with --pprof); 0.0.0.0:8080 for every interface")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("RATELIMITD_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen `address`; 0.0.0.0:8081 or :8081 for every interface ($RATELIMITD_GRPC_ADDR, when set, is the default: the container image sets :8081)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("RATELIMITD_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, the decision APIs as JSON: docs/http.md; /debug/pprof/ with --pprof); 0.0.0.0:8080 or :8080 for every interface ($RATELIMITD_HTTP_ADDR, when set, is the default: the container image sets :8080)")
 	maxMemory := byteSize(memory.DefaultMaxBytes)
 	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (KiB, MiB, GiB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory")
@@ -99,11 +101,16 @@ Flags:
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	redisFlags := addRedisFlags(fs, &cfg)
+	version := fs.Bool("version", false, "print the version, commit and commit time of this build, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Read())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ratelimitd: unexpected argument %q (see --help)\n", fs.Arg(0))
@@ -146,6 +153,8 @@ Flags:
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	bi := buildinfo.Read()
+	cfg.Logger.Info("ratelimitd starting", "version", bi.Version, "commit", bi.Commit, "commit_time", bi.Date(), "modified", bi.Modified, "go", bi.GoVersion)
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
@@ -188,6 +197,15 @@ func checkPolicyLimits(l config.Limits) error {
 		return fmt.Errorf("--max-policy-descriptors %d: want at least 1", l.MaxDescriptors)
 	}
 	return nil
+}
+
+// envOr returns the environment variable name's value, or def when it is
+// unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func checkConfig(args []string, stdout, stderr io.Writer) int {

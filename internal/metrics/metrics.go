@@ -11,6 +11,7 @@
 //   - gRPC server requests by method and code, with latency, from
 //     go-grpc-middleware's Prometheus provider (UnaryServerInterceptor,
 //     StreamServerInterceptor);
+//   - the running build (ratelimitd_build_info, from internal/buildinfo);
 //   - the Go runtime's and the process's standard metrics.
 //
 // # Per-rule hits
@@ -81,6 +82,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 )
@@ -210,7 +212,7 @@ func New(opts ...Option) *Metrics {
 	)
 
 	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.latency, decisions,
-		m.reloads, m.lastReload, m.lastReloadOK, m.grpc,
+		m.reloads, m.lastReload, m.lastReloadOK, m.grpc, buildInfo(buildinfo.Read()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
