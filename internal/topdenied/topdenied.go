@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 )
 
@@ -129,12 +130,12 @@ func (t *Tracker) Observe(req *engine.Request, resp *engine.Response) {
 		if st.Code == algorithms.Allowed || !st.Matched || i >= len(req.Descriptors) {
 			continue
 		}
-		t.add(req.Domain, &req.Descriptors[i], st.Shadow || resp.Shadowed)
+		t.add(req.Domain, &req.Descriptors[i], st.Rule, st.Shadow || resp.Shadowed)
 	}
 }
 
-func (t *Tracker) add(domain string, d *engine.Descriptor, shadow bool) {
-	sum := t.hash(domain, d, shadow)
+func (t *Tracker) add(domain string, d *engine.Descriptor, rule *config.Rule, shadow bool) {
+	sum := t.hash(domain, d, rule, shadow)
 	s := &t.stripes[sum%stripes]
 	s.mu.Lock()
 	if g := t.gen.Load(); s.gen != g {
@@ -152,11 +153,24 @@ func (t *Tracker) add(domain string, d *engine.Descriptor, shadow bool) {
 // hashed with the Tracker's random seed and folded in by position, so two
 // descriptors collide only by chance (about 2^-64 a pair); a collision
 // would count two descriptors as one.
-func (t *Tracker) hash(domain string, d *engine.Descriptor, shadow bool) uint64 {
-	h := fold(0x9e3779b97f4a7c15, maphash.String(t.seed, domain))
-	for _, e := range d.Entries {
-		h = fold(h, maphash.String(t.seed, e.Key))
-		if t.values != Hidden {
+//
+// A descriptor a policy rule matched is named by the rule's StatKey, which
+// holds the domain and every key along the rule's path, and by its values:
+// a descriptor matches a rule only entry by entry down that path, so that
+// pair names it exactly, with fewer parts to hash. Other descriptors (an
+// inline limit's) are named by the domain and every key and value.
+func (t *Tracker) hash(domain string, d *engine.Descriptor, rule *config.Rule, shadow bool) uint64 {
+	var h uint64
+	if rule != nil {
+		h = fold(0x9e3779b97f4a7c15, maphash.String(t.seed, rule.StatKey))
+	} else {
+		h = fold(0x7f4a7c159e3779b9, maphash.String(t.seed, domain))
+		for _, e := range d.Entries {
+			h = fold(h, maphash.String(t.seed, e.Key))
+		}
+	}
+	if t.values != Hidden {
+		for _, e := range d.Entries {
 			h = fold(h, maphash.String(t.seed, e.Value))
 		}
 	}

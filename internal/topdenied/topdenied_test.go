@@ -13,14 +13,17 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 )
 
+// perUser is the policy rule the test descriptors match.
+var perUser = &config.Rule{StatKey: "default.path.user"}
+
 // decided returns a request of one descriptor per entry list and a
-// response whose statuses have the given codes, all matched.
+// response whose statuses have the given codes, all matched by perUser.
 func decided(domain string, codes []algorithms.Code, entries ...[]config.Entry) (*engine.Request, *engine.Response) {
 	req := &engine.Request{Domain: domain}
 	resp := &engine.Response{Code: algorithms.Allowed}
 	for i, e := range entries {
 		req.Descriptors = append(req.Descriptors, engine.Descriptor{Entries: e})
-		resp.Statuses = append(resp.Statuses, engine.Status{Code: codes[i], Matched: true})
+		resp.Statuses = append(resp.Statuses, engine.Status{Code: codes[i], Matched: true, Rule: perUser})
 		if codes[i] != algorithms.Allowed {
 			resp.Code = algorithms.Denied
 		}
@@ -50,11 +53,17 @@ func TestCountsExactlyBelowCapacity(t *testing.T) {
 	req, resp = decided("default", []algorithms.Code{algorithms.Denied}, user("erin"))
 	resp.Statuses[0].Matched = false
 	tr.Observe(req, resp)
+	// Inline limits match no rule: named by domain, keys and values, so
+	// bob's inline denial is not counted as his rule's.
+	req, resp = decided("default", []algorithms.Code{algorithms.Denied}, user("bob"))
+	resp.Statuses[0].Rule = nil
+	tr.Observe(req, resp)
 
 	got := tr.Top(0)
 	want := []topdenied.Entry{
 		{Descriptor: "default: path=/orders, user=alice", Denials: 5},
 		{Descriptor: "default: path=/orders, user=bob", Denials: 3},
+		{Descriptor: "default: path=/orders, user=bob", Denials: 1},
 		{Descriptor: "default: path=/orders, user=dave", Denials: 1},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
