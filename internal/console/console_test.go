@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -34,23 +33,9 @@ descriptors:
     rate_limit: {name: beta, algorithm: sliding_window, unit: second, requests_per_unit: 1}
 `
 
-func get(t *testing.T, d *daemontest.Daemon, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + d.HTTPAddr() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
-
 func getJSON(t *testing.T, d *daemontest.Daemon, path string, v any) {
 	t.Helper()
-	code, body := get(t, d, path)
+	code, body := d.Get(t, path)
 	if code != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", path, code, body)
 	}
@@ -79,17 +64,17 @@ func call(t *testing.T, c rl.RateLimitServiceClient, ds ...*rl.Descriptor) rl.Co
 
 func TestPage(t *testing.T) {
 	d := daemontest.Start(t, policy)
-	code, body := get(t, d, "/console")
+	code, body := d.Get(t, "/console")
 	if code != http.StatusOK || !strings.Contains(body, "<title>ratelimitd console</title>") || !strings.Contains(body, `src="/console/assets/app.js"`) {
 		t.Fatalf("GET /console: %d %.200s", code, body)
 	}
 	for _, asset := range []string{"/console/assets/app.js", "/console/assets/style.css"} {
-		if code, body := get(t, d, asset); code != http.StatusOK || len(body) < 500 {
+		if code, body := d.Get(t, asset); code != http.StatusOK || len(body) < 500 {
 			t.Errorf("GET %s: %d, %d bytes", asset, code, len(body))
 		}
 	}
 	off := daemontest.Start(t, policy, func(c *daemon.Config) { c.NoConsole = true })
-	if code, _ := get(t, off, "/console"); code != http.StatusNotFound {
+	if code, _ := off.Get(t, "/console"); code != http.StatusNotFound {
 		t.Errorf("with the console off, GET /console = %d; want 404", code)
 	}
 }
@@ -163,11 +148,11 @@ func TestTopDenied(t *testing.T) {
 	if fmt.Sprint(body.Top) != fmt.Sprint(want) {
 		t.Errorf("top = %+v\nwant  %+v", body.Top, want)
 	}
-	code, text := get(t, d, "/console/api/top?format=text&n=1")
+	code, text := d.Get(t, "/console/api/top?format=text&n=1")
 	if code != http.StatusOK || !strings.Contains(text, "DENIALS") || !strings.Contains(text, "user=mallory") || strings.Contains(text, "beta") {
 		t.Errorf("text form (n=1): %d\n%s", code, text)
 	}
-	if code, body := get(t, d, "/console/api/top?n=zero"); code != http.StatusBadRequest || !strings.Contains(body, "n:") {
+	if code, body := d.Get(t, "/console/api/top?n=zero"); code != http.StatusBadRequest || !strings.Contains(body, "n:") {
 		t.Errorf("n=zero: %d %s; want 400 naming n", code, body)
 	}
 }
@@ -199,7 +184,7 @@ func TestInspectChargesNothing(t *testing.T) {
 		{"?domain=shop&entry=path", `entry[0]: want key=value`},
 		{"?domain=&entry=a=b", "domain: must not be empty"},
 	} {
-		if code, body := get(t, d, "/console/api/inspect"+tc.query); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+		if code, body := d.Get(t, "/console/api/inspect"+tc.query); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
 			t.Errorf("inspect%s: %d %s; want 400 with %q", tc.query, code, body, tc.want)
 		}
 	}
@@ -235,7 +220,7 @@ func TestSimulate(t *testing.T) {
 		{"domain=shop&stat_key=nope&pattern=steady&rate=1", `stat_key: no rule`},
 		{"alg=fixed_window&requests=1&period=1m&pattern=steady&rate=1e9&duration=1h", "more than"},
 	} {
-		if code, body := get(t, d, "/console/api/simulate?"+tc.query); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+		if code, body := d.Get(t, "/console/api/simulate?"+tc.query); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
 			t.Errorf("simulate?%s: %d %s; want 400 with %q", tc.query, code, body, tc.want)
 		}
 	}

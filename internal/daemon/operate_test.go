@@ -43,25 +43,11 @@ func dial(t *testing.T, d *daemontest.Daemon) (rl.RateLimitServiceClient, *grpc.
 	return rl.NewRateLimitServiceClient(conn), conn
 }
 
-func httpGet(t *testing.T, d *daemontest.Daemon, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + d.HTTPAddr() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
-
 // scrape returns every sample GET /metrics shows, keyed by its series as
 // written: `name{label="value",...}`.
 func scrape(t *testing.T, d *daemontest.Daemon) map[string]float64 {
 	t.Helper()
-	code, body := httpGet(t, d, "/metrics")
+	code, body := d.Get(t, "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
@@ -371,7 +357,7 @@ func TestPoliciesEndpoint(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "shop.yaml"), policyV1)
 	writeFile(t, filepath.Join(dir, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
 	d := daemontest.StartConfig(t, daemon.Config{ConfigPath: dir})
-	code, body := httpGet(t, d, "/policies")
+	code, body := d.Get(t, "/policies")
 	if code != http.StatusOK {
 		t.Fatalf("/policies: %d", code)
 	}
@@ -406,7 +392,7 @@ func TestPoliciesEndpoint(t *testing.T) {
 func TestPprofFlag(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		d := daemontest.StartConfig(t, daemon.Config{Pprof: on})
-		code, _ := httpGet(t, d, "/debug/pprof/")
+		code, _ := d.Get(t, "/debug/pprof/")
 		if want := map[bool]int{true: 200, false: 404}[on]; code != want {
 			t.Errorf("pprof %v: /debug/pprof/ %d, want %d", on, code, want)
 		}
@@ -436,7 +422,7 @@ func TestHealthTransitions(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {
-		if code, _ := httpGet(t, d, p); code != 200 {
+		if code, _ := d.Get(t, p); code != 200 {
 			t.Fatalf("%s: %d before shutdown", p, code)
 		}
 	}
@@ -462,10 +448,10 @@ func TestHealthTransitions(t *testing.T) {
 			t.Errorf("%q: %v while draining, want NOT_SERVING", s, got)
 		}
 	}
-	if code, _ := httpGet(t, d, "/readyz"); code != http.StatusServiceUnavailable {
+	if code, _ := d.Get(t, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while draining: %d, want 503", code)
 	}
-	if code, _ := httpGet(t, d, "/healthz"); code != http.StatusOK {
+	if code, _ := d.Get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while draining: %d, want 200 (alive)", code)
 	}
 	// During the delay, calls are still decided.

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -125,14 +124,14 @@ func TestRedisStoppedMidRun(t *testing.T) {
 				t.Errorf("Redis down, failing %v: %v, want %v", tt.mode, r.OverallCode, tt.wantCode)
 			}
 			waitFor(t, func() bool { return redisHealth() == healthpb.HealthCheckResponse_NOT_SERVING })
-			if code, body := get(t, d, "/healthz/redis"); code != http.StatusServiceUnavailable {
+			if code, body := d.Get(t, "/healthz/redis"); code != http.StatusServiceUnavailable {
 				t.Errorf("/healthz/redis with Redis down: %d %s", code, body)
 			}
-			if _, body := get(t, d, "/metrics"); !strings.Contains(body, `ratelimitd_redis_up{failure_mode="`+tt.mode.String()+`"} 0`) ||
+			if _, body := d.Get(t, "/metrics"); !strings.Contains(body, `ratelimitd_redis_up{failure_mode="`+tt.mode.String()+`"} 0`) ||
 				strings.Contains(body, "ratelimitd_redis_fallback_decisions_total 0") {
 				t.Errorf("metrics with Redis down do not say so:\n%s", grep(body, "ratelimitd_redis_"))
 			}
-			if code, _ := get(t, d, "/readyz"); code != http.StatusOK {
+			if code, _ := d.Get(t, "/readyz"); code != http.StatusOK {
 				t.Errorf("/readyz with Redis down: %d; the daemon still answers", code)
 			}
 
@@ -141,22 +140,11 @@ func TestRedisStoppedMidRun(t *testing.T) {
 			if r := call(); r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 24 {
 				t.Errorf("after Redis came back: %v with %d remaining, want OK with 24", r.OverallCode, r.Statuses[0].Remaining)
 			}
-			if code, _ := get(t, d, "/healthz/redis"); code != http.StatusOK {
+			if code, _ := d.Get(t, "/healthz/redis"); code != http.StatusOK {
 				t.Errorf("/healthz/redis after recovery: %d", code)
 			}
 		})
 	}
-}
-
-func get(t *testing.T, d *daemontest.Daemon, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + d.HTTPAddr() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 func grep(s, substr string) string {
@@ -206,7 +194,7 @@ func TestShutdownWhileRedisHangs(t *testing.T) {
 		ended <- err
 	}()
 	waitFor(t, func() bool {
-		_, body := get(t, d, "/metrics")
+		_, body := d.Get(t, "/metrics")
 		return strings.Contains(body, "ratelimitd_redis_requests_total 2")
 	})
 

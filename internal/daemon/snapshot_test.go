@@ -91,7 +91,7 @@ func TestStateFileKeepsBucketsAcrossARestart(t *testing.T) {
 	if !strings.Contains(logs, "restored=2 at_rest=0 dropped=0 full=0") {
 		t.Errorf("load log line does not say 2 restored:\n%s", logs)
 	}
-	if code, body := httpGet(t, second, "/readyz"); code != http.StatusOK {
+	if code, body := second.Get(t, "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz after start: %d %s", code, body)
 	}
 	// Both still denied; then, in the order their waits end, each is

@@ -6,7 +6,9 @@ package daemontest
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -100,6 +102,22 @@ func (d *Daemon) Dial(t testing.TB) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// Get fetches path from the daemon's HTTP port and returns the status code
+// and the body.
+func (d *Daemon) Get(t testing.TB, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + d.HTTPAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }
 
 // Logs returns what the daemon has logged so far (empty when the
