@@ -157,22 +157,14 @@ func TestBenchServeEmpty(t *testing.T) {
 
 // TestBenchDocsListEveryFlag keeps docs/operations.md true to bench --help.
 func TestBenchDocsListEveryFlag(t *testing.T) {
-	var help strings.Builder
-	if code := run([]string{"bench", "--help"}, io.Discard, &help); code != 0 {
-		t.Fatalf("bench --help exited %d", code)
-	}
 	docs, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help.String(), -1)
-	if len(flags) < 20 {
-		t.Fatalf("found only %d flags in bench --help:\n%s", len(flags), help.String())
-	}
-	for _, f := range flags {
-		name := "--" + f[1]
-		if len(f[1]) == 1 {
-			name = "-" + f[1]
+	for _, f := range helpFlags(t, 20, "bench") {
+		name := "--" + f
+		if len(f) == 1 {
+			name = "-" + f
 		}
 		if !regexp.MustCompile(regexp.QuoteMeta(name) + `\b`).Match(docs) {
 			t.Errorf("docs/operations.md does not mention %s", name)

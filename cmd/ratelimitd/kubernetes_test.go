@@ -110,13 +110,9 @@ func TestKubernetesExample(t *testing.T) {
 		t.Errorf("the ConfigMap's policy does not load: %v", err)
 	}
 
-	var help bytes.Buffer
-	if code := run([]string{"--help"}, io.Discard, &help); code != 0 {
-		t.Fatalf("--help exited %d", code)
-	}
 	known := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help.String(), -1) {
-		known[m[1]] = true
+	for _, f := range helpFlags(t, 10) {
+		known[f] = true
 	}
 	var c *container
 	pod := kinds["Deployment"].Spec.Template.Spec

@@ -247,23 +247,33 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 }
 
+// helpFlags returns the names of the flags that `ratelimitd ARGS --help`
+// lists, failing the test if it lists fewer than atLeast.
+func helpFlags(t *testing.T, atLeast int, args ...string) []string {
+	t.Helper()
+	var help bytes.Buffer
+	if code := run(append(args, "--help"), io.Discard, &help); code != 0 {
+		t.Fatalf("%v --help exited %d", args, code)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help.String(), -1) {
+		names = append(names, m[1])
+	}
+	if len(names) < atLeast {
+		t.Fatalf("found only %d flags in %v --help:\n%s", len(names), args, help.String())
+	}
+	return names
+}
+
 // TestREADMEListsEveryFlag keeps the README's flag list true to --help.
 func TestREADMEListsEveryFlag(t *testing.T) {
-	var help bytes.Buffer
-	if code := run([]string{"--help"}, io.Discard, &help); code != 0 {
-		t.Fatalf("--help exited %d", code)
-	}
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help.String(), -1)
-	if len(flags) < 10 {
-		t.Fatalf("found only %d flags in --help:\n%s", len(flags), help.String())
-	}
-	for _, f := range flags {
-		if !strings.Contains(string(readme), "`--"+f[1]) {
-			t.Errorf("README.md does not mention --%s", f[1])
+	for _, f := range helpFlags(t, 10) {
+		if !strings.Contains(string(readme), "`--"+f) {
+			t.Errorf("README.md does not mention --%s", f)
 		}
 	}
 }
