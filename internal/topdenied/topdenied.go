@@ -80,8 +80,9 @@ func (v *Values) Set(s string) error {
 	return nil
 }
 
-// MaxTextBytes is the longest descriptor text kept; longer ones are cut
-// and end in "…". Counting is by the whole descriptor, not the text.
+// MaxTextBytes is the longest descriptor text kept (with "…"); a longer
+// one keeps its beginning and the last 60 bytes of its last value, with
+// "…" between them. Counting is by the whole descriptor, not the text.
 const MaxTextBytes = 240
 
 const stripes = 8
@@ -231,10 +232,22 @@ func (t *Tracker) render(b []byte, domain string, d *engine.Descriptor) []byte {
 		}
 	}
 	if len(b) > MaxTextBytes {
-		b = append(b[:MaxTextBytes], "…"...)
+		// Keep the end of the last value too: entries go from the most
+		// general to the most specific, so what tells two long
+		// descriptors apart is usually at the very end.
+		tail := ""
+		if t.values == Plain && len(d.Entries) > 0 {
+			v := d.Entries[len(d.Entries)-1].Value
+			tail = v[len(v)-min(len(v), tailBytes):]
+		}
+		b = append(append(b[:MaxTextBytes-len(tail)], "…"...), tail...)
 	}
 	return b
 }
+
+// tailBytes is how much of the end of a cut descriptor's last value its
+// text keeps.
+const tailBytes = 60
 
 // appendCut appends s to b, but never more than MaxTextBytes+1 bytes in
 // all (render cuts the text at MaxTextBytes afterwards).

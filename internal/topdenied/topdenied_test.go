@@ -188,8 +188,17 @@ func TestShadowAndLongValues(t *testing.T) {
 	if len(got) != 1 || !got[0].Shadow {
 		t.Fatalf("Top = %v; want one shadow entry", got)
 	}
-	if d := got[0].Descriptor; len(d) > topdenied.MaxTextBytes+len("…") || !strings.HasSuffix(d, "…") {
-		t.Errorf("a 5000-byte value kept as %d bytes (%q…); want at most %d, ending in …", len(d), d[:20], topdenied.MaxTextBytes)
+	if d := got[0].Descriptor; len(d) > topdenied.MaxTextBytes+len("…") || !strings.HasPrefix(d, "default: path=/orders, user=xxx") || !strings.HasSuffix(d, "…"+strings.Repeat("x", 60)) {
+		t.Errorf("a 5000-byte value kept as %d bytes (%q…); want at most %d, its beginning, … and its last 60 bytes", len(d), d[:20], topdenied.MaxTextBytes)
+	}
+	// Two long values that differ only at the end read apart.
+	tr = topdenied.New(4, topdenied.Plain)
+	for _, last := range []string{"1", "2"} {
+		req, resp := decided("default", []algorithms.Code{algorithms.Denied}, user(strings.Repeat("x", 5000)+last))
+		tr.Observe(req, resp)
+	}
+	if got := tr.Top(0); len(got) != 2 || got[0].Descriptor == got[1].Descriptor {
+		t.Errorf("values differing at their end: %+v; want two texts that differ", got)
 	}
 }
 
