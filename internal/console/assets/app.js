@@ -127,11 +127,13 @@ function lineChart(series, w, h, axes) {
     const bot = svg("text", { x: pad - 4, y: h - 4, "text-anchor": "end", "font-size": 11 }); bot.textContent = "0";
     s.append(top, bot);
   }
-  // The newest sample at the right edge, one step a sample back from it.
-  const step = (w - pad - 4) / (60 - 1);
-  const x = i => w - 2 - (series.length - 1 - i) * step;
-  const y = v => h - 3 - (h - 6) * (v / peak);
+  // The newest sample at the right edge (inset by the markers' radius),
+  // one step a sample back from it.
+  const step = (w - pad - 10) / (60 - 1);
+  const x = i => w - 6 - (series.length - 1 - i) * step;
+  const y = v => h - 5 - (h - 10) * (v / peak);
   for (const key of ["admitted", "denied", "shadow_denied"]) {
+    if (!series.some(p => p[key] > 0)) continue; // nothing to draw: the legend says what is absent
     const pts = series.map((p, i) => `${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`);
     s.append(svg("polyline", { points: pts.join(" "), fill: "none", stroke: colors[key], "stroke-width": 1.6, class: "series-" + key }));
     if (series.length > 0) {
