@@ -50,8 +50,8 @@ func (r *Result) SVG() string {
 		left    = 56
 		right   = 16
 		panelH  = 150
-		gap     = 46
-		top     = 40
+		gap     = 56
+		top     = 50
 		plotW   = width - left - right
 		axisPad = 28
 	)
@@ -79,16 +79,19 @@ func (r *Result) SVG() string {
 			peak = max(peak, bin.Admitted+bin.Denied)
 			longest = max(longest, bin.MaxDelay)
 		}
-		title := fmt.Sprintf("%s — admitted %d, denied %d", lane.Name, lane.Admitted, lane.Denied)
+		totals := fmt.Sprintf("admitted %d, denied %d", lane.Admitted, lane.Denied)
 		if r.Window > 0 {
-			title += fmt.Sprintf(", at most %d admitted within %s", lane.MaxAdmittedIn, fmtDur(r.Window))
+			totals += fmt.Sprintf(", at most %d admitted within %s", lane.MaxAdmittedIn, fmtDur(r.Window))
 		}
 		if longest > 0 {
-			title += ", longest delay " + fmtDur(longest)
+			totals += ", longest delay " + fmtDur(longest)
 		}
 		fmt.Fprintf(&b, `<g class="lane" data-lane="%s" data-admitted="%d" data-denied="%d" data-max-admitted-in="%d">`,
 			html.EscapeString(lane.Name), lane.Admitted, lane.Denied, lane.MaxAdmittedIn)
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`, left, y0-6, html.EscapeString(title))
+		// The lane's name, then its totals, each on a line of its own so
+		// that a long rule name cannot push the totals out of the chart.
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`, left, y0-22, html.EscapeString(cut(lane.Name, 120)))
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`, left, y0-6, html.EscapeString(totals))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="#fafafa" stroke="#ccc"/>`, left, y0, plotW, panelH)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%d</text><text x="%d" y="%d" text-anchor="end">0</text>`, left-6, y0+10, peak, left-6, y0+panelH)
 		for j, bin := range lane.Bins {
@@ -125,6 +128,17 @@ func (r *Result) SVG() string {
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
+}
+
+// cut returns s, or its first n runes and "…" when it is longer.
+func cut(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i] + "…"
+		}
+		n--
+	}
+	return s
 }
 
 // fmtDur prints d without needless zeros: 1m0s as 1m, 1.5s as 1.5s.
