@@ -217,8 +217,17 @@ var digesters = sync.Pool{New: func() any { return &digester{h: sha256.New()} }}
 // storedKey returns the key a bucket of key is stored under: key itself,
 // or its digest written to buf.
 func (s *Store) storedKey(key []byte, buf *[DigestSize]byte) []byte {
+	if s.digest(key, buf) {
+		return buf[:]
+	}
+	return key
+}
+
+// digest writes to buf the digest a bucket of key is stored under, and
+// reports whether it did: false for a key stored as it is.
+func (s *Store) digest(key []byte, buf *[DigestSize]byte) bool {
 	if len(key) <= MaxVerbatimKey && len(key) != DigestSize {
-		return key
+		return false
 	}
 	d := digesters.Get().(*digester)
 	d.h.Reset()
@@ -227,7 +236,7 @@ func (s *Store) storedKey(key []byte, buf *[DigestSize]byte) []byte {
 	d.h.Sum(d.sum[:0])
 	copy(buf[:], d.sum[:])
 	digesters.Put(d)
-	return buf[:]
+	return true
 }
 
 func (s *Store) shardOf(key []byte) int {
@@ -254,17 +263,24 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 	var shardBuf, orderBuf [maxStack]int
 	var posBuf [maxStack]uint32
 	var stateBuf [maxStack]algorithms.State
-	var keyBuf [maxStack][]byte
 	var digestBuf [maxStack][DigestSize]byte
-	shardOf, pos, states, keys := shardBuf[:0], posBuf[:0], stateBuf[:0], keyBuf[:0]
-	digests := digestBuf[:]
+	var digestedBuf [maxStack]bool
+	shardOf, pos, states := shardBuf[:0], posBuf[:0], stateBuf[:0]
+	digests, digested := digestBuf[:], digestedBuf[:]
 	if len(charges) > maxStack {
-		digests = make([][DigestSize]byte, len(charges))
+		digests, digested = make([][DigestSize]byte, len(charges)), make([]bool, len(charges))
+	}
+	// key returns charge i's stored key. Apply keeps no slice of the
+	// digests in a slice of its own, which would move them to the heap.
+	key := func(i int) []byte {
+		if digested[i] {
+			return digests[i][:]
+		}
+		return charges[i].Key
 	}
 	for i := range charges {
-		k := s.storedKey(charges[i].Key, &digests[i])
-		keys = append(keys, k)
-		shardOf = append(shardOf, s.shardOf(k))
+		digested[i] = s.digest(charges[i].Key, &digests[i])
+		shardOf = append(shardOf, s.shardOf(key(i)))
 	}
 	// Lock each distinct shard once, in ascending order.
 	lockOrder := append(orderBuf[:0], shardOf...)
@@ -276,7 +292,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 
 	now := s.clock.Now()
 	for i := range charges {
-		st, p := s.shards[shardOf[i]].lookup(keys[i])
+		st, p := s.shards[shardOf[i]].lookup(key(i))
 		states, pos = append(states, st), append(pos, p)
 	}
 	if store.Settle(charges, states, now, decisions) {
@@ -286,7 +302,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		for _, inserting := range [2]bool{false, true} {
 			for i := range charges {
 				if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed && (pos[i] == absent) == inserting {
-					s.put(&s.shards[shardOf[i]], keys[i], pos[i], states[i], now)
+					s.put(&s.shards[shardOf[i]], key(i), pos[i], states[i], now)
 				}
 			}
 		}
