@@ -34,7 +34,8 @@ type call struct {
 	slot int       // the hash slot of its keys (0 on a standalone Redis)
 	now  [2]string // settle.lua's now: redisTime, or a test clock's
 
-	// Set by the sender before it closes done.
+	// Set by the sender before it closes done; the caller decodes the
+	// decisions (in its own goroutine, not the sender's).
 	reply settleReply
 	err   error
 	done  chan struct{}
@@ -146,7 +147,11 @@ func (s *Store) sendBatch(batch []*call) {
 		v, err := cmds[g].Result()
 		var replies []settleReply
 		if err == nil {
-			replies, err = parseSettleReplies(v, len(calls))
+			counts := make([]int, len(calls))
+			for i, c := range calls {
+				counts[i] = len(c.keys)
+			}
+			replies, err = parseSettleReplies(v, counts)
 		}
 		for i, c := range calls {
 			if err != nil {

@@ -2,8 +2,8 @@ package redis_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -104,20 +104,24 @@ func get(t *testing.T, c goredis.UniversalClient, key string) string {
 	return v
 }
 
-// storedRest returns the restAt of the bucket state stored under key
-// ("t n m restAt", hexadecimal, as docs/redis.md says) and the key's
-// expiry in Unix milliseconds (PEXPIRETIME; -1: none).
+// storedRest returns the restAt of the bucket state stored under key (as
+// docs/redis.md describes it: 41 bytes, little-endian, a format byte 1, t
+// as float64 milliseconds and uint32 nanoseconds, n and m as float64,
+// restAt as t is) and the key's expiry in Unix milliseconds (PEXPIRETIME;
+// -1: none).
 func storedRest(t *testing.T, c goredis.UniversalClient, key string) (restAt, expireMs int64) {
 	t.Helper()
-	fields := strings.Fields(get(t, c, key))
-	if len(fields) != 4 {
-		t.Fatalf("key %q holds %q, want \"t n m restAt\"", key, fields)
+	v := []byte(get(t, c, key))
+	if len(v) != 41 || v[0] != 1 {
+		t.Fatalf("key %q holds %q, want a state of 41 bytes starting with 1", key, v)
 	}
-	restAt, err := strconv.ParseInt(fields[3], 16, 64)
-	if err != nil {
-		t.Fatalf("key %q: restAt %q: %v", key, fields[3], err)
+	ms := math.Float64frombits(binary.LittleEndian.Uint64(v[29:37]))
+	sub := binary.LittleEndian.Uint32(v[37:41])
+	if ms != math.Trunc(ms) || ms < 0 || ms > float64(algorithms.MaxTime/1e6) || sub >= 1e6 {
+		t.Fatalf("key %q: restAt %v ms + %d ns is not a time", key, ms, sub)
 	}
-	expireMs, err = c.Do(context.Background(), "PEXPIRETIME", key).Int64()
+	restAt = int64(ms)*1e6 + int64(sub)
+	expireMs, err := c.Do(context.Background(), "PEXPIRETIME", key).Int64()
 	if err != nil {
 		t.Fatalf("PEXPIRETIME %q: %v", key, err)
 	}

@@ -29,86 +29,69 @@
 local FAR_PAST = -math.huge
 local LIMIT51 = 2251799813685248 -- 2^51
 local LIMIT52 = 4503599627370496 -- 2^52
-local fmod, format, match, sub = math.fmod, string.format, string.match, string.sub
+local fmod, format = math.fmod, string.format
 
--- relTime returns the time h (hexadecimal ns) minus now: FAR_PAST when h is
--- more than 2^51 ns before now, nil when more than 2^51 ns after.
-local function relTime(h)
-  local n = #h
-  local hi, lo
-  if n > 8 then
-    hi, lo = tonumber(sub(h, 1, n - 8), 16), tonumber(sub(h, n - 7), 16)
-  else
-    hi, lo = 0, tonumber(h, 16)
-  end
-  local dh = hi - nowHi
-  if dh < -524288 then return FAR_PAST end -- 2^19·2^32 = 2^51
-  if dh > 524288 then return nil end
-  local r = dh * TWO32 + (lo - nowLo)
+-- relTime returns the time ms·10^6 + sub minus now: FAR_PAST when it is
+-- more than 2^51 ns before now, nil when more than 2^51 ns after. (|dms|
+-- below 2.3·10^9 keeps every term below 2^53.)
+local function relTime(ms, sub)
+  local dms = ms - nowMs
+  if dms < -2300000000 then return FAR_PAST end
+  if dms > 2300000000 then return nil end
+  local r = dms * 1000000 + (sub - nowSub)
   if r > LIMIT51 then return nil end
   if r < -LIMIT51 then return FAR_PAST end
   return r
 end
 
--- absParts returns now + r (at least 0, |r| ≤ 2^52) as hi·2^32 + lo.
-local function absParts(r)
-  local lo = nowLo + r
-  local carry = math.floor(lo / TWO32)
-  return nowHi + carry, lo - carry * TWO32
-end
-
--- fastCeilMs returns now + r (r > 0) in milliseconds, rounded up.
-local function fastCeilMs(r)
+-- absMs returns now + r (at least 0, |r| ≤ 2^52) as whole milliseconds
+-- and the nanoseconds beyond them: fmod is exact, x - rem a multiple of
+-- 10^6, and so the quotient exact.
+local function absMs(r)
   local x = nowSub + r
   local rem = fmod(x, 1000000)
-  local q = (x - rem) / 1000000
-  if rem > 0 then q = q + 1 end
-  return nowMs + q
+  if rem < 0 then rem = rem + 1000000 end
+  return nowMs + (x - rem) / 1000000, rem
 end
 
 -- fastState returns the state v holds relative to now (the zero State for
--- none): true and t, n, m; or false when it does not fit this path.
+-- none, or for a value that is not a state): true and t, n, m; or false
+-- when it does not fit this path.
 local function fastState(v, l)
-  if not v then
+  local ok, tMs, tSub, n, m = unpackState(v)
+  if not ok then
     return true, FAR_PAST, 0, 0
   end
-  local t, n, m = match(v, "^(%x+) (%x+) (%x+) %x+$")
-  if not t then
-    return true, FAR_PAST, 0, 0
-  end
-  local rt = relTime(t)
+  local rt = relTime(tMs, tSub)
   if not rt then return false end
-  n, m = tonumber(n, 16), tonumber(m, 16)
   if l.alg == SLIDING and math.max(n, m) * l.p >= LIMIT52 then return false end
   return true, rt, n, m
 end
 
--- fastFormatState is formatState for a state relative to now.
-local function fastFormatState(t, n, m, restAt)
-  local th, tl = absParts(t)
-  local rh, rl = absParts(restAt)
-  if th > 0 and rh > 0 then
-    return format("%x%08x %x %x %x%08x", th, tl, n, m, rh, rl)
-  end
-  local ts, rs = format("%x", tl), format("%x", rl)
-  if th > 0 then ts = format("%x%08x", th, tl) end
-  if rh > 0 then rs = format("%x%08x", rh, rl) end
-  return ts .. format(" %x %x ", n, m) .. rs
-end
+-- expiries are the PXAT arguments formatted in this call, by their
+-- milliseconds: a window's charges all expire at its end.
+local expiries = {}
 
-local function fastFormatDecision(code, rem, reset, retry, delay)
-  return format("%d %x %x %x %x", code, rem, reset, retry, delay)
-end
-
--- fastPut is state.lua's put for a restAt relative to now.
-local function fastPut(key, v, restAt, expire)
+-- fastPut is state.lua's formatState and put for a state relative to now;
+-- it returns the value written.
+local function fastPut(key, t, n, m, restAt, expire)
+  local tMs, tSub = absMs(t)
+  local rMs, rSub = absMs(restAt)
+  local v = packState(tMs, tSub, n, m, rMs, rSub)
   if not expire then
     redis.call("SET", key, v)
   elseif restAt <= 0 then
     redis.call("DEL", key)
   else
-    redis.call("SET", key, v, "PXAT", format("%.0f", fastCeilMs(restAt)))
+    if rSub > 0 then rMs = rMs + 1 end -- rounded up: never sooner
+    local at = expiries[rMs]
+    if not at then
+      at = format("%.0f", rMs)
+      expiries[rMs] = at
+    end
+    redis.call("SET", key, v, "PXAT", at)
   end
+  return v
 end
 
 -- quo returns floor(x/p) for 0 ≤ x < 2^53: fmod is exact, x - rem a

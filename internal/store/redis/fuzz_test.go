@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,30 +10,48 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 )
 
-// The settle script's replies are decoded by parseSettleReply and
-// parseDecisions. A reply comes from Redis, which a daemon trusts no more
-// than it must: whatever it holds, decoding returns decisions or an error,
-// never panics, and never returns a decision the engine could not
-// represent. Run longer with
+// The settle script's replies are decoded by parseSettleReplies,
+// parseSettleReply and decodeDecisions. A reply comes from Redis, which a
+// daemon trusts no more than it must: whatever it holds, decoding returns
+// decisions or an error, never panics, and never returns a decision the
+// engine could not represent. Run longer with
 //
 //	go test -run '^$' -fuzz '^FuzzDecisions$' -fuzztime 30s ./internal/store/redis/
 
-// formatDecision writes d as settle.lua does: code remaining reset retry
-// delay, hexadecimal, separated by spaces.
+// formatDecision writes d as settle.lua's bignum path does: code remaining
+// reset retry delay, hexadecimal, separated by spaces.
 func formatDecision(d algorithms.Decision) string {
 	return fmt.Sprintf("%x %x %x %x %x", int64(d.Code), d.Remaining, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
 }
 
-// FuzzDecisions decodes arbitrary decision strings for n keys, and checks
-// that well-formed ones decode to exactly what was written.
+// replyOf makes a reply shaped as go-redis returns a Lua table: a []any of
+// the elements of s split at "|", each an int64 where it parses as one
+// (Redis writes Lua numbers as integers) and a string otherwise.
+func replyOf(s string) []any {
+	var a []any
+	for _, p := range strings.Split(s, "|") {
+		if v, err := strconv.ParseInt(p, 10, 64); err == nil {
+			a = append(a, v)
+		} else {
+			a = append(a, p)
+		}
+	}
+	return a
+}
+
+// FuzzDecisions decodes arbitrary decision elements for n keys, and checks
+// that what decodes is representable and, encoded again as the script
+// would (the fast path's five integers), decodes to the same.
 func FuzzDecisions(f *testing.F) {
-	f.Add("0 5 3b9aca00 0 0", 1)
-	f.Add("1 0 3b9aca00 1dcd6500 0,0 9 0 0 5f5e100", 2)
-	f.Add("2 0 0 0 0", 1)
-	f.Add("0 5 3b9aca00 0 0,", 1)
-	f.Add("3 0 0 0 0", 1)
+	f.Add("0|5|1000000000|0|0", 1)
+	f.Add("1|0|1000000000|500000000|0|0 9 0 0 5f5e100", 2)
+	f.Add("2|0|0|0|0", 1)
+	f.Add("0|5|1000000000|0|0|7", 1)
+	f.Add("3|0|0|0|0", 1)
+	f.Add("0|-5|0|0|0", 1)
 	f.Add("0 ffffffffffffffff 0 0 0", 1)
 	f.Add("0 5 1 0", 1)
+	f.Add("0|5", 1)
 	f.Add("", 3)
 	f.Fuzz(func(t *testing.T, s string, n int) {
 		n = min(max(n, 0), 64)
@@ -40,29 +59,31 @@ func FuzzDecisions(f *testing.F) {
 		for i := range idx {
 			idx[i] = n - 1 - i // any order: decisions land where idx says
 		}
+		elems := replyOf(s)
 		decisions := make([]algorithms.Decision, n)
-		if err := parseDecisions(s, idx, decisions); err != nil {
+		fast, err := decodeDecisions(elems, idx, decisions)
+		if err != nil {
 			return
 		}
-		// parseDecisions accepts one trailing "," (settle.lua never
-		// writes one); any other extra decision is an error.
-		parts := strings.Split(strings.TrimSuffix(s, ","), ",")
-		if n > 0 && len(parts) != n {
-			t.Fatalf("%q for %d keys: accepted %d decisions", s, n, len(parts))
+		if l, err := decisionsLen(elems, n); err != nil || l != len(elems) {
+			t.Fatalf("%q: decoded as %d decisions, but decisionsLen says %d, %v", s, n, l, err)
 		}
-		for j, d := range decisions {
+		if fast < 0 || fast > n {
+			t.Fatalf("%q: %d fast decisions of %d", s, fast, n)
+		}
+		var again []any
+		for _, d := range decisions {
 			if d.Code > algorithms.OverCapacity || d.Remaining < 0 || d.ResetAfter < 0 || d.RetryAfter < 0 || d.Delay < 0 {
-				t.Fatalf("%q: decision %d is %+v", s, j, d)
+				t.Fatalf("%q: decision %+v", s, d)
 			}
 		}
-		// What decoded, written again, decodes to the same.
-		var again []string
-		for j := range n {
-			again = append(again, formatDecision(decisions[idx[j]]))
+		for _, i := range idx {
+			d := decisions[i]
+			again = append(again, int64(d.Code), d.Remaining, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
 		}
 		round := make([]algorithms.Decision, n)
-		if err := parseDecisions(strings.Join(again, ","), idx, round); err != nil {
-			t.Fatalf("re-decoding %q: %v", again, err)
+		if _, err := decodeDecisions(again, idx, round); err != nil {
+			t.Fatalf("re-decoding %v: %v", again, err)
 		}
 		for j := range round {
 			if round[j] != decisions[j] {
@@ -95,38 +116,48 @@ func abs(v int64) int64 {
 	return v
 }
 
-// FuzzSettleReply decodes replies shaped as go-redis returns a Lua table:
-// a []any of strings, here from a fuzzed string split at "|", with an
-// element of another type when asked. A reply is the request's own
-// ("committed, paths, ':' and the decisions") and, in try mode, the peeks
-// and a (key index, old, new) triple per write. Decoding must return an
-// error or a reply, never panic, and every write must come from a whole
-// triple of strings.
+// FuzzSettleReply decodes arbitrary replies (see replyOf) of a try-mode
+// share of keys keys and of a batch of requests of keys keys each.
+// Decoding must return an error or replies, never panic; every write must
+// name a key of the share, and the requests' decisions must be exactly the
+// elements between their committed flags.
 func FuzzSettleReply(f *testing.F) {
-	f.Add("1f:0 5 3b9aca00 0 0", false)
-	f.Add("1f:0 5 3b9aca00 0 0|0 4 3b9aca00 0 0|1|old|new", false)
-	f.Add("1fb:0 5 3b9aca00 0 0,1 0 0 3b9aca00 0|0 5 3b9aca00 0 0|x|1|a", false)
-	f.Add("0b:1 0 0 3b9aca00 0|p|q|r|s", false)
-	f.Add("a", false)
-	f.Add("1f:0 5 3b9aca00 0 0|0 5 3b9aca00 0 0", true)
-	f.Fuzz(func(t *testing.T, s string, other bool) {
-		var reply []any
-		for _, p := range strings.Split(s, "|") {
-			reply = append(reply, p)
+	f.Add("1|0|5|1000000000|0|0", 1)
+	f.Add("1|0|5|1000000000|0|0|0|4|1000000000|0|0|1|old|new", 1)
+	f.Add("1|0|5|1000000000|0|0|1 0 0 3b9aca00 0|0|5|1000000000|0|0|1 0 0 3b9aca00 0|2|a|b", 2)
+	f.Add("0|1 0 0 3b9aca00 0|p|q|r", 1)
+	f.Add("1|0|5|1000000000|0|0|0|5|1000000000|0|0|3|a|b", 1)
+	f.Add("a", 1)
+	f.Add("1|0|5|1000000000|0|0|1|1|0|0|1000|0", 1)
+	f.Fuzz(func(t *testing.T, s string, keys int) {
+		keys = min(max(keys, 0), 16)
+		reply := replyOf(s)
+		if r, err := parseSettleReply(reply, keys); err == nil {
+			for _, w := range r.writes {
+				if w.index < 0 || w.index >= keys {
+					t.Fatalf("%q: write %+v outside %d keys", s, w, keys)
+				}
+			}
+			if !r.committed && (len(r.peeks) > 0 || len(r.writes) > 0) {
+				t.Fatalf("%q: a denied share with peeks or writes", s)
+			}
 		}
-		if other {
-			reply = append(reply, int64(7)) // go-redis gives integers as int64
-		}
-		r, err := parseSettleReply(reply)
-		if other && (len(reply) == 2 || (len(reply) > 2 && (len(reply)-2)%3 == 0)) && err == nil {
-			// the integer is the peeks or part of a write: it must be reported
-			t.Fatalf("%q with an integer: no error", reply)
-		}
-		if err != nil {
-			return
-		}
-		if want := max(0, (len(reply)-2)/3); len(r.writes) != want {
-			t.Fatalf("%q: %d writes, want %d", reply, len(r.writes), want)
+		for _, requests := range []int{1, 2, 3} {
+			counts := make([]int, requests)
+			for i := range counts {
+				counts[i] = keys
+			}
+			rs, err := parseSettleReplies(reply, counts)
+			if err != nil {
+				continue
+			}
+			total := 0
+			for _, r := range rs {
+				total += 1 + len(r.decisions)
+			}
+			if total != len(reply) {
+				t.Fatalf("%q as %d requests: %d elements accounted for, %d in the reply", s, requests, total, len(reply))
+			}
 		}
 	})
 }

@@ -1,16 +1,16 @@
 -- now.lua: what every script shares, on plain numbers: the algorithms'
--- and codes' numbers, and now. First in every script.
+-- and codes' numbers, now, and the stored states' format. First in every
+-- script.
 
 local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
 local ALLOWED, DENIED, OVER = 0, 1, 2
-local TWO32 = 4294967296
 -- MaxTime = 2^62 - 1 ns = 4611686018427 ms + 387903 ns.
 local MAXMS, MAXSUB = 4611686018427, 387903
 
--- now, read once by readNow, as plain numbers (all exact): nowMs·10^6 +
--- nowSub (nowSub < 10^6), and nowHi·2^32 + nowLo (nowLo < 2^32). The
--- bignum of now is made only when a bignum path asks for it (bigNow).
-local nowMs, nowSub, nowHi, nowLo
+-- now, read once by readNow, as plain numbers (both exact): nowMs·10^6 +
+-- nowSub (nowSub < 10^6). The bignum of now is made only when a bignum
+-- path asks for it (bigNow).
+local nowMs, nowSub
 
 -- readNow reads now: ms and sub, decimal strings (now = ms·10^6 + sub,
 -- sub < 10^6, as the store passes an injected time), or when ms is ""
@@ -28,12 +28,29 @@ local function readNow(ms, sub)
   if nowMs > MAXMS or nowMs == MAXMS and nowSub > MAXSUB then
     nowMs, nowSub = MAXMS, MAXSUB
   end
-  -- nowMs = a·2^21 + b; now = a·10^6·2^21 + b·10^6 + nowSub, every term
-  -- below 2^53 when split at 2^32.
-  local b = nowMs % 2097152
-  local x = (nowMs - b) / 2097152 * 1000000 -- a·10^6 < 2^43
-  local xl = x % 2048
-  local lo = xl * 2097152 + b * 1000000 + nowSub
-  local carry = (lo - lo % TWO32) / TWO32
-  nowHi, nowLo = (x - xl) / 2048 + carry, lo - carry * TWO32
+end
+
+-- A bucket's state is stored as STATE, 41 bytes (a Redis string of at
+-- most 44 bytes is one allocation): a format byte, 1; t as whole
+-- milliseconds and the nanoseconds beyond them; n and m; restAt as t is.
+-- Every field is an integer below 2^53 (times at most MaxTime, counts
+-- below 2^33), which doubles and the 32-bit field (below 10^6) hold
+-- exactly.
+local STATE = "<BdI4dddI4"
+local spack, sunpack, sbyte = struct.pack, struct.unpack, string.byte
+
+-- unpackState returns true and tMs, tSub, n, m, rMs, rSub from a value in
+-- STATE, or false for any other value and for none (v nil or false).
+local function unpackState(v)
+  if not v or #v ~= 41 or sbyte(v) ~= 1 then
+    return false
+  end
+  local _, tMs, tSub, n, m, rMs, rSub = sunpack(STATE, v)
+  return true, tMs, tSub, n, m, rMs, rSub
+end
+
+-- packState returns the value in STATE of t = tMs·10^6 + tSub, n, m and
+-- restAt = rMs·10^6 + rSub.
+local function packState(tMs, tSub, n, m, rMs, rSub)
+  return spack(STATE, 1, tMs, tSub, n, m, rMs, rSub)
 end

@@ -142,7 +142,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,13 +289,6 @@ type stats struct {
 	open       atomic.Uint64 // requests decided by the failure mode because the breaker was open
 	fast       atomic.Uint64 // charges the script decided on plain numbers (fast.lua)
 	bignum     atomic.Uint64 // charges the script decided on bignums
-}
-
-// countPaths counts the paths of a script's reply.
-func (st *stats) countPaths(paths string) {
-	f := strings.Count(paths, "f")
-	st.fast.Add(uint64(f))
-	st.bignum.Add(uint64(len(paths) - f))
 }
 
 // New connects to Redis as cfg says. It does not wait for Redis: the store
@@ -534,8 +526,19 @@ func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]
 	if err := s.send(ctx, c); err != nil {
 		return err
 	}
-	s.stats.countPaths(c.reply.paths)
-	return parseDecisions(c.reply.decisions, idx, decisions)
+	return s.decode(c.reply.decisions, idx, decisions)
+}
+
+// decode writes the decisions elems holds (settleReply.decisions) into
+// decisions[idx[j]] and counts their paths.
+func (s *Store) decode(elems []any, idx []int, decisions []algorithms.Decision) error {
+	fast, err := decodeDecisions(elems, idx, decisions)
+	if err != nil {
+		return err
+	}
+	s.stats.fast.Add(uint64(fast))
+	s.stats.bignum.Add(uint64(len(idx) - fast))
+	return nil
 }
 
 // groupBySlot returns idx grouped by the hash slots of their keys, in
@@ -578,21 +581,20 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	var failure error
 	denied := false
 	for g, c := range cmds {
-		r, err := shareReply(c)
+		r, err := shareReply(c, len(groups[g]))
 		if err != nil {
 			failed[g] = true
 			failure = cmp.Or(failure, err)
 			continue
 		}
 		replies[g] = r
-		s.stats.countPaths(r.paths)
 		if !r.committed {
 			denied = true
 		}
 	}
 	if failure == nil && !denied {
 		for g, idx := range groups {
-			if err := parseDecisions(replies[g].decisions, idx, decisions); err != nil {
+			if err := s.decode(replies[g].decisions, idx, decisions); err != nil {
 				return err
 			}
 		}
@@ -619,9 +621,9 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 		case failed[g]:
 			s.fallback(charges, idx, true, sent, decisions)
 		case replies[g].committed:
-			err = parseDecisions(replies[g].peeks, idx, decisions)
+			err = s.decode(replies[g].peeks, idx, decisions)
 		default:
-			err = parseDecisions(replies[g].decisions, idx, decisions)
+			err = s.decode(replies[g].decisions, idx, decisions)
 		}
 		if err != nil {
 			return err
@@ -637,7 +639,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 // stands even if the client marked its command failed afterwards (as a
 // pipeline may when it gives up on another node): a share that charged is
 // known to have charged, and is undone if need be.
-func shareReply(c *goredis.Cmd) (settleReply, error) {
+func shareReply(c *goredis.Cmd, keys int) (settleReply, error) {
 	v, err := c.Result()
 	if v == nil {
 		if err == nil {
@@ -645,7 +647,7 @@ func shareReply(c *goredis.Cmd) (settleReply, error) {
 		}
 		return settleReply{}, err
 	}
-	return parseSettleReply(v)
+	return parseSettleReply(v, keys)
 }
 
 // undo runs undo.lua on every share that was charged.

@@ -153,14 +153,17 @@ func nowArgs(now int64) [2]string {
 	return [2]string{strconv.FormatInt(now/1e6, 10), strconv.FormatInt(now%1e6, 10)}
 }
 
-// settleReply is settle.lua's reply.
+// settleReply is one request's part of settle.lua's reply, as go-redis
+// returns it.
 type settleReply struct {
-	decisions string
 	committed bool
-	paths     string // per key, "f" (fast.lua) or "b" (bignums)
-	// try mode, committed: the decisions had the request been denied, and
-	// per key written its index in the share, old and new value.
-	peeks  string
+	// decisions holds the request's decisions, per key five int64 (fast.lua's
+	// path) or one string (the bignums'): decodeDecisions decodes them.
+	decisions []any
+	// try mode, committed: the decisions had the request been denied (as
+	// decisions), and per key written its index in the share, old and new
+	// value.
+	peeks  []any
 	writes []write
 }
 
@@ -169,83 +172,144 @@ type write struct {
 	old, new string
 }
 
-// parseSettleReply parses the reply of a script that settled one request,
-// in try mode or not.
-func parseSettleReply(v any) (settleReply, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) == 0 {
-		return settleReply{}, fmt.Errorf("settle script: unexpected reply %T", v)
-	}
-	r, err := parseOneReply(a[0])
-	if err != nil {
-		return r, err
-	}
-	if len(a) > 1 {
-		str := func(x any) string {
-			s, ok := x.(string)
-			if !ok && err == nil {
-				err = fmt.Errorf("settle script: unexpected reply element %T", x)
-			}
-			return s
+// decisionsLen returns how many elements of a, from its first, hold the
+// decisions of keys keys (see settleReply.decisions).
+func decisionsLen(a []any, keys int) (int, error) {
+	i := 0
+	for range keys {
+		if i >= len(a) {
+			return 0, fmt.Errorf("settle script: reply ends before the decisions of %d keys", keys)
 		}
-		r.peeks = str(a[1])
-		for i := 2; i+2 < len(a); i += 3 {
-			idx, e := strconv.Atoi(str(a[i]))
-			if e != nil && err == nil {
-				err = fmt.Errorf("settle script: bad key index: %v", e)
-			}
-			r.writes = append(r.writes, write{index: idx - 1, old: str(a[i+1]), new: str(a[i+2])})
+		if _, ok := a[i].(string); ok {
+			i++
+		} else {
+			i += 5
 		}
 	}
-	return r, err
+	if i > len(a) {
+		return 0, fmt.Errorf("settle script: reply ends within the decisions of %d keys", keys)
+	}
+	return i, nil
 }
 
-// parseSettleReplies parses the reply of a script that settled n requests
-// (not in try mode).
-func parseSettleReplies(v any, n int) ([]settleReply, error) {
-	a, ok := v.([]any)
-	if !ok || len(a) != n {
-		return nil, fmt.Errorf("settle script: unexpected reply %T for %d requests", v, n)
+// nextRequest parses from a the reply of one request of keys keys (not its
+// try-mode part), and returns it and the rest of a.
+func nextRequest(a []any, keys int) (settleReply, []any, error) {
+	if len(a) == 0 {
+		return settleReply{}, nil, errors.New("settle script: reply ends before a request's")
 	}
-	r := make([]settleReply, n)
-	for i := range r {
+	committed, ok := a[0].(int64)
+	if !ok || committed < 0 || committed > 1 {
+		return settleReply{}, nil, fmt.Errorf("settle script: unexpected committed flag %v", a[0])
+	}
+	n, err := decisionsLen(a[1:], keys)
+	if err != nil {
+		return settleReply{}, nil, err
+	}
+	return settleReply{committed: committed == 1, decisions: a[1 : 1+n]}, a[1+n:], nil
+}
+
+// parseSettleReplies parses the reply of a script that settled requests of
+// keys[i] keys each (not in try mode).
+func parseSettleReplies(v any, keys []int) ([]settleReply, error) {
+	a, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("settle script: unexpected reply %T", v)
+	}
+	r := make([]settleReply, len(keys))
+	for i, k := range keys {
 		var err error
-		if r[i], err = parseOneReply(a[i]); err != nil {
+		if r[i], a, err = nextRequest(a, k); err != nil {
 			return nil, err
 		}
+	}
+	if len(a) > 0 {
+		return nil, fmt.Errorf("settle script: %d elements after the last request's reply", len(a))
 	}
 	return r, nil
 }
 
-// parseOneReply parses one request's reply: committed, paths, ":" and the
-// decisions.
-func parseOneReply(v any) (settleReply, error) {
-	s, ok := v.(string)
-	head, decisions, found := strings.Cut(s, ":")
-	if !ok || !found || len(head) < 1 {
-		return settleReply{}, fmt.Errorf("settle script: unexpected reply %q", v)
+// parseSettleReply parses the reply of a script that settled one request
+// of keys keys in try mode.
+func parseSettleReply(v any, keys int) (settleReply, error) {
+	a, ok := v.([]any)
+	if !ok {
+		return settleReply{}, fmt.Errorf("settle script: unexpected reply %T", v)
 	}
-	return settleReply{committed: head[0] == '1', paths: head[1:], decisions: decisions}, nil
+	r, a, err := nextRequest(a, keys)
+	if err != nil || !r.committed {
+		if err == nil && len(a) > 0 {
+			err = errors.New("settle script: elements after a denied share's reply")
+		}
+		return r, err
+	}
+	n, err := decisionsLen(a, keys)
+	if err != nil {
+		return r, err
+	}
+	r.peeks, a = a[:n], a[n:]
+	if len(a)%3 != 0 {
+		return r, fmt.Errorf("settle script: %d elements of writes, not triples", len(a))
+	}
+	for ; len(a) > 0; a = a[3:] {
+		idx, ok1 := a[0].(int64)
+		old, ok2 := a[1].(string)
+		new, ok3 := a[2].(string)
+		if !ok1 || !ok2 || !ok3 || idx < 1 || idx > int64(keys) {
+			return r, fmt.Errorf("settle script: bad write %v", a[:3])
+		}
+		r.writes = append(r.writes, write{index: int(idx) - 1, old: old, new: new})
+	}
+	return r, nil
 }
 
-// parseDecisions writes the decisions of s ("code remaining reset retry
-// delay" per key, hexadecimal, joined by ",") into decisions[idx[j]].
-func parseDecisions(s string, idx []int, decisions []algorithms.Decision) error {
-	for j, i := range idx {
-		var one string
-		one, s, _ = strings.Cut(s, ",")
-		d, err := parseDecision(one)
-		if err != nil {
-			return err
+// decodeDecisions writes the decisions elems holds (settleReply.decisions,
+// one per element of idx) into decisions[idx[j]], and returns how many
+// were decided on fast.lua's path.
+func decodeDecisions(elems []any, idx []int, decisions []algorithms.Decision) (fast int, err error) {
+	for _, i := range idx {
+		if len(elems) == 0 {
+			return fast, errors.New("settle script: fewer decisions than keys")
 		}
-		decisions[i] = d
-		if j == len(idx)-1 && s != "" {
-			return errors.New("settle script: more decisions than keys")
+		if s, ok := elems[0].(string); ok {
+			if decisions[i], err = parseDecision(s); err != nil {
+				return fast, err
+			}
+			elems = elems[1:]
+			continue
 		}
+		if len(elems) < 5 {
+			return fast, errors.New("settle script: a decision of fewer than five integers")
+		}
+		var f [5]int64
+		for k := range f {
+			v, ok := elems[k].(int64)
+			if !ok || v < 0 {
+				return fast, fmt.Errorf("settle script: bad decision field %v", elems[k])
+			}
+			f[k] = v
+		}
+		if f[0] > int64(algorithms.OverCapacity) {
+			return fast, fmt.Errorf("settle script: bad decision code %d", f[0])
+		}
+		decisions[i] = algorithms.Decision{
+			Code:       algorithms.Code(f[0]),
+			Remaining:  f[1],
+			ResetAfter: time.Duration(f[2]),
+			RetryAfter: time.Duration(f[3]),
+			Delay:      time.Duration(f[4]),
+		}
+		elems = elems[5:]
+		fast++
 	}
-	return nil
+	if len(elems) > 0 {
+		return fast, errors.New("settle script: more decisions than keys")
+	}
+	return fast, nil
 }
 
+// parseDecision parses a decision of the bignum path: "code remaining
+// reset retry delay", hexadecimal.
 func parseDecision(s string) (algorithms.Decision, error) {
 	var f [5]int64
 	for k := range f {

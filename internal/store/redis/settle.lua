@@ -30,15 +30,17 @@
 -- it, and on decide.lua's bignums otherwise: the same decision either way.
 -- Each charged bucket's state is written as state.lua's put writes it.
 --
--- Reply: per request one string, committed ("1" when the charges were
--- written, else "0"), paths (one letter per key: "f" for fast.lua's path,
--- "b" for the bignums), ":" and the decisions, one "code remaining reset
--- retry delay" (hexadecimal) per key, joined by ",". In try mode, when
+-- Reply: one flat array. Per request, committed (1 when the charges were
+-- written, else 0), then per key its decision: on fast.lua's path five
+-- integers, code remaining reset retry delay (integers, because Redis
+-- writes a Lua number as an integer reply far more cheaply than Lua
+-- formats it); on the bignum path one string, the same five in
+-- hexadecimal separated by spaces. In try mode (one request), when
 -- committed, the reply goes on with the decisions that Settle reports had
 -- the request been denied (the admitted charges as peeks of their old
--- state), then, per key written, its index, its old value ("" for none) and
--- its new value: what the store needs to undo the charges should another
--- slot deny.
+-- state), one per key as before, then, per key written, its index (an
+-- integer), its old value ("" for none) and its new value: what the store
+-- needs to undo the charges should another slot deny.
 
 readNow(ARGV[1], ARGV[2])
 local expire = ARGV[3] == "1"
@@ -91,21 +93,34 @@ end
 -- next state nt, nn, nm, nr (nt nil when unchanged); on the bignum path its
 -- limit bl, old state bs, decision d (and code = d.code) and next state.
 
--- peek returns the decision, formatted, of a peek (cost 0) of c's old state.
-local function peek(c)
-  if c.fast then
-    return fastFormatDecision(fastDecide(c.l, c.t, c.n, c.m, 0))
-  end
-  local B = bignums()
-  local _, d = B.decide(c.bl, c.bs, B.bigNow(), 0)
-  return B.formatDecision(d)
+-- reply is the script's reply, size its length.
+local reply, size = {}, 0
+
+-- emitFast appends a decision of fast.lua's path to reply.
+local function emitFast(code, rem, reset, retry, delay)
+  reply[size + 1], reply[size + 2], reply[size + 3], reply[size + 4], reply[size + 5] = code, rem, reset, retry, delay
+  size = size + 5
 end
 
-local function formatCharge(c)
+-- emit appends to reply the decision of charge c, or with peek the
+-- decision of a peek (cost 0) of its old state.
+local function emit(c, peek)
   if c.fast then
-    return fastFormatDecision(c.code, c.rem, c.reset, c.retry, c.delay)
+    if peek then
+      emitFast(fastDecide(c.l, c.t, c.n, c.m, 0))
+    else
+      emitFast(c.code, c.rem, c.reset, c.retry, c.delay)
+    end
+    return
   end
-  return bignums().formatDecision(c.d)
+  local B = bignums()
+  local d = c.d
+  if peek then
+    local _, pd = B.decide(c.bl, c.bs, B.bigNow(), 0)
+    d = pd
+  end
+  size = size + 1
+  reply[size] = B.formatDecision(d)
 end
 
 -- charge decides the charge ARGV[i] on KEYS[key], and returns it and its
@@ -133,9 +148,7 @@ end
 -- store writes c's charged state under key and returns the value written.
 local function store(key, c)
   if c.fast then
-    local v = fastFormatState(c.nt, c.nn, c.nm, c.nr)
-    fastPut(key, v, c.nr, expire)
-    return v
+    return fastPut(key, c.nt, c.nn, c.nm, c.nr, expire)
   end
   local B = bignums()
   local v = B.formatState(c.next)
@@ -143,77 +156,70 @@ local function store(key, c)
   return v
 end
 
-local reply = {}
-
 -- settleOneFast settles a request of one charge on the fast path, the
 -- most common request, without a table; it returns false, writing
 -- nothing, when the charge does not fit the path.
 local function settleOneFast(key, sp)
   local cost = sp.cost
-  local old = redis.call("GET", key)
-  local ok, t, n, m = fastState(old, sp)
+  local ok, t, n, m = fastState(redis.call("GET", key), sp)
   if not ok then
     return false
   end
   local code, rem, reset, retry, delay, nt, nn, nm, nr = fastDecide(sp, t, n, m, cost)
-  local d = fastFormatDecision(code, rem, reset, retry, delay)
   if code ~= ALLOWED and not sp.shadow then
     -- Denied: a single charge is not admitted, so reported as it is.
-    reply[#reply + 1] = "0f:" .. d
-    return true
+    size = size + 1
+    reply[size] = 0
+  else
+    if code == ALLOWED and cost > 0 then
+      fastPut(key, nt, nn, nm, nr, expire)
+    end
+    size = size + 1
+    reply[size] = 1
   end
-  if code == ALLOWED and cost > 0 then
-    fastPut(key, fastFormatState(nt, nn, nm, nr), nr, expire)
-  end
-  reply[#reply + 1] = "1f:" .. d
+  emitFast(code, rem, reset, retry, delay)
   return true
 end
 
--- settle settles one request: its n keys after KEYS[k], their charges
+-- settle settles one request: its count keys after KEYS[k], their charges
 -- after ARGV[a]. It appends the request's reply to reply.
-local function settle(k, a, n)
-  if n == 1 and not try then
+local function settle(k, a, count)
+  if count == 1 and not try then
     local sp = spec(a + 1)
     if sp.fast and settleOneFast(KEYS[k + 1], sp) then
       return
     end
   end
-  local charges, olds, paths = {}, {}, {}
+  local charges, olds = {}, {}
   local commit = true
-  for i = 1, n do
+  for i = 1, count do
     local c, old = charge(KEYS[k + i], a + i)
     charges[i], olds[i] = c, old
-    paths[i] = c.fast and "f" or "b"
     if c.code ~= ALLOWED and not c.shadow then
       commit = false
     end
   end
-  paths = table.concat(paths)
 
-  -- peeks returns every decision, with the admitted charges replaced by a
-  -- peek of their bucket's old state: what Settle reports for a denial.
+  -- peeks appends every decision, with the admitted charges replaced by
+  -- a peek of their bucket's old state: what Settle reports for a denial.
   local function peeks()
-    local out = {}
-    for i = 1, n do
+    for i = 1, count do
       local c = charges[i]
-      if c.code == ALLOWED and c.cost ~= 0 then
-        out[i] = peek(c)
-      else
-        out[i] = formatCharge(c)
-      end
+      emit(c, c.code == ALLOWED and c.cost ~= 0)
     end
-    return table.concat(out, ",")
   end
 
+  size = size + 1
   if not commit then
-    reply[#reply + 1] = "0" .. paths .. ":" .. peeks()
+    reply[size] = 0
+    peeks()
     return
   end
-
-  local out, written = {}, {}
-  for i = 1, n do
+  reply[size] = 1
+  local written = {}
+  for i = 1, count do
     local c = charges[i]
-    out[i] = formatCharge(c)
+    emit(c, false)
     if c.code == ALLOWED and c.cost > 0 then
       local v = store(KEYS[k + i], c)
       if try then
@@ -221,21 +227,19 @@ local function settle(k, a, n)
       end
     end
   end
-  reply[#reply + 1] = "1" .. paths .. ":" .. table.concat(out, ",")
   if try then
-    reply[#reply + 1] = peeks()
+    peeks()
     for _, w in ipairs(written) do
-      reply[#reply + 1] = tostring(w[1])
-      reply[#reply + 1] = w[2]
-      reply[#reply + 1] = w[3]
+      reply[size + 1], reply[size + 2], reply[size + 3] = w[1], w[2], w[3]
+      size = size + 3
     end
   end
 end
 
 local a, k = 4, 0
 while a < #ARGV do
-  local n = tonumber(ARGV[a + 1])
-  settle(k, a + 1, n)
-  a, k = a + 1 + n, k + n
+  local count = tonumber(ARGV[a + 1])
+  settle(k, a + 1, count)
+  a, k = a + 1 + count, k + count
 end
 return reply

@@ -2,10 +2,10 @@
 -- undo.lua. After now.lua and bignum.lua, inside the bignums library that
 -- scripts build only when a charge needs it (see script.go).
 --
--- A bucket's state is stored as the string "t n m restAt", hexadecimal,
--- restAt being when the bucket is back at rest if nothing else arrives: an
--- absent key then decides exactly as the state would, so the key expires
--- at restAt, rounded up to the millisecond (never sooner).
+-- A bucket's state is stored as now.lua's STATE: t, n, m and restAt, when
+-- the bucket is back at rest if nothing else arrives. An absent key then
+-- decides exactly as the state would, so the key expires at restAt,
+-- rounded up to the millisecond (never sooner).
 
 local MILLION = small(1000000)
 local nowBig
@@ -18,27 +18,39 @@ local function bigNow()
   return nowBig
 end
 
+-- msParts returns the bignum t as whole milliseconds and the nanoseconds
+-- beyond them, as numbers (exact: t ≤ MaxTime).
+local function msParts(t)
+  local q, r = divmod(t, MILLION)
+  return num(q), num(r)
+end
+
+-- ofMs returns ms·10^6 + sub as a bignum.
+local function ofMs(ms, sub)
+  return add(mul(small(ms), MILLION), small(sub))
+end
+
 -- parseState returns the state v holds ({t, n, m}), or nil when v is nil
--- (no key) or not a state.
+-- (no key) or not a state (now.lua's STATE).
 local function parseState(v)
-  if not v then
+  local ok, tMs, tSub, n, m = unpackState(v)
+  if not ok then
     return nil
   end
-  local t, n, m = string.match(v, "^(%x+) (%x+) (%x+) %x+$")
-  if not t then
-    return nil
-  end
-  return { t = fromhex(t), n = tonumber(n, 16), m = tonumber(m, 16) }
+  return { t = ofMs(tMs, tSub), n = n, m = m }
 end
 
 -- restAtOf returns the restAt of the state v holds, or nil as parseState.
 local function restAtOf(v)
-  local restAt = v and string.match(v, "^%x+ %x+ %x+ (%x+)$")
-  return restAt and fromhex(restAt)
+  local ok, _, _, _, _, rMs, rSub = unpackState(v)
+  return ok and ofMs(rMs, rSub) or nil
 end
 
+-- formatState returns the value in STATE of the state s.
 local function formatState(s)
-  return tohex(s.t) .. " " .. string.format("%x %x ", s.n, s.m) .. tohex(s.restAt)
+  local tMs, tSub = msParts(s.t)
+  local rMs, rSub = msParts(s.restAt)
+  return packState(tMs, tSub, s.n, s.m, rMs, rSub)
 end
 
 -- ceilMs returns restAt (after now, readNow's) in milliseconds, rounded
