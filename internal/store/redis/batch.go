@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -22,14 +23,16 @@ import (
 // and script calls each costs. (More senders, batches in flight at once,
 // measured no faster and cost Redis more per request: smaller batches.)
 const (
-	senders  = 1   // batches in flight at once
-	maxBatch = 128 // requests in one batch
+	senders    = 1                     // batches in flight at once
+	maxBatch   = 128                   // requests in one batch
+	gatherWait = 50 * time.Microsecond // longest wait for a batch's expected requests
 )
 
 // call is one request waiting to be sent by a sender.
 type call struct {
-	ctx  context.Context // the caller's: a call it gave up before sending is dropped
-	keys []string
+	ctx      context.Context // the caller's: a call it gave up before sending is dropped
+	deadline time.Time       // when the store's timeout ends: a call waits no longer
+	keys     []string
 	args []any     // appendRequest's
 	slot int       // the hash slot of its keys (0 on a standalone Redis)
 	now  [2]string // settle.lua's now: redisTime, or a test clock's
@@ -56,14 +59,26 @@ func (e *batchError) Error() string { return e.err.Error() }
 func (e *batchError) Unwrap() error { return e.err }
 
 // send queues c for a sender and waits until it is settled, ctx ends or
-// the store closes.
+// the store closes: no later than c.deadline, which the sender keeps (it
+// drops a call whose deadline has passed, and gives a batch the earliest
+// deadline of its calls), so a call needs no timer of its own.
 func (s *Store) send(ctx context.Context, c *call) error {
 	select {
 	case s.queue <- c:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errClosed
+	default:
+		// The queue is full (Redis is slow or hangs): wait for room, but
+		// not past the deadline.
+		t := time.NewTimer(time.Until(c.deadline))
+		defer t.Stop()
+		select {
+		case s.queue <- c:
+		case <-t.C:
+			return context.DeadlineExceeded
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return errClosed
+		}
 	}
 	select {
 	case <-c.done:
@@ -76,8 +91,18 @@ func (s *Store) send(ctx context.Context, c *call) error {
 }
 
 // sender sends batches until the store closes.
+//
+// It expects as many requests as its last batch carried: their callers,
+// answered, are likely to send again. After the first request of a batch,
+// it waits up to gatherWait for the others of that many, so that a load
+// of n concurrent callers settles into batches of n rather than splitting
+// into smaller ones that each pay a round trip and a script call. At low
+// load (a last batch of one) it never waits.
 func (s *Store) sender() {
 	batch := make([]*call, 0, maxBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	expect := 1
 	for {
 		batch = batch[:0]
 		select {
@@ -86,15 +111,35 @@ func (s *Store) sender() {
 		case <-s.done:
 			return
 		}
+		waiting := false
 	gather:
 		for len(batch) < maxBatch {
 			select {
 			case c := <-s.queue:
 				batch = append(batch, c)
+				continue
 			default:
+			}
+			if len(batch) >= expect {
+				break
+			}
+			if !waiting {
+				waiting = true
+				timer.Reset(gatherWait)
+			}
+			select {
+			case c := <-s.queue:
+				batch = append(batch, c)
+			case <-timer.C:
+				break gather
+			case <-s.done:
 				break gather
 			}
 		}
+		if waiting {
+			timer.Stop()
+		}
+		expect = len(batch)
 		s.sendBatch(batch)
 	}
 }
@@ -103,11 +148,20 @@ func (s *Store) sender() {
 // per slot, pipelined.
 func (s *Store) sendBatch(batch []*call) {
 	live := batch[:0]
+	now := time.Now()
+	var deadline time.Time // the batch's: its calls' earliest
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+		err := c.ctx.Err()
+		if err == nil && !now.Before(c.deadline) {
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
 			c.err = err
 			close(c.done)
 			continue
+		}
+		if deadline.IsZero() || c.deadline.Before(deadline) {
+			deadline = c.deadline
 		}
 		live = append(live, c)
 	}
@@ -131,7 +185,7 @@ func (s *Store) sendBatch(batch []*call) {
 	}
 
 	seq := s.batches.Add(1)
-	ctx, cancel := context.WithTimeout(s.life, s.timeout)
+	ctx, cancel := context.WithDeadline(s.life, deadline)
 	defer cancel()
 	keys := make([][]string, len(groups))
 	args := make([][]any, len(groups))

@@ -433,9 +433,7 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 		return nil
 	}
 	s.stats.applies.Add(1)
-	rctx, cancel := context.WithTimeout(ctx, s.timeout)
-	err := s.settle(rctx, sent, charges, decisions)
-	cancel()
+	err := s.settle(ctx, sent, charges, decisions)
 	if err != nil && ctx.Err() != nil {
 		s.breaker.release(probe)
 		return ctx.Err()
@@ -486,8 +484,9 @@ type deniedElsewhere struct{ err error }
 func (e *deniedElsewhere) Error() string { return e.err.Error() }
 func (e *deniedElsewhere) Unwrap() error { return e.err }
 
-// settle runs the script: once for the whole request, or per slot. sent
-// is the local time, which a test clock passes to the script as now.
+// settle runs the script: once for the whole request, or per slot, within
+// the store's timeout. sent is the local time, which a test clock passes
+// to the script as now.
 func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
 	now, expire := redisTime, true
 	if s.testNow != nil {
@@ -507,14 +506,18 @@ func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, 
 	if len(groups) == 1 {
 		return s.settleOne(ctx, keys, all, now, charges, decisions)
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	return s.settleSlots(ctx, keys, groups, now, expire, sent, charges, decisions)
 }
 
 // settleOne settles the charges idx, all in one slot, in one script call
-// that a sender may share with other requests (batch.go).
+// that a sender may share with other requests (batch.go), within the
+// store's timeout.
 func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, charges []store.Charge, decisions []algorithms.Decision) error {
 	c := &call{
-		ctx:  ctx,
+		ctx:      ctx,
+		deadline: time.Now().Add(s.timeout),
 		keys: keys,
 		args: appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), charges, idx),
 		now:  now,
