@@ -33,9 +33,9 @@ type call struct {
 	ctx      context.Context // the caller's: a call it gave up before sending is dropped
 	deadline time.Time       // when the store's timeout ends: a call waits no longer
 	keys     []string
-	args []any     // appendRequest's
-	slot int       // the hash slot of its keys (0 on a standalone Redis)
-	now  [2]string // settle.lua's now: redisTime, or a test clock's
+	args     []any     // appendRequest's
+	slot     int       // the hash slot of its keys (0 on a standalone Redis)
+	now      [2]string // settle.lua's now: redisTime, or a test clock's
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).

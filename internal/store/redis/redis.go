@@ -518,10 +518,10 @@ func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]
 	c := &call{
 		ctx:      ctx,
 		deadline: time.Now().Add(s.timeout),
-		keys: keys,
-		args: appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), charges, idx),
-		now:  now,
-		done: make(chan struct{}),
+		keys:     keys,
+		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), charges, idx),
+		now:      now,
+		done:     make(chan struct{}),
 	}
 	if s.cluster != nil {
 		c.slot = slotOf([]byte(keys[0]))
