@@ -14,9 +14,11 @@ import (
 // on a standalone Redis, and with the {domain} hash tag every request on a
 // cluster) are settled by the store's sender: a goroutine that takes every
 // request waiting, sends them in one round trip, and delivers the replies.
-// When the sender is idle as a request arrives, it sends that request at
-// once, alone: batching adds no wait at low load. While it waits for Redis,
-// requests gather, and it sends them together next: requests of one slot
+// When the sender is idle as a request arrives at low load, it sends that
+// request at once, alone: batching adds no wait. Under load it waits up to
+// gatherWait for as many requests as its last batch carried (see sender).
+// While it waits for Redis, requests gather, and it sends them together
+// next: requests of one slot
 // in one settle.lua call (which settles them one after the other, each
 // atomic and all or nothing on its own), the calls of one node pipelined
 // in one write. The more requests arrive at once, the fewer round trips

@@ -20,7 +20,8 @@
 -- counts n and m must have n·P and m·P below 2^52. Otherwise the charge takes
 -- the bignum path, with the same answer.
 --
--- A limit is {alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac}; a
+-- A limit is {alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac} (and since,
+-- sinceWindow's, once computed: a limit lives for one script call); a
 -- state is three numbers t, n, m. Each decide function returns the
 -- decision's five numbers (code, remaining, reset, retry, delay) and the
 -- next state's four (t, n, m, restAt), t nil when the state is unchanged,
@@ -100,18 +101,25 @@ local function quo(x, p)
   return (x - fmod(x, p)) / p
 end
 
--- sinceWindow returns now mod P (now - windowStart).
-local function sinceWindow(p)
+-- sinceWindow returns now mod P (now - windowStart) for the limit l,
+-- computed once per script call (now is the call's) and kept in l.
+local function sinceWindow(l)
+  local since = l.since
+  if since then return since end
+  local p = l.p
   if fmod(p, 1000000) == 0 then
-    return fmod(nowMs, p / 1000000) * 1000000 + nowSub
+    since = fmod(nowMs, p / 1000000) * 1000000 + nowSub
+  else
+    since = fmod(fmod(nowMs, p) * 1000000 + nowSub, p)
   end
-  return fmod(fmod(nowMs, p) * 1000000 + nowSub, p)
+  l.since = since
+  return since
 end
 
 -- fastFixedWindow mirrors Limit.fixedWindow.
 local function fastFixedWindow(l, t, n, cost)
   local cap = l.cap
-  local start = -sinceWindow(l.p)
+  local start = -sinceWindow(l)
   local count = n
   if start > t then
     count = 0
@@ -166,7 +174,7 @@ end
 -- fastSlidingWindow mirrors Limit.slidingWindow.
 local function fastSlidingWindow(l, t, n, m, cost)
   local p = l.p
-  local start = -sinceWindow(p)
+  local start = -sinceWindow(l)
   local cur, prev = n, m
   local e
   if start <= t then
