@@ -72,7 +72,9 @@ type Config struct {
 	// before serving (a missing file starts empty; a bad one is logged,
 	// counted, renamed to StateFile.rejected and the store starts empty),
 	// written every SnapshotInterval and on shutdown after the last call.
-	// Only for the memory store. Empty: off.
+	// The daemon holds the file's lock (snapshot.Lock) while it runs: Start
+	// fails when another process holds it. Only for the memory store.
+	// Empty: off.
 	StateFile string
 	// SnapshotInterval is how often the store is written to StateFile
 	// (0: DefaultSnapshotInterval, 10s). After a crash, the charges of at

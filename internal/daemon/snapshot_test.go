@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -378,5 +379,33 @@ func TestNotReadyWhileRestoring(t *testing.T) {
 	}
 	if code, body := get("POST", "/ratelimit.v1.RateLimitService/ShouldRateLimit", decide); code != http.StatusOK {
 		t.Errorf("a decision once restored: %d %s; want 200", code, body)
+	}
+}
+
+// TestStateFileOneDaemon: a second daemon on a state file in use fails to
+// start, naming the file and the holder, and leaves the file alone; once
+// the first stops, a daemon starts on it again (a failed start released
+// the lock too).
+func TestStateFileOneDaemon(t *testing.T) {
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	first := stateDaemon(t, statePolicy, stateFile)
+	drainAll(t, first, desc("user", "frank"))
+	_, err := daemon.Start(daemon.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", StateFile: stateFile,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil {
+		t.Fatal("a second daemon started on a state file in use")
+	}
+	for _, want := range []string{"--state-file", "in use by another process", stateFile, "pid " + strconv.Itoa(os.Getpid())} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("second Start: %q does not say %q", err, want)
+		}
+	}
+	first.Clock.Set(time.Now().UnixNano())
+	first.Stop()
+	second := stateDaemon(t, statePolicy, stateFile)
+	if code := shouldRateLimit(t, second, desc("user", "frank")).OverallCode; code != rl.Code_CODE_OVER_LIMIT {
+		t.Errorf("after the first daemon stopped, the second restored frank as %v, want OVER_LIMIT", code)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/snapshot"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
@@ -55,13 +56,24 @@ type storeBackend interface {
 // openStore makes the store cfg.Store names: memory (the default) or redis.
 // A Redis store reports its health to hs as RedisHealthService.
 func openStore(cfg Config, hs *health.Server) (storeBackend, error) {
+	var (
+		b   storeBackend
+		err error
+	)
 	switch cfg.Store {
 	case "", "memory":
-		return newMemoryBackend(cfg), nil
+		b, err = newMemoryBackend(cfg)
 	case "redis":
-		return newRedisBackend(cfg, hs)
+		b, err = newRedisBackend(cfg, hs)
+	default:
+		err = fmt.Errorf("store %q: want memory or redis", cfg.Store)
 	}
-	return nil, fmt.Errorf("store %q: want memory or redis", cfg.Store)
+	if err != nil {
+		// Not b: a nil *memoryBackend in the interface is not a nil
+		// storeBackend, and abort would close it.
+		return nil, err
+	}
+	return b, nil
 }
 
 // memoryBackend is the sharded in-memory store, swept every SweepInterval
@@ -69,10 +81,13 @@ func openStore(cfg Config, hs *health.Server) (storeBackend, error) {
 type memoryBackend struct {
 	*memory.Store
 	sweepInterval time.Duration
-	snapshots     *snapshots // nil without Config.StateFile
+	snapshots     *snapshots         // nil without Config.StateFile
+	lock          *snapshot.FileLock // Config.StateFile's, held until close
 }
 
-func newMemoryBackend(cfg Config) *memoryBackend {
+// newMemoryBackend makes the memory store and, with Config.StateFile, takes
+// the state file's lock: a second daemon on the same file fails to start.
+func newMemoryBackend(cfg Config) (*memoryBackend, error) {
 	var opts []memory.Option
 	if cfg.MaxBuckets > 0 {
 		opts = append(opts, memory.WithMaxBuckets(cfg.MaxBuckets))
@@ -82,9 +97,14 @@ func newMemoryBackend(cfg Config) *memoryBackend {
 	}
 	b := &memoryBackend{Store: memory.New(cfg.Clock, opts...), sweepInterval: cfg.SweepInterval}
 	if cfg.StateFile != "" {
+		lock, err := snapshot.Lock(cfg.StateFile)
+		if err != nil {
+			return nil, fmt.Errorf("--state-file: %w (each daemon needs a state file of its own)", err)
+		}
+		b.lock = lock
 		b.snapshots = newSnapshots(b.Store, cfg.StateFile, cfg.SnapshotInterval, cfg.Logger)
 	}
-	return b
+	return b, nil
 }
 
 func (b *memoryBackend) run(ctx context.Context) {
@@ -112,6 +132,7 @@ func (b *memoryBackend) restore(keep func(key []byte) bool) {
 func (b *memoryBackend) close() {
 	if b.snapshots != nil {
 		b.snapshots.write(true)
+		b.lock.Unlock()
 	}
 }
 func (b *memoryBackend) String() string { return "memory" }
