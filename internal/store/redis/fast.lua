@@ -55,6 +55,22 @@ local function absMs(r)
   return nowMs + (x - rem) / 1000000, rem
 end
 
+-- absT and absRest are absMs for a state's t and restAt, each remembering
+-- its last answer: a window's charges in one call share both.
+local lastT, lastTMs, lastTSub, lastR, lastRMs, lastRSub
+local function absT(r)
+  if r ~= lastT then
+    lastT, lastTMs, lastTSub = r, absMs(r)
+  end
+  return lastTMs, lastTSub
+end
+local function absRest(r)
+  if r ~= lastR then
+    lastR, lastRMs, lastRSub = r, absMs(r)
+  end
+  return lastRMs, lastRSub
+end
+
 -- fastState returns the state v holds relative to now (the zero State for
 -- none, or for a value that is not a state): true and t, n, m; or false
 -- when it does not fit this path.
@@ -76,8 +92,8 @@ local expiries = {}
 -- fastPut is state.lua's formatState and put for a state relative to now;
 -- it returns the value written.
 local function fastPut(key, t, n, m, restAt, expire)
-  local tMs, tSub = absMs(t)
-  local rMs, rSub = absMs(restAt)
+  local tMs, tSub = absT(t)
+  local rMs, rSub = absRest(restAt)
   local v = packState(tMs, tSub, n, m, rMs, rSub)
   if not expire then
     redis.call("SET", key, v)
