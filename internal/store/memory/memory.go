@@ -18,24 +18,24 @@
 // The stored key is the charge's key itself when that is at most
 // MaxVerbatimKey bytes long and not exactly DigestSize bytes long;
 // otherwise it is the key's digest: SipHash-2-4 of the key with its
-// 128-bit output (DigestSize, 16 bytes), keyed by 16 random bytes drawn
-// when the store is made and never shown. So a bucket holds at most
+// 128-bit output (DigestSize, 16 bytes), keyed by a seed of 16 random bytes
+// drawn when the store is made and never shown. So a bucket holds at most
 // MaxVerbatimKey bytes of key however long its key is, and verbatim keys
 // and digests never meet (a digest is DigestSize bytes long, a verbatim key
 // never is).
 //
 // Two distinct long keys share a bucket only if their digests collide.
-// SipHash is a pseudorandom function: without its key, a caller cannot
+// SipHash is a pseudorandom function: without the seed, a caller cannot
 // compute a digest, so it cannot search for a collision offline, and it
 // observes none online beyond sharing a bucket's decisions. Treating
 // SipHash under a secret key as a random function of 128 bits, the chance
 // that any two of N long keys ever charged collide is at most N²/2¹²⁹:
 // below 2⁻⁴⁹ for N = 2⁴⁰ (a trillion keys). The digest depends on the
 // seed, so a digested bucket means nothing to a store with another seed.
-// (hash/maphash, which picks a bucket's shard, is faster but is no
-// pseudorandom function — two of its 64-bit values keyed apart are not
-// known to resist a chosen difference between two keys — and another
-// process cannot compute it again, as a restored snapshot needs.)
+// (hash/maphash, which picks a bucket's shard, is faster, but Go documents
+// it as not cryptographically secure, so two of its 64-bit values under two
+// seeds make no 128-bit pseudorandom function; nor can another process
+// compute it again, as a restored snapshot needs.)
 //
 // # Reclaiming and bounding memory
 //
