@@ -210,25 +210,35 @@ func New(c clock.Clock, opts ...Option) *Store {
 	return s
 }
 
+// verbatim reports whether a key of n bytes is stored as it is.
+func verbatim(n int) bool { return n <= MaxVerbatimKey && n != DigestSize }
+
 // storedKey returns the key a bucket of key is stored under: key itself,
-// or its digest written to buf.
+// or its digest written to buf. It inlines, so that a verbatim key costs
+// no call.
 func (s *Store) storedKey(key []byte, buf *[DigestSize]byte) []byte {
-	if s.digest(key, buf) {
-		return buf[:]
+	if verbatim(len(key)) {
+		return key
 	}
-	return key
+	s.sum(key, buf)
+	return buf[:]
 }
 
 // digest writes to buf the digest a bucket of key is stored under, and
-// reports whether it did: false for a key stored as it is.
+// reports whether it did: false for a key stored as it is. It inlines.
 func (s *Store) digest(key []byte, buf *[DigestSize]byte) bool {
-	if len(key) <= MaxVerbatimKey && len(key) != DigestSize {
+	if verbatim(len(key)) {
 		return false
 	}
+	s.sum(key, buf)
+	return true
+}
+
+// sum writes key's digest to buf.
+func (s *Store) sum(key []byte, buf *[DigestSize]byte) {
 	lo, hi := sipHash128(binary.LittleEndian.Uint64(s.keySeed[:8]), binary.LittleEndian.Uint64(s.keySeed[8:]), key)
 	binary.LittleEndian.PutUint64(buf[:8], lo)
 	binary.LittleEndian.PutUint64(buf[8:], hi)
-	return true
 }
 
 func (s *Store) shardOf(key []byte) int {
