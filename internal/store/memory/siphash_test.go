@@ -3,7 +3,10 @@ package memory
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/internal/clock"
 )
 
 // TestSipHash128Vectors checks sipHash128 against test vectors of
@@ -48,5 +51,30 @@ func TestSipHash128Vectors(t *testing.T) {
 		if got := hex.EncodeToString(tag[:]); got != tt.want {
 			t.Errorf("%d bytes: %s, want %s", tt.n, got, tt.want)
 		}
+	}
+}
+
+// TestDigestIsKeyed: a long key's stored key is SipHash-2-4-128 of the key
+// under the store's secret seed, as the package documentation says: the
+// same in one store every time, different in a store with another seed.
+func TestDigestIsKeyed(t *testing.T) {
+	key := []byte(strings.Repeat("a key longer than MaxVerbatimKey, ", 3))
+	a, b := New(clock.NewFake(t0)), New(clock.NewFake(t0))
+	var da, da2, db [DigestSize]byte
+	if !a.digest(key, &da) || !a.digest(key, &da2) || !b.digest(key, &db) {
+		t.Fatalf("a %d-byte key was not digested", len(key))
+	}
+	lo, hi := sipHash128(binary.LittleEndian.Uint64(a.keySeed[:8]), binary.LittleEndian.Uint64(a.keySeed[8:]), key)
+	var want [DigestSize]byte
+	binary.LittleEndian.PutUint64(want[:8], lo)
+	binary.LittleEndian.PutUint64(want[8:], hi)
+	if da != want || da2 != want {
+		t.Errorf("digest %x, then %x; want SipHash-2-4-128 under the seed, %x", da, da2, want)
+	}
+	if db == da {
+		t.Errorf("two stores digest the key alike (%x): the digest does not depend on the seed", da)
+	}
+	if a.keySeed == [16]byte{} {
+		t.Error("the store's seed is zero")
 	}
 }
