@@ -1,19 +1,20 @@
 // Package snapshot is the file format in which the memory store keeps its
 // buckets across restarts, and its crash-safe writer and checking reader.
 //
-// # Format, version 1
+// # Format, version 2
 //
 // All integers are little-endian.
 //
 //	offset  size  field
 //	0       8     magic: 0x89 'R' 'L' 'S' 'N' 'A' 'P' '\n'
-//	8       4     version: 1
-//	12      4     flags: 0 (a reader of version 1 refuses any other value)
+//	8       4     version: 2
+//	12      4     flags: 0 (a reader refuses any other value)
 //	16      8     clock: the decision clock's reading when the snapshot was
 //	              taken, int64 nanoseconds since the Unix epoch
 //	24      8     wall: the wall clock's reading at the same moment, likewise
-//	32      32    key seed: the secret that keyed the digests the store keeps
-//	              long keys as (zero when it keeps none)
+//	32      16    key seed: the secret that keyed the digests the store keeps
+//	              long keys as (the SipHash-2-4 key of internal/store/memory)
+//	48      16    zero (a reader refuses any other value)
 //	64      ...   records, back to back, each:
 //	                uvarint  key length (at most MaxKeyBytes)
 //	                bytes    the bucket's key as the store keeps it (a long
@@ -30,6 +31,13 @@
 // after it, and a reader refuses versions it does not know (ErrVersion)
 // rather than misread them. A record's state is meaningful on the clock of
 // the header's clock field; Header.Lag says how to carry it to another.
+//
+// Version 1 is laid out alike, but its 32 bytes at offset 32 are the seed
+// of another digest (the first 16 bytes of SHA-256 of the seed and the
+// key), which no store computes any more: its records of digests can match
+// no key. Read reads version 1 files, with Header.Version 1 and a zero
+// KeySeed, so that a reader can keep their other records; Create writes
+// version 2 only.
 //
 // # Crash safety
 //
@@ -57,9 +65,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 )
 
-// Version is the format version this package writes, and the only one it
+// Version is the format version this package writes, and the latest it
 // reads.
-const Version = 1
+const Version = 2
+
+// OldestVersion is the oldest format version this package reads.
+const OldestVersion = 1
 
 // MaxKeyBytes bounds a record's key. The engine's keys are far shorter
 // (their parts are bounded by the request bounds); a longer length in a
@@ -88,8 +99,12 @@ type Header struct {
 	// KeySeed is the secret with which the store keyed the digests it
 	// keeps long keys as: a record's key may be such a digest, which only
 	// a store using the same seed can match. It makes the file as
-	// sensitive as the seed (the writer creates it with mode 0600).
-	KeySeed [32]byte
+	// sensitive as the seed (the writer creates it with mode 0600). Zero
+	// in a version 1 file, whose digests were keyed otherwise.
+	KeySeed [16]byte
+	// Version is the format version of a snapshot read (Version or an
+	// older one). Create ignores it: it writes Version.
+	Version int
 }
 
 // Lag returns how far behind the clock that wrote the snapshot ran, as
@@ -206,6 +221,7 @@ func Create(path string, h Header) (*Writer, error) {
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(h.Clock))
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(h.Wall))
 	hdr = append(hdr, h.KeySeed[:]...)
+	hdr = append(hdr, make([]byte, 16)...)
 	w.write(hdr)
 	if w.err != nil {
 		w.Abort()
@@ -377,8 +393,8 @@ func checkStart(b []byte) error {
 	if len(b) < len(magic)+4 {
 		return refuse(Truncated, "%d bytes, shorter than a header", len(b))
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
-		return refuse(WrongVersion, "format version %d; this build reads version %d", v, Version)
+	if v := binary.LittleEndian.Uint32(b[8:]); v < OldestVersion || v > Version {
+		return refuse(WrongVersion, "format version %d; this build reads versions %d to %d", v, OldestVersion, Version)
 	}
 	return nil
 }
@@ -392,8 +408,9 @@ func Decode(data []byte) (*Snapshot, error) {
 	if len(data) < headerSize+trailerSize {
 		return nil, refuse(Truncated, "%d bytes, shorter than a header and a trailer", len(data))
 	}
+	version := int(binary.LittleEndian.Uint32(data[8:]))
 	if flags := binary.LittleEndian.Uint32(data[12:]); flags != 0 {
-		return nil, refuse(Corrupt, "flags %#x; version %d has none", flags, Version)
+		return nil, refuse(Corrupt, "flags %#x; version %d has none", flags, version)
 	}
 	end := len(data)
 	if string(data[end-4:]) != string(endMark[:]) {
@@ -410,12 +427,18 @@ func Decode(data []byte) (*Snapshot, error) {
 	}
 	s := &Snapshot{
 		Header: Header{
-			Clock: int64(binary.LittleEndian.Uint64(data[16:])),
-			Wall:  int64(binary.LittleEndian.Uint64(data[24:])),
+			Clock:   int64(binary.LittleEndian.Uint64(data[16:])),
+			Wall:    int64(binary.LittleEndian.Uint64(data[24:])),
+			Version: version,
 		},
 		body: data[headerSize : end-trailerSize],
 	}
-	copy(s.KeySeed[:], data[32:64])
+	if version >= 2 {
+		if reserved := data[48:64]; string(reserved) != string(make([]byte, len(reserved))) {
+			return nil, refuse(Corrupt, "header bytes 48 to 63 are %x; version %d has zeros there", reserved, version)
+		}
+		copy(s.KeySeed[:], data[32:48])
+	}
 	b := s.body
 	var short [binary.MaxVarintLen64]byte
 	for len(b) > 0 {

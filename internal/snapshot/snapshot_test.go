@@ -40,7 +40,7 @@ var sample = []bucket{
 	{"\x00\xff binary key", stateOf(42, 0, 0, 0)},
 }
 
-var sampleHeader = Header{Clock: 1_767_225_600_123_456_789, Wall: 1_767_225_600_123_000_000, KeySeed: [32]byte{1, 2, 3, 31: 0xff}}
+var sampleHeader = Header{Clock: 1_767_225_600_123_456_789, Wall: 1_767_225_600_123_000_000, KeySeed: [16]byte{1, 2, 3, 15: 0xff}, Version: Version}
 
 func write(t testing.TB, path string, h Header, bs []bucket) int64 {
 	t.Helper()
@@ -121,7 +121,7 @@ func TestRoundTrip(t *testing.T) {
 func TestLayout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	st := stateOf(0x0102030405060708, 9, 10, 11)
-	var seed [32]byte
+	var seed [16]byte
 	for i := range seed {
 		seed[i] = byte(100 + i)
 	}
@@ -132,9 +132,10 @@ func TestLayout(t *testing.T) {
 	}
 	var want []byte
 	want = append(want, 0x89, 'R', 'L', 'S', 'N', 'A', 'P', '\n')
-	want = append(want, 1, 0, 0, 0, 0, 0, 0, 0)
+	want = append(want, 2, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, seed[:]...)
+	want = append(want, make([]byte, 16)...)
 	want = append(want, 2, 'a', 'b')
 	want, _ = st.AppendBinary(want)
 	want = append(want, 1, 0, 0, 0, 0, 0, 0, 0)  // count
@@ -143,6 +144,40 @@ func TestLayout(t *testing.T) {
 	want = append(want, 'E', 'N', 'D', '\n')
 	if !bytes.Equal(data, want) {
 		t.Errorf("file\n%x\nwant\n%x", data, want)
+	}
+}
+
+// asVersion1 turns a version 2 file into the version 1 file of the same
+// records: version 1, and a 32-byte seed of the digest of that version.
+func asVersion1(data []byte) []byte {
+	data = bytes.Clone(data)
+	data[8] = 1
+	for i := 32; i < 64; i++ {
+		data[i] = byte(200 + i)
+	}
+	return resum(data)
+}
+
+// A version 1 file reads, with its records and clocks, Version 1 and no
+// key seed: its seed keyed a digest no store computes any more.
+func TestReadsVersion1(t *testing.T) {
+	s, err := Decode(asVersion1(valid(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sampleHeader
+	want.Version, want.KeySeed = 1, [16]byte{}
+	if s.Header != want {
+		t.Errorf("header %+v, want %+v", s.Header, want)
+	}
+	got := contents(s)
+	if len(got) != len(sample) {
+		t.Fatalf("read %d buckets, wrote %d", len(got), len(sample))
+	}
+	for i := range got {
+		if got[i] != sample[i] {
+			t.Errorf("bucket %d: read %+v, wrote %+v", i, got[i], sample[i])
+		}
 	}
 }
 
@@ -190,9 +225,10 @@ func TestRefused(t *testing.T) {
 		{"text", []byte("user=alice 800\n"), ErrForeign, "no snapshot magic"},
 		{"a PNG", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), ErrForeign, "no snapshot magic"},
 		{"magic mangled as text", edit(func(b []byte) []byte { return append([]byte("\xef\xbf\xbd"), b[1:]...) }), ErrForeign, "no snapshot magic"},
-		{"version 2", edit(func(b []byte) []byte { b[8] = 2; return resum(b) }), ErrVersion, "format version 2; this build reads version 1"},
+		{"version 3", edit(func(b []byte) []byte { b[8] = 3; return resum(b) }), ErrVersion, "format version 3; this build reads versions 1 to 2"},
 		{"version 0", edit(func(b []byte) []byte { b[8] = 0; return resum(b) }), ErrVersion, "format version 0"},
 		{"flags set", edit(func(b []byte) []byte { b[12] = 1; return resum(b) }), ErrCorrupt, "flags 0x1"},
+		{"a byte after the key seed set", edit(func(b []byte) []byte { b[63] = 1; return resum(b) }), ErrCorrupt, "header bytes 48 to 63"},
 		{"cut after the header", good[:headerSize], ErrTruncated, "shorter than a header and a trailer"},
 		{"cut in the records", good[:headerSize+40], ErrTruncated, "no end mark"},
 		{"cut before the end mark", good[:len(good)-2], ErrTruncated, "no end mark"},

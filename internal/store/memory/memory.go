@@ -17,20 +17,25 @@
 //
 // The stored key is the charge's key itself when that is at most
 // MaxVerbatimKey bytes long and not exactly DigestSize bytes long;
-// otherwise it is the key's digest: the first DigestSize (16) bytes of
-// SHA-256(seed || key), where seed is 32 random bytes drawn when the store
-// is made and never shown. So a bucket holds at most MaxVerbatimKey bytes
-// of key however long its key is, and verbatim keys and digests never
-// meet (a digest is DigestSize bytes long, a verbatim key never is).
+// otherwise it is the key's digest: SipHash-2-4 of the key with its
+// 128-bit output (DigestSize, 16 bytes), keyed by a seed of 16 random bytes
+// drawn when the store is made and never shown. So a bucket holds at most
+// MaxVerbatimKey bytes of key however long its key is, and verbatim keys
+// and digests never meet (a digest is DigestSize bytes long, a verbatim key
+// never is).
 //
 // Two distinct long keys share a bucket only if their digests collide.
-// Without the seed, a caller cannot compute a digest, so it cannot search
-// for a collision offline, and it observes none online beyond sharing a
-// bucket's decisions; treating the truncated SHA-256 of a secret prefix as
-// a random function of 128 bits, the chance that any two of N long keys
-// ever charged collide is at most N²/2¹²⁹: below 2⁻⁴⁹ for N = 2⁴⁰ (a
-// trillion keys). The digest depends on the seed, so a digested bucket
-// means nothing to a store with another seed.
+// SipHash is a pseudorandom function: without the seed, a caller cannot
+// compute a digest, so it cannot search for a collision offline, and it
+// observes none online beyond sharing a bucket's decisions. Treating
+// SipHash under a secret key as a random function of 128 bits, the chance
+// that any two of N long keys ever charged collide is at most N²/2¹²⁹:
+// below 2⁻⁴⁹ for N = 2⁴⁰ (a trillion keys). The digest depends on the
+// seed, so a digested bucket means nothing to a store with another seed.
+// (hash/maphash, which picks a bucket's shard, is faster, but Go documents
+// it as not cryptographically secure, so two of its 64-bit values under two
+// seeds make no 128-bit pseudorandom function; nor can another process
+// compute it again, as a restored snapshot needs.)
 //
 // # Reclaiming and bounding memory
 //
@@ -60,8 +65,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"hash"
+	"encoding/binary"
 	"hash/maphash"
 	"runtime/debug"
 	"slices"
@@ -138,7 +142,7 @@ const (
 type Store struct {
 	clock      clock.Clock
 	seed       maphash.Seed // picks a stored key's shard
-	keySeed    [32]byte     // keys the digest of long keys; secret
+	keySeed    [16]byte     // keys the digest of long keys (SipHash); secret
 	shards     []shard
 	mask       uint64
 	maxBuckets int64
@@ -206,37 +210,35 @@ func New(c clock.Clock, opts ...Option) *Store {
 	return s
 }
 
-// digester computes digests without allocating.
-type digester struct {
-	h   hash.Hash
-	sum [sha256.Size]byte
-}
-
-var digesters = sync.Pool{New: func() any { return &digester{h: sha256.New()} }}
+// verbatim reports whether a key of n bytes is stored as it is.
+func verbatim(n int) bool { return n <= MaxVerbatimKey && n != DigestSize }
 
 // storedKey returns the key a bucket of key is stored under: key itself,
-// or its digest written to buf.
+// or its digest written to buf. It inlines, so that a verbatim key costs
+// no call.
 func (s *Store) storedKey(key []byte, buf *[DigestSize]byte) []byte {
-	if s.digest(key, buf) {
-		return buf[:]
+	if verbatim(len(key)) {
+		return key
 	}
-	return key
+	s.sum(key, buf)
+	return buf[:]
 }
 
 // digest writes to buf the digest a bucket of key is stored under, and
-// reports whether it did: false for a key stored as it is.
+// reports whether it did: false for a key stored as it is. It inlines.
 func (s *Store) digest(key []byte, buf *[DigestSize]byte) bool {
-	if len(key) <= MaxVerbatimKey && len(key) != DigestSize {
+	if verbatim(len(key)) {
 		return false
 	}
-	d := digesters.Get().(*digester)
-	d.h.Reset()
-	d.h.Write(s.keySeed[:])
-	d.h.Write(key)
-	d.h.Sum(d.sum[:0])
-	copy(buf[:], d.sum[:])
-	digesters.Put(d)
+	s.sum(key, buf)
 	return true
+}
+
+// sum writes key's digest to buf.
+func (s *Store) sum(key []byte, buf *[DigestSize]byte) {
+	lo, hi := sipHash128(binary.LittleEndian.Uint64(s.keySeed[:8]), binary.LittleEndian.Uint64(s.keySeed[8:]), key)
+	binary.LittleEndian.PutUint64(buf[:8], lo)
+	binary.LittleEndian.PutUint64(buf[8:], hi)
 }
 
 func (s *Store) shardOf(key []byte) int {

@@ -90,9 +90,9 @@ func TestPeekCreatesNoBucket(t *testing.T) {
 }
 
 // BenchmarkApply measures one charge on one of many keys: keys stored as
-// they are, and keys of 1 KB stored as their digests.
+// they are, and keys of 96 bytes and of 1 KB stored as their digests.
 func BenchmarkApply(b *testing.B) {
-	for _, keyLen := range []int{32, 1024} {
+	for _, keyLen := range []int{32, 96, 1024} {
 		b.Run(fmt.Sprintf("key=%dB", keyLen), func(b *testing.B) {
 			s := New(clock.NewMonotonic())
 			l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)

@@ -95,8 +95,10 @@ type Restored struct {
 	// restore.
 	AtRest int
 	// Dropped buckets were refused by keep (their limits are gone or
-	// changed), or were kept under a digest of another seed than the
-	// store's (restoring into a store that already held buckets).
+	// changed), or were kept under a digest the store cannot match: of
+	// another seed than the store's (restoring into a store that already
+	// held buckets), or of the digest function of a version 1 file
+	// (snapshot.Header.Version), which no store computes any more.
 	Dropped int
 	// Full buckets did not fit under the store's bounds (WithMaxBuckets,
 	// WithMaxBytes).
@@ -141,13 +143,18 @@ type Restored struct {
 // own, and drops the snapshot's digested buckets if the seeds differ. keep
 // is not asked about digested buckets, whose keys are gone: they are
 // restored, and if their limit has changed they are simply never charged
-// again and are reclaimed once at rest, as after a hot reload.
+// again and are reclaimed once at rest, as after a hot reload. A version 1
+// file's digested buckets are dropped: their digests are of SHA-256, which
+// this store no longer computes, so no key would ever match them (their
+// keys start over, as after a restart without a file); its other buckets
+// are restored as a version 2 file's.
 func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []byte) bool) Restored {
 	now := s.clock.Now()
 	lag := snap.Lag(now, wallNow)
 	r := Restored{Lag: time.Duration(lag)}
-	sameSeed := snap.KeySeed == s.keySeed
-	if !sameSeed && s.Len() == 0 {
+	ourDigests := snap.Version >= 2 // SipHash digests, keyed by snap.KeySeed
+	sameSeed := ourDigests && snap.KeySeed == s.keySeed
+	if ourDigests && !sameSeed && s.Len() == 0 {
 		s.keySeed, sameSeed = snap.KeySeed, true
 	}
 	if lag <= int64(MinLag) {

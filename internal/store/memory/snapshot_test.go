@@ -1,8 +1,12 @@
 package memory
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -339,5 +343,57 @@ func TestRestoreDigestedKeys(t *testing.T) {
 	}
 	if d := storetest.Apply(t, busy, charge(long, l, 1))[0]; d.Code != algorithms.Allowed {
 		t.Errorf("the long key in the busy store: %+v, want a fresh bucket", d)
+	}
+}
+
+// A version 1 file kept long keys under SHA-256 digests, which no store
+// computes any more: an upgraded store restores its other buckets, drops
+// those (a long key starts over rather than miss its bucket for ever, or
+// land in another's), and keeps a secret seed of its own rather than the
+// file's zero one.
+func TestRestoreVersion1(t *testing.T) {
+	l := storetest.MustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1)
+	long := strings.Repeat("a long key past MaxVerbatimKey ", 4)
+	old := New(clock.NewFake(snapT0))
+	storetest.Apply(t, old, charge(long, l, 1))
+	storetest.Apply(t, old, charge("short", l, 1))
+	path := filepath.Join(t.TempDir(), "state")
+	if _, err := old.WriteSnapshot(path, snapT0); err != nil {
+		t.Fatal(err)
+	}
+	// The same records as version 1 wrote them: the version, and a 32-byte
+	// seed of the digest of that version.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[8] = 1
+	copy(data[32:64], bytes.Repeat([]byte{0xa5}, 32))
+	end := len(data)
+	binary.LittleEndian.PutUint32(data[end-8:], crc32.Checksum(data[:end-8], crc32.MakeTable(crc32.Castagnoli)))
+	snap, err := snapshot.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Version != 1 || snap.Len() != 2 {
+		t.Fatalf("read version %d with %d buckets, want version 1 with 2", snap.Version, snap.Len())
+	}
+
+	s := New(clock.NewFake(snapT0))
+	seed := s.keySeed
+	if r := s.Restore(snap, snapT0, nil); r.Buckets != 1 || r.Dropped != 1 {
+		t.Errorf("Restore of a version 1 file = %+v, want the short key restored and the digested one dropped", r)
+	}
+	if s.keySeed != seed {
+		t.Errorf("the store took the seed %x of a version 1 file; it keeps its own", s.keySeed)
+	}
+	if d := storetest.Apply(t, s, charge("short", l, 1))[0]; d.Code != algorithms.Denied {
+		t.Errorf("the short key after the restore: %+v, want denied (its bucket came back spent)", d)
+	}
+	if d := storetest.Apply(t, s, charge(long, l, 1))[0]; d.Code != algorithms.Allowed {
+		t.Errorf("the long key after the restore: %+v, want a fresh bucket", d)
+	}
+	if s.Len() != 2 {
+		t.Errorf("holds %d buckets, want 2 (the short key's, and the long key's new one)", s.Len())
 	}
 }
