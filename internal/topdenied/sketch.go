@@ -1,68 +1,124 @@
 package topdenied
 
+import "sync/atomic"
+
 // sketch is one Space-Saving summary of at most len(slots) descriptors,
-// identified by their 64-bit hashes. A min-heap of slots by count finds
-// the least-counted descriptor in O(1) and keeps order in O(log k); an
-// open-addressing table finds a descriptor's slot by hash. After init it
-// allocates nothing.
+// identified by their 64-bit hashes. An open-addressing table finds a
+// descriptor's slot by hash, and a min-heap of slots finds the least
+// counted one. After init it allocates nothing.
+//
+// A descriptor already counted is counted again without the stripe's lock
+// (increment): a lookup in the table and one compare-and-swap on its
+// slot's state. Everything else — placing a descriptor, the heap,
+// forgetting — happens under the lock, so there is one writer at a time,
+// and lock-free increments run alongside it. For them:
+//
+//   - the table's entries are single words, each stored atomically;
+//     a lookup that runs into an entry being moved may miss a descriptor
+//     that is there, and then the caller takes the lock and looks again;
+//   - a slot's state word holds its count, a version bumped each time the
+//     slot takes another descriptor, and a busy bit, set while it does:
+//     an increment verifies the slot's hash between reading the state and
+//     swapping it, so it lands on the slot only while the slot holds that
+//     descriptor, or fails and tries again;
+//   - the heap is ordered by each slot's count as last seen under the lock
+//     (slot.seen), never above its count: increments do not reorder it.
+//     The minimum is found lazily (claimMin): while the top's count has
+//     grown since it was seen, it is sifted down with its new count. A top
+//     whose count is as seen is the least counted slot.
 type sketch struct {
 	slots []slot
-	heap  []int32 // slot indexes, a min-heap by count; heap[:n] in use
+	heap  []int32 // slot indexes, a min-heap by seen; heap[:n] in use
 	pos   []int32 // pos[slot] is the slot's index in heap
 	n     int
-	table []tableEntry // open addressing, linear probing; len a power of two ≥ 2·len(slots)
+	table []atomic.Uint64 // tag | slot+1 (see entry); len a power of two > len(slots)
 }
 
 type slot struct {
-	hash    uint64
-	count   uint64
-	err     uint64
-	shadow  bool
-	textLen uint16
+	hash   atomic.Uint64
+	state  atomic.Uint64 // version<<versionShift | busy | count
+	err    uint64        // the count inherited on taking the slot
+	seen   uint64        // the count the heap orders the slot by
+	shadow bool
+	// textLen bytes of text are the descriptor as shown.
+	textLen uint8
 	text    [MaxTextBytes + len("…")]byte
 }
 
-type tableEntry struct {
-	hash uint64
-	slot int32 // slot index + 1; 0 for an empty entry
-}
+// A slot's state: a count in the low 48 bits (a generation of one stripe
+// would need 2^48 denials to overflow it), a busy bit, and a version.
+const (
+	countMask    = 1<<48 - 1
+	busy         = 1 << 48
+	versionShift = 49
+)
+
+// A table entry is the top 48 bits of a descriptor's hash (its tag) and
+// its slot index + 1 in the low 16 bits; 0 is an empty entry.
+const (
+	slotBits = 16
+	slotMask = 1<<slotBits - 1
+	// maxCapacity is the most slots a sketch can have.
+	maxCapacity = slotMask - 1
+)
+
+func entry(h uint64, sl int32) uint64 { return h&^slotMask | uint64(sl+1) }
 
 func (s *sketch) init(capacity int) {
 	s.slots = make([]slot, capacity)
 	s.heap = make([]int32, capacity)
 	s.pos = make([]int32, capacity)
 	size := 1
-	for size < 2*capacity {
+	for size < capacity+capacity/2 {
 		size *= 2
 	}
-	s.table = make([]tableEntry, size)
+	s.table = make([]atomic.Uint64, size)
 }
 
-// reset forgets every descriptor.
+// reset forgets every descriptor. An increment under way may still land
+// on a slot (it is counted in a generation being forgotten); the slot's
+// next descriptor starts from its own count all the same.
 func (s *sketch) reset() {
 	s.n = 0
-	clear(s.table)
-}
-
-// increment counts one more denial of the descriptor with hash h, and
-// reports whether it was counted already; when not, nothing changed and
-// the caller must replaceMin.
-func (s *sketch) increment(h uint64) bool {
-	i, ok := s.find(h)
-	if !ok {
-		return false
+	for i := range s.table {
+		s.table[i].Store(0)
 	}
-	sl := s.table[i].slot - 1
-	s.slots[sl].count++
-	s.down(int(s.pos[sl]))
-	return true
 }
 
-// replaceMin counts the descriptor with hash h, not yet counted, with text
-// as its text: in a free slot with count 1, or in place of the least
-// counted descriptor, whose count it inherits plus one (that count is its
-// possible overcount).
-func (s *sketch) replaceMin(h uint64, text []byte, shadow bool) {
+// increment counts one more denial of the descriptor with hash h and
+// reports whether it was counted; false when h was not found, which,
+// without the lock, may happen while a writer moves table entries. It
+// takes no lock: with the lock held it never misses.
+func (s *sketch) increment(h uint64) bool {
+	mask := len(s.table) - 1
+	tag := h &^ slotMask
+	for i, probes := int(h)&mask, 0; probes < len(s.table); i, probes = (i+1)&mask, probes+1 {
+		e := s.table[i].Load()
+		if e == 0 {
+			return false
+		}
+		if e&^slotMask != tag {
+			continue
+		}
+		sl := &s.slots[e&slotMask-1]
+		for {
+			st := sl.state.Load()
+			if st&busy != 0 || sl.hash.Load() != h {
+				break // another descriptor's slot, or becoming one
+			}
+			if sl.state.CompareAndSwap(st, st+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// replaceMin counts the descriptor with hash h, not yet counted, in a free
+// slot with count 1 or in place of the least counted descriptor, whose
+// count it inherits plus one (that count is its possible overcount). It
+// returns the slot, whose text the caller fills in. The lock is held.
+func (s *sketch) replaceMin(h uint64, shadow bool) *slot {
 	var sl int32
 	var inherited uint64
 	if s.n < len(s.slots) {
@@ -70,23 +126,54 @@ func (s *sketch) replaceMin(h uint64, text []byte, shadow bool) {
 		s.heap[s.n] = sl
 		s.pos[sl] = int32(s.n)
 		s.n++
+		e := &s.slots[sl]
+		for {
+			st := e.state.Load() // a free slot: only increments from a forgotten generation
+			if e.state.CompareAndSwap(st, st|busy) {
+				break
+			}
+		}
 	} else {
-		sl = s.heap[0]
-		inherited = s.slots[sl].count
-		s.remove(s.slots[sl].hash)
+		sl, inherited = s.claimMin()
+		s.remove(s.slots[sl].hash.Load())
 	}
 	e := &s.slots[sl]
-	e.hash, e.count, e.err, e.shadow = h, inherited+1, inherited, shadow
-	e.textLen = uint16(copy(e.text[:], text))
+	e.hash.Store(h)
+	e.err, e.seen, e.shadow = inherited, inherited+1, shadow
+	version := e.state.Load()>>versionShift + 1
+	e.state.Store(version<<versionShift | (inherited + 1))
 	s.insert(h, sl)
 	if inherited > 0 {
 		s.down(int(s.pos[sl]))
 	} else {
 		s.up(int(s.pos[sl]))
 	}
+	return e
 }
 
-// down restores the heap below index i after its count grew.
+// claimMin finds the least counted slot and marks it busy, so that no
+// increment lands on it any more, and returns it with its count — the
+// least count at the instant it was marked. The heap is full.
+func (s *sketch) claimMin() (int32, uint64) {
+	for {
+		sl := s.heap[0]
+		e := &s.slots[sl]
+		st := e.state.Load()
+		if c := st & countMask; c != e.seen {
+			e.seen = c // counted since last seen: order it anew
+			s.down(0)
+			continue
+		}
+		if e.state.CompareAndSwap(st, st|busy) {
+			return sl, st & countMask
+		}
+	}
+}
+
+// count is a slot's count now.
+func (e *slot) count() uint64 { return e.state.Load() & countMask }
+
+// down restores the heap below index i after its seen count grew.
 func (s *sketch) down(i int) {
 	for {
 		l := 2*i + 1
@@ -94,10 +181,10 @@ func (s *sketch) down(i int) {
 			return
 		}
 		m := l
-		if r := l + 1; r < s.n && s.slots[s.heap[r]].count < s.slots[s.heap[l]].count {
+		if r := l + 1; r < s.n && s.slots[s.heap[r]].seen < s.slots[s.heap[l]].seen {
 			m = r
 		}
-		if s.slots[s.heap[i]].count <= s.slots[s.heap[m]].count {
+		if s.slots[s.heap[i]].seen <= s.slots[s.heap[m]].seen {
 			return
 		}
 		s.swap(i, m)
@@ -109,7 +196,7 @@ func (s *sketch) down(i int) {
 func (s *sketch) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if s.slots[s.heap[p]].count <= s.slots[s.heap[i]].count {
+		if s.slots[s.heap[p]].seen <= s.slots[s.heap[i]].seen {
 			return
 		}
 		s.swap(i, p)
@@ -123,13 +210,16 @@ func (s *sketch) swap(i, j int) {
 	s.pos[s.heap[j]] = int32(j)
 }
 
+// find returns h's table index, or the empty one where it would go. The
+// lock is held.
 func (s *sketch) find(h uint64) (int, bool) {
 	mask := len(s.table) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
-		switch e := s.table[i]; {
-		case e.slot == 0:
+		e := s.table[i].Load()
+		switch {
+		case e == 0:
 			return i, false
-		case e.hash == h:
+		case e&^slotMask == h&^slotMask && s.slots[e&slotMask-1].hash.Load() == h:
 			return i, true
 		}
 	}
@@ -137,24 +227,29 @@ func (s *sketch) find(h uint64) (int, bool) {
 
 func (s *sketch) insert(h uint64, sl int32) {
 	i, _ := s.find(h)
-	s.table[i] = tableEntry{hash: h, slot: sl + 1}
+	s.table[i].Store(entry(h, sl))
 }
 
 // remove deletes h from the table, shifting later entries of its probe
-// run back so that no lookup stops early (no tombstones).
+// run back so that no lookup stops early (no tombstones). An entry is
+// stored at its new place before its old one is overwritten.
 func (s *sketch) remove(h uint64) {
 	i, ok := s.find(h)
 	if !ok {
 		return
 	}
 	mask := len(s.table) - 1
-	for j := (i + 1) & mask; s.table[j].slot != 0; j = (j + 1) & mask {
-		home := int(s.table[j].hash) & mask
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		e := s.table[j].Load()
+		if e == 0 {
+			break
+		}
+		home := int(s.slots[e&slotMask-1].hash.Load()) & mask
 		// Move j back to i unless its home lies cyclically in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			s.table[i] = s.table[j]
+			s.table[i].Store(e)
 			i = j
 		}
 	}
-	s.table[i] = tableEntry{}
+	s.table[i].Store(0)
 }
