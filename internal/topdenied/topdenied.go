@@ -99,6 +99,7 @@ type Tracker struct {
 	key      hashKey       // names descriptors (hash)
 	seed     maphash.Seed  // hashes values shown as Hashed
 	gen      atomic.Uint64 // bumped by Rotate
+	rules    ruleCache
 	_        [64]byte
 	stripes  [stripes]stripe
 }
@@ -167,13 +168,9 @@ func (t *Tracker) hash(domain string, d *engine.Descriptor, rule *config.Rule, s
 	k := &t.key
 	var h uint64
 	if rule != nil {
-		// A rule's descriptors all have its domain and keys (a
-		// descriptor matches a rule key by key down its path): the
-		// domain and keys first, then the values.
-		h = k.part(1, domain)
-		for _, e := range d.Entries {
-			h = k.part(h, e.Key)
-		}
+		// The domain and keys, the rule's own (ruleCache), then the
+		// values.
+		h = t.ruleHash(domain, d, rule)
 		if t.values != Hidden {
 			for _, e := range d.Entries {
 				h = k.part(h, e.Value)
