@@ -200,3 +200,38 @@ func TestRenderStaysInItsSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleCache asks for the hashes of more rules than the cache has
+// places, from several goroutines at once (run with -race): each answer is
+// the hash of the rule's own domain and keys, cached or not.
+func TestRuleCache(t *testing.T) {
+	tr := New(1, Plain)
+	const n = 4 * ruleCacheSize
+	rules := make([]*config.Rule, n)
+	descs := make([]*engine.Descriptor, n)
+	want := make([]uint64, n)
+	for i := range rules {
+		rules[i] = &config.Rule{StatKey: fmt.Sprintf("d.k%d", i)}
+		descs[i] = &engine.Descriptor{Entries: []config.Entry{{Key: fmt.Sprintf("k%d", i), Value: "v"}}}
+		want[i] = tr.key.part(tr.key.part(1, "d"), descs[i].Entries[0].Key)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 6))
+			for range 20_000 {
+				i := rng.IntN(n)
+				if i >= n/2 {
+					i = rng.IntN(8) // a few rules more often, so that hits happen
+				}
+				if got := tr.ruleHash("d", descs[i], rules[i]); got != want[i] {
+					t.Errorf("rule %d: hash %x; want %x", i, got, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -254,3 +254,18 @@ func TestDescriptorsNamedExactly(t *testing.T) {
 		t.Errorf("Top = %v; want the four descriptors apart", got)
 	}
 }
+
+// TestReloadKeepsCounting: after a policy reload the same descriptor
+// matches a new *config.Rule; it is counted on, not anew.
+func TestReloadKeepsCounting(t *testing.T) {
+	tr := topdenied.New(10, topdenied.Plain)
+	deny(tr, "alice", 3)
+	reloaded := *perUser
+	req, resp := decided("default", []algorithms.Code{algorithms.Denied}, user("alice"))
+	resp.Statuses[0].Rule = &reloaded
+	tr.Observe(req, resp)
+	tr.Observe(req, resp)
+	if got := tr.Top(0); len(got) != 1 || got[0].Denials != 5 {
+		t.Errorf("Top = %v; want alice denied 5 times", got)
+	}
+}
