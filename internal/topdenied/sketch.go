@@ -22,14 +22,15 @@ import "sync/atomic"
 //     swapping it, so it lands on the slot only while the slot holds that
 //     descriptor, or fails and tries again;
 //   - the heap is ordered by each slot's count as last seen under the lock
-//     (slot.seen), never above its count: increments do not reorder it.
+//     (seen), never above its count: increments do not reorder it.
 //     The minimum is found lazily (claimMin): while the top's count has
 //     grown since it was seen, it is sifted down with its new count. A top
 //     whose count is as seen is the least counted slot.
 type sketch struct {
 	slots []slot
-	heap  []int32 // slot indexes, a min-heap by seen; heap[:n] in use
-	pos   []int32 // pos[slot] is the slot's index in heap
+	heap  []int32  // slot indexes, a min-heap by seen; heap[:n] in use
+	seen  []uint64 // seen[i] is the count heap[i] is ordered by
+	pos   []int32  // pos[slot] is the slot's index in heap
 	n     int
 	table []atomic.Uint64 // tag | slot+1 (see entry); len a power of two > len(slots)
 }
@@ -38,7 +39,6 @@ type slot struct {
 	hash   atomic.Uint64
 	state  atomic.Uint64 // version<<versionShift | busy | count
 	err    uint64        // the count inherited on taking the slot
-	seen   uint64        // the count the heap orders the slot by
 	shadow bool
 	// textLen bytes of text are the descriptor as shown.
 	textLen uint8
@@ -54,7 +54,9 @@ const (
 )
 
 // A table entry is the top 48 bits of a descriptor's hash (its tag) and
-// its slot index + 1 in the low 16 bits; 0 is an empty entry.
+// its slot index + 1 in the low 16 bits; 0 is an empty entry. A hash's
+// home in the table is taken from its tag's low bits (home), so that
+// moving entries needs no slot.
 const (
 	slotBits = 16
 	slotMask = 1<<slotBits - 1
@@ -64,9 +66,13 @@ const (
 
 func entry(h uint64, sl int32) uint64 { return h&^slotMask | uint64(sl+1) }
 
+// home is where hash (or entry) h's probe run starts.
+func (s *sketch) home(h uint64) int { return int(h>>slotBits) & (len(s.table) - 1) }
+
 func (s *sketch) init(capacity int) {
 	s.slots = make([]slot, capacity)
 	s.heap = make([]int32, capacity)
+	s.seen = make([]uint64, capacity)
 	s.pos = make([]int32, capacity)
 	size := 1
 	for size < capacity+capacity/2 {
@@ -92,7 +98,7 @@ func (s *sketch) reset() {
 func (s *sketch) increment(h uint64) bool {
 	mask := len(s.table) - 1
 	tag := h &^ slotMask
-	for i, probes := int(h)&mask, 0; probes < len(s.table); i, probes = (i+1)&mask, probes+1 {
+	for i, probes := s.home(h), 0; probes < len(s.table); i, probes = (i+1)&mask, probes+1 {
 		e := s.table[i].Load()
 		if e == 0 {
 			return false
@@ -139,7 +145,8 @@ func (s *sketch) replaceMin(h uint64, shadow bool) *slot {
 	}
 	e := &s.slots[sl]
 	e.hash.Store(h)
-	e.err, e.seen, e.shadow = inherited, inherited+1, shadow
+	e.err, e.shadow = inherited, shadow
+	s.seen[s.pos[sl]] = inherited + 1
 	version := e.state.Load()>>versionShift + 1
 	e.state.Store(version<<versionShift | (inherited + 1))
 	s.insert(h, sl)
@@ -159,8 +166,8 @@ func (s *sketch) claimMin() (int32, uint64) {
 		sl := s.heap[0]
 		e := &s.slots[sl]
 		st := e.state.Load()
-		if c := st & countMask; c != e.seen {
-			e.seen = c // counted since last seen: order it anew
+		if c := st & countMask; c != s.seen[0] {
+			s.seen[0] = c // counted since last seen: order it anew
 			s.down(0)
 			continue
 		}
@@ -181,10 +188,10 @@ func (s *sketch) down(i int) {
 			return
 		}
 		m := l
-		if r := l + 1; r < s.n && s.slots[s.heap[r]].seen < s.slots[s.heap[l]].seen {
+		if r := l + 1; r < s.n && s.seen[r] < s.seen[l] {
 			m = r
 		}
-		if s.slots[s.heap[i]].seen <= s.slots[s.heap[m]].seen {
+		if s.seen[i] <= s.seen[m] {
 			return
 		}
 		s.swap(i, m)
@@ -196,7 +203,7 @@ func (s *sketch) down(i int) {
 func (s *sketch) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if s.slots[s.heap[p]].seen <= s.slots[s.heap[i]].seen {
+		if s.seen[p] <= s.seen[i] {
 			return
 		}
 		s.swap(i, p)
@@ -206,6 +213,7 @@ func (s *sketch) up(i int) {
 
 func (s *sketch) swap(i, j int) {
 	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
+	s.seen[i], s.seen[j] = s.seen[j], s.seen[i]
 	s.pos[s.heap[i]] = int32(i)
 	s.pos[s.heap[j]] = int32(j)
 }
@@ -214,7 +222,7 @@ func (s *sketch) swap(i, j int) {
 // lock is held.
 func (s *sketch) find(h uint64) (int, bool) {
 	mask := len(s.table) - 1
-	for i := int(h) & mask; ; i = (i + 1) & mask {
+	for i := s.home(h); ; i = (i + 1) & mask {
 		e := s.table[i].Load()
 		switch {
 		case e == 0:
@@ -244,7 +252,7 @@ func (s *sketch) remove(h uint64) {
 		if e == 0 {
 			break
 		}
-		home := int(s.slots[e&slotMask-1].hash.Load()) & mask
+		home := s.home(e)
 		// Move j back to i unless its home lies cyclically in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			s.table[i].Store(e)
