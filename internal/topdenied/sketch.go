@@ -180,42 +180,43 @@ func (s *sketch) claimMin() (int32, uint64) {
 // count is a slot's count now.
 func (e *slot) count() uint64 { return e.state.Load() & countMask }
 
-// down restores the heap below index i after its seen count grew.
+// down restores the heap below index i after its seen count grew,
+// moving the entry down to its place in one write.
 func (s *sketch) down(i int) {
+	sl, key := s.heap[i], s.seen[i]
 	for {
-		l := 2*i + 1
-		if l >= s.n {
-			return
+		m := 2*i + 1
+		if m >= s.n {
+			break
 		}
-		m := l
-		if r := l + 1; r < s.n && s.seen[r] < s.seen[l] {
+		if r := m + 1; r < s.n && s.seen[r] < s.seen[m] {
 			m = r
 		}
-		if s.seen[i] <= s.seen[m] {
-			return
+		if key <= s.seen[m] {
+			break
 		}
-		s.swap(i, m)
+		s.heap[i], s.seen[i] = s.heap[m], s.seen[m]
+		s.pos[s.heap[i]] = int32(i)
 		i = m
 	}
+	s.heap[i], s.seen[i] = sl, key
+	s.pos[sl] = int32(i)
 }
 
 // up restores the heap above index i for a new entry.
 func (s *sketch) up(i int) {
+	sl, key := s.heap[i], s.seen[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if s.seen[p] <= s.seen[i] {
-			return
+		if s.seen[p] <= key {
+			break
 		}
-		s.swap(i, p)
+		s.heap[i], s.seen[i] = s.heap[p], s.seen[p]
+		s.pos[s.heap[i]] = int32(i)
 		i = p
 	}
-}
-
-func (s *sketch) swap(i, j int) {
-	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
-	s.seen[i], s.seen[j] = s.seen[j], s.seen[i]
-	s.pos[s.heap[i]] = int32(i)
-	s.pos[s.heap[j]] = int32(j)
+	s.heap[i], s.seen[i] = sl, key
+	s.pos[sl] = int32(i)
 }
 
 // find returns h's table index, or the empty one where it would go. The

@@ -209,16 +209,16 @@ func (s *stripe) rotate(g uint64) {
 
 func (t *Tracker) render(b []byte, domain string, d *engine.Descriptor) []byte {
 	b = appendCut(b, domain)
-	b = appendCut(b, ":")
+	b = appendByte(b, ':')
 	for i, e := range d.Entries {
 		if i > 0 {
-			b = appendCut(b, ",")
+			b = appendByte(b, ',')
 		}
-		b = appendCut(b, " ")
+		b = appendByte(b, ' ')
 		b = appendCut(b, e.Key)
 		switch t.values {
 		case Plain:
-			b = appendCut(b, "=")
+			b = appendByte(b, '=')
 			b = appendCut(b, e.Value)
 		case Hashed:
 			v := maphash.String(t.seed, e.Value)
@@ -249,6 +249,14 @@ func (t *Tracker) render(b []byte, domain string, d *engine.Descriptor) []byte {
 // tailBytes is how much of the end of a cut descriptor's last value its
 // text keeps.
 const tailBytes = 60
+
+// appendByte appends c to b unless b holds MaxTextBytes+1 bytes already.
+func appendByte(b []byte, c byte) []byte {
+	if len(b) > MaxTextBytes {
+		return b
+	}
+	return append(b, c)
+}
 
 // appendCut appends s to b, but never more than MaxTextBytes+1 bytes in
 // all (render cuts the text at MaxTextBytes afterwards).
