@@ -1,10 +1,16 @@
 package topdenied_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 )
 
@@ -43,4 +49,39 @@ func BenchmarkObserve(b *testing.B) {
 			tr.Observe(req, resp)
 		}
 	})
+}
+
+// BenchmarkEngineDenied is what the tracker adds to the engine's denied
+// decisions: one request [path=/orders, user=user-0042] of the default
+// policy, over its per-user limit (the clock stands still), decided by the
+// engine and the memory store with no observer, with an observer that
+// does nothing (what any observer costs: the decision is timed), and with
+// the tracker observing, as the daemon's observer calls it.
+func BenchmarkEngineDenied(b *testing.B) {
+	tr := topdenied.New(300, topdenied.Plain)
+	for _, tc := range []struct {
+		name string
+		opts []engine.Option
+	}{
+		{"none", nil},
+		{"noop", []engine.Option{engine.WithObserver(func(*engine.Request, *engine.Response, time.Duration) {})}},
+		{"tracker", []engine.Option{engine.WithObserver(func(req *engine.Request, resp *engine.Response, _ time.Duration) { tr.Observe(req, resp) })}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := engine.New(config.Default(), memory.New(clock.NewFake(1e18)), tc.opts...)
+			req := &engine.Request{Domain: "default", Descriptors: []engine.Descriptor{{Entries: user("user-0042")}}}
+			var resp engine.Response
+			for resp.Code == algorithms.Allowed {
+				if err := e.ShouldRateLimit(context.Background(), req, &resp); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := e.ShouldRateLimit(context.Background(), req, &resp); err != nil || resp.Code != algorithms.Denied {
+					b.Fatalf("code %v, error %v; want denied", resp.Code, err)
+				}
+			}
+		})
+	}
 }
