@@ -85,3 +85,12 @@ func BenchmarkEngineDenied(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNew reports, as B/op, all the memory a tracker of the daemon's
+// size holds (it allocates everything up front and nothing afterwards).
+func BenchmarkNew(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		topdenied.New(300, topdenied.Plain)
+	}
+}
