@@ -89,7 +89,7 @@ func TestSketchAgainstModel(t *testing.T) {
 // below its descriptor's true count nor above it by more than its Error,
 // and every descriptor denied more than total/capacity times is counted.
 func TestConcurrentGuarantees(t *testing.T) {
-	const capacity, goroutines, each = 4, 4, 30_000
+	const capacity, goroutines, each = 4, 4, 100_000
 	tr := New(capacity, Plain)
 	truths := make([]map[string]uint64, goroutines)
 	var wg sync.WaitGroup
@@ -235,4 +235,27 @@ func TestRuleCache(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestIncrementVerifiesItsSlot plays the states a lock-free increment can
+// meet while a writer replaces a slot: a table entry left for a
+// descriptor whose slot holds another one by now, and a slot claimed busy.
+// Neither may be counted.
+func TestIncrementVerifiesItsSlot(t *testing.T) {
+	var s sketch
+	s.init(4)
+	const h1, h2 = 0x1111_0000_0000_0000, 0x2222_0000_0001_0000 // homes 0 and 1
+	e := s.replaceMin(h1, false)
+	s.table[s.home(h2)].Store(entry(h2, 0)) // h2's old entry, now slot 0 is h1's
+	if s.increment(h2) || e.count() != 1 {
+		t.Errorf("a stale entry counted: increment(h2) counted on h1's slot (count %d)", e.count())
+	}
+	e.state.Store(e.state.Load() | busy)
+	if s.increment(h1) || e.count() != 1 {
+		t.Errorf("a busy slot counted (count %d)", e.count())
+	}
+	e.state.Store(e.state.Load() &^ busy)
+	if !s.increment(h1) || e.count() != 2 {
+		t.Errorf("h1 not counted on its own slot (count %d)", e.count())
+	}
 }
