@@ -17,9 +17,11 @@ const ruleCacheSize = 64
 // descriptor a rule matches has the same domain and keys (config matches
 // a descriptor key by key down the rule's path, and a rule belongs to one
 // domain), so that hash is the rule's own. Each place holds one rule,
-// chosen by the rule's address; another rule at the same place takes it
-// over. A place pins its rule (and that rule's limits) in memory until
-// then, a policy reload notwithstanding: at most ruleCacheSize rules.
+// chosen by the rule's address (rules are allocated one by one, tens of
+// bytes apart, so the bits above an address's lowest four spread them);
+// another rule at the same place takes it over. A place pins its rule
+// (and that rule's limits) in memory until then, a policy reload
+// notwithstanding: at most ruleCacheSize rules.
 //
 // A place is a sequence lock: readers take its rule and hash when its
 // sequence was even and unchanged around reading them; a writer makes the
@@ -36,7 +38,7 @@ type rulePlace struct {
 // ruleHash returns the hash of rule's domain and keys, from the cache or
 // computed from domain and d's keys (and then cached).
 func (t *Tracker) ruleHash(domain string, d *engine.Descriptor, rule *config.Rule) uint64 {
-	p := &t.rules[(uint64(uintptr(unsafe.Pointer(rule)))*0x9e3779b97f4a7c15)>>(64-6)&(ruleCacheSize-1)]
+	p := &t.rules[uintptr(unsafe.Pointer(rule))>>4&(ruleCacheSize-1)]
 	seq := p.seq.Load()
 	if seq&1 == 0 && p.rule.Load() == rule {
 		h := p.hash.Load()
@@ -44,6 +46,12 @@ func (t *Tracker) ruleHash(domain string, d *engine.Descriptor, rule *config.Rul
 			return h
 		}
 	}
+	return t.ruleMiss(p, seq, domain, d, rule)
+}
+
+// ruleMiss hashes rule's domain and keys and caches the hash at p, whose
+// sequence was seq, unless another writer is there.
+func (t *Tracker) ruleMiss(p *rulePlace, seq uint64, domain string, d *engine.Descriptor, rule *config.Rule) uint64 {
 	h := t.key.part(1, domain)
 	for _, e := range d.Entries {
 		h = t.key.part(h, e.Key)

@@ -180,17 +180,24 @@ func (s *sketch) claimMin() (int32, uint64) {
 // count is a slot's count now.
 func (e *slot) count() uint64 { return e.state.Load() & countMask }
 
+// The heap is 4-ary: fewer levels to sift a new descriptor through
+// than a binary heap's, and a node's children are side by side in seen.
+const arity = 4
+
 // down restores the heap below index i after its seen count grew,
 // moving the entry down to its place in one write.
 func (s *sketch) down(i int) {
 	sl, key := s.heap[i], s.seen[i]
 	for {
-		m := 2*i + 1
-		if m >= s.n {
+		first := arity*i + 1
+		if first >= s.n {
 			break
 		}
-		if r := m + 1; r < s.n && s.seen[r] < s.seen[m] {
-			m = r
+		m := first
+		for c := first + 1; c < min(first+arity, s.n); c++ {
+			if s.seen[c] < s.seen[m] {
+				m = c
+			}
 		}
 		if key <= s.seen[m] {
 			break
@@ -207,7 +214,7 @@ func (s *sketch) down(i int) {
 func (s *sketch) up(i int) {
 	sl, key := s.heap[i], s.seen[i]
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / arity
 		if s.seen[p] <= key {
 			break
 		}

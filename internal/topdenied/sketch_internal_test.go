@@ -75,7 +75,7 @@ func TestSketchAgainstModel(t *testing.T) {
 			if c := s.slots[s.heap[i]].count(); s.seen[i] > c {
 				t.Fatalf("step %d: heap key %d above the count %d", step, s.seen[i], c)
 			}
-			if i > 0 && s.seen[(i-1)/2] > s.seen[i] {
+			if i > 0 && s.seen[(i-1)/arity] > s.seen[i] {
 				t.Fatalf("step %d: heap out of order at %d", step, i)
 			}
 		}

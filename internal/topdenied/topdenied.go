@@ -12,9 +12,20 @@
 // 1/Capacity of all denials in the window is guaranteed to be listed, and a
 // listed count is never below the true one nor above it by more than Error.
 //
-// Counting is split over stripes by the descriptor's hash, each with its own
-// lock and Capacity places, so a descriptor is always counted in one stripe
-// and concurrent callers rarely wait for one another. Time is divided into
+// Counting is split over stripes by the descriptor's hash, each with
+// Capacity places, so a descriptor is always counted in one stripe (the
+// guarantee above holds per stripe: for the denials counted there).
+// Descriptors are told apart by a hash of their domain, keys and values
+// keyed with a secret drawn per Tracker, so values an attacker chooses
+// cannot be made to count as another descriptor or crowd one stripe.
+//
+// A denial of a descriptor already counted takes no lock: a table lookup
+// and one atomic compare-and-swap of its count — about 15 ns with the
+// hash, on one core of the machine the benchmarks were run on. A
+// descriptor not yet counted takes its stripe's lock to be placed, its
+// text rendered and the least counted one replaced — about 110 ns, the
+// cost of each denial in a flood of distinct descriptors. Concurrent
+// callers lose no denial and count none twice. Time is divided into
 // generations (Rotate): Top reports the current generation and the
 // previous one together, so a report covers the last one to two
 // generations. Nothing is allocated per observation.
