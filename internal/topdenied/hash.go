@@ -21,9 +21,9 @@ import (
 // in one of them) whose halves are XORed together — the construction of
 // wyhash, which the Go runtime uses for its maps on machines without AES
 // hash instructions. A part's length is mixed into its last step, so the
-// parts of a descriptor are delimited. An attacker who does not know the
-// key sees nothing of the hash: it only picks a stripe, a table place and
-// whether two descriptors are counted as one.
+// parts of a descriptor are delimited. The hash is never shown: it only
+// picks a stripe, a table place and whether two descriptors are counted
+// as one.
 type hashKey [4]uint64
 
 func newHashKey() hashKey {

@@ -173,8 +173,8 @@ func (t *Tracker) add(domain string, d *engine.Descriptor, rule *config.Rule, sh
 // hash identifies a descriptor: its domain, keys and (unless Hidden)
 // values, and whether the denial was a shadow one. It is keyed with the
 // Tracker's secret (hashKey), so two descriptors collide only by chance
-// (about 2^-64 a pair, whatever values an attacker sends); a collision
-// would count two descriptors as one.
+// — about 2^-64 a pair for values chosen without knowing the key, as an
+// attacker's are; a collision would count two descriptors as one.
 func (t *Tracker) hash(domain string, d *engine.Descriptor, rule *config.Rule, shadow bool) uint64 {
 	k := &t.key
 	var h uint64
