@@ -6,7 +6,7 @@ import (
 	"math/bits"
 )
 
-// hashKey is the secret a Tracker's descriptor hashes are keyed with: 256
+// hashKey is the secret a Tracker's descriptor hashes are keyed with: 320
 // random bits, drawn once per Tracker.
 //
 // Descriptor values are chosen by end users, so the hash that tells
@@ -20,14 +20,18 @@ import (
 // 64×64→128-bit multiplication of the key-masked input words (the state
 // in one of them) whose halves are XORed together — the construction of
 // wyhash, which the Go runtime uses for its maps on machines without AES
-// hash instructions. A part's length is mixed into its last step, so the
-// parts of a descriptor are delimited. The hash is never shown: it only
-// picks a stripe, a table place and whether two descriptors are counted
-// as one.
-type hashKey [4]uint64
+// hash instructions. The last 1 to 16 bytes are read as two words that
+// overlap when fewer than 16, so that every byte is read: two parts of the
+// same length give the same words only if they are equal. The length,
+// times a key word, is XORed into a part's result: parts of different
+// lengths are told apart through the key, which an attacker cannot cancel
+// with chosen bytes as they could a plain length. The hash is never shown:
+// it only picks a stripe, a table place and whether two descriptors are
+// counted as one.
+type hashKey [5]uint64
 
 func newHashKey() hashKey {
-	var b [32]byte
+	var b [40]byte
 	rand.Read(b[:]) // never fails (crypto/rand: the process dies first)
 	var k hashKey
 	for i := range k {
@@ -43,8 +47,7 @@ func (k *hashKey) part(h uint64, s string) uint64 {
 		h = mix(le64(s)^k[0], le64(s[8:])^h^k[1])
 		s = s[16:]
 	}
-	// The last 0 to 16 bytes, read as two words that overlap when fewer
-	// than 16 (the length, mixed in, tells the cases apart).
+	// The last 0 to 16 bytes.
 	var a, b uint64
 	switch m := len(s); {
 	case m >= 8:
@@ -54,7 +57,7 @@ func (k *hashKey) part(h uint64, s string) uint64 {
 	case m > 0:
 		a = uint64(s[0])<<16 | uint64(s[m>>1])<<8 | uint64(s[m-1])
 	}
-	return mix(a^k[2]^uint64(n), b^h^k[3])
+	return mix(a^k[2], b^h^k[3]) ^ uint64(n)*k[4]
 }
 
 // word folds x into the state h.
