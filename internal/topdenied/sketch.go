@@ -32,7 +32,7 @@ type sketch struct {
 	seen  []uint64 // seen[i] is the count heap[i] is ordered by
 	pos   []int32  // pos[slot] is the slot's index in heap
 	n     int
-	table []atomic.Uint64 // tag | slot+1 (see entry); len a power of two > len(slots)
+	table []atomic.Uint32 // tag<<16 | slot+1 (see entry); len a power of two ≥ 3·len(slots)
 }
 
 type slot struct {
@@ -53,21 +53,28 @@ const (
 	versionShift = 49
 )
 
-// A table entry is the top 48 bits of a descriptor's hash (its tag) and
-// its slot index + 1 in the low 16 bits; 0 is an empty entry. A hash's
-// home in the table is taken from its tag's low bits (home), so that
-// moving entries needs no slot.
+// A table entry is 16 bits of a descriptor's hash (its tag: bits 16 to
+// 31) over its slot index + 1; 0 is an empty entry. A hash's home in the
+// table is its tag's low bits, so that moving an entry needs no slot, and
+// entries of one probe run mostly differ in their tags: a lookup reads a
+// slot (and its full hash) only for a matching tag.
 const (
 	slotBits = 16
 	slotMask = 1<<slotBits - 1
-	// maxCapacity is the most slots a sketch can have.
-	maxCapacity = slotMask - 1
+	// maxCapacity is the most slots a sketch can have: its table, at
+	// least three times larger, is at most 1<<slotBits entries long.
+	maxCapacity = 1 << (slotBits - 2)
 )
 
-func entry(h uint64, sl int32) uint64 { return h&^slotMask | uint64(sl+1) }
+func tag(h uint64) uint32 { return uint32(h>>slotBits) & slotMask }
 
-// home is where hash (or entry) h's probe run starts.
-func (s *sketch) home(h uint64) int { return int(h>>slotBits) & (len(s.table) - 1) }
+func entry(h uint64, sl int32) uint32 { return tag(h)<<slotBits | uint32(sl+1) }
+
+// home is where hash h's probe run starts.
+func (s *sketch) home(h uint64) int { return int(tag(h)) & (len(s.table) - 1) }
+
+// entryHome is where the probe run of entry e's hash starts.
+func (s *sketch) entryHome(e uint32) int { return int(e>>slotBits) & (len(s.table) - 1) }
 
 func (s *sketch) init(capacity int) {
 	s.slots = make([]slot, capacity)
@@ -75,10 +82,10 @@ func (s *sketch) init(capacity int) {
 	s.seen = make([]uint64, capacity)
 	s.pos = make([]int32, capacity)
 	size := 1
-	for size < capacity+capacity/2 {
+	for size < 3*capacity {
 		size *= 2
 	}
-	s.table = make([]atomic.Uint64, size)
+	s.table = make([]atomic.Uint32, size)
 }
 
 // reset forgets every descriptor. An increment under way may still land
@@ -97,13 +104,13 @@ func (s *sketch) reset() {
 // takes no lock: with the lock held it never misses.
 func (s *sketch) increment(h uint64) bool {
 	mask := len(s.table) - 1
-	tag := h &^ slotMask
+	t := tag(h)
 	for i, probes := s.home(h), 0; probes < len(s.table); i, probes = (i+1)&mask, probes+1 {
 		e := s.table[i].Load()
 		if e == 0 {
 			return false
 		}
-		if e&^slotMask != tag {
+		if e>>slotBits != t {
 			continue
 		}
 		sl := &s.slots[e&slotMask-1]
@@ -235,7 +242,7 @@ func (s *sketch) find(h uint64) (int, bool) {
 		switch {
 		case e == 0:
 			return i, false
-		case e&^slotMask == h&^slotMask && s.slots[e&slotMask-1].hash.Load() == h:
+		case e>>slotBits == tag(h) && s.slots[e&slotMask-1].hash.Load() == h:
 			return i, true
 		}
 	}
@@ -260,7 +267,7 @@ func (s *sketch) remove(h uint64) {
 		if e == 0 {
 			break
 		}
-		home := s.home(e)
+		home := s.entryHome(e)
 		// Move j back to i unless its home lies cyclically in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			s.table[i].Store(e)

@@ -126,7 +126,7 @@ type stripe struct {
 }
 
 // New returns a Tracker that counts at most capacity descriptors per stripe
-// and generation (1 ≤ capacity ≤ 65534, clamped; a report lists at most
+// and generation (1 ≤ capacity ≤ 16384, clamped; a report lists at most
 // capacity), keeping values as v says.
 func New(capacity int, v Values) *Tracker {
 	capacity = min(max(capacity, 1), maxCapacity)
