@@ -200,13 +200,23 @@ func (s *sketch) down(i int) {
 		if first >= s.n {
 			break
 		}
-		m := first
-		for c := first + 1; c < min(first+arity, s.n); c++ {
-			if s.seen[c] < s.seen[m] {
-				m = c
+		// The least child; without branches where all four are there,
+		// for in a flood of new descriptors which child is least is a
+		// coin toss that a branch would mispredict half the time.
+		m, least := first, s.seen[first]
+		if first+arity <= s.n {
+			c := s.seen[first : first+arity : first+arity]
+			m, least = lesser(m, least, first+1, c[1])
+			m, least = lesser(m, least, first+2, c[2])
+			m, least = lesser(m, least, first+3, c[3])
+		} else {
+			for c := first + 1; c < s.n; c++ {
+				if s.seen[c] < least {
+					m, least = c, s.seen[c]
+				}
 			}
 		}
-		if key <= s.seen[m] {
+		if key <= least {
 			break
 		}
 		s.heap[i], s.seen[i] = s.heap[m], s.seen[m]
@@ -215,6 +225,13 @@ func (s *sketch) down(i int) {
 	}
 	s.heap[i], s.seen[i] = sl, key
 	s.pos[sl] = int32(i)
+}
+
+// lesser returns (j, y) when y < x, else (i, x), without a branch; x
+// and y are counts, below 2^63.
+func lesser(i int, x uint64, j int, y uint64) (int, uint64) {
+	mask := -((y - x) >> 63) // all ones when y < x
+	return i ^ (i^j)&int(mask), x ^ (x^y)&mask
 }
 
 // up restores the heap above index i for a new entry.

@@ -18,14 +18,14 @@ import (
 // hashes counted, each findable, the least counted one replaced, the heap
 // ordered by the counts it last saw, none above the true count.
 func TestSketchAgainstModel(t *testing.T) {
-	const capacity = 8
+	const capacity = 23 // a 4-ary heap with two full levels and a part
 	var s sketch
 	s.init(capacity)
 	model := map[uint64]uint64{}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for step := range 20_000 {
-		// Five tags, in two homes; eight hashes share each tag.
-		x := uint64(rng.IntN(40))
+	for step := range 50_000 {
+		// Eight tags, in two homes; eight hashes share each tag.
+		x := uint64(rng.IntN(64))
 		h := x/8*uint64(len(s.table)/2)<<slotBits | x%8
 		if s.increment(h) {
 			model[h]++
