@@ -20,7 +20,11 @@ import "sync/atomic"
 //     slot takes another descriptor, and a busy bit, set while it does:
 //     an increment verifies the slot's hash between reading the state and
 //     swapping it, so it lands on the slot only while the slot holds that
-//     descriptor, or fails and tries again;
+//     descriptor, or fails and tries again. (An increment stalled
+//     between its read and its swap would succeed wrongly only if the
+//     slot came back to the same state: 2^15 replacements later, with the
+//     same count — but a replacement takes the least count plus one, and
+//     the least count grows as replacements go round.);
 //   - the heap is ordered by each slot's count as last seen under the lock
 //     (seen), never above its count: increments do not reorder it.
 //     The minimum is found lazily (claimMin): while the top's count has
