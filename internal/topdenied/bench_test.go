@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 )
@@ -58,11 +59,13 @@ func BenchmarkObserve(b *testing.B) {
 // BenchmarkEngineDenied is what the tracker adds to the engine's denied
 // decisions: one request [path=/orders, user=user-0042] of the default
 // policy, over its per-user limit (the clock stands still), decided by the
-// engine and the memory store with no observer, with an observer that
-// does nothing (what any observer costs: the decision is timed), and with
-// the tracker observing, as the daemon's observer calls it.
+// engine and the memory store with no observer; with an observer that
+// does nothing (what any observer costs: the decision is timed); with the
+// tracker observing; and with the daemon's observer without the tracker
+// (the metrics) and with it (the metrics, then the tracker).
 func BenchmarkEngineDenied(b *testing.B) {
 	tr := topdenied.New(300, topdenied.Plain)
+	m := metrics.New()
 	for _, tc := range []struct {
 		name string
 		opts []engine.Option
@@ -70,6 +73,11 @@ func BenchmarkEngineDenied(b *testing.B) {
 		{"none", nil},
 		{"noop", []engine.Option{engine.WithObserver(func(*engine.Request, *engine.Response, time.Duration) {})}},
 		{"tracker", []engine.Option{engine.WithObserver(func(req *engine.Request, resp *engine.Response, _ time.Duration) { tr.Observe(req, resp) })}},
+		{"metrics", []engine.Option{engine.WithObserver(m.Observe)}},
+		{"metrics+tracker", []engine.Option{engine.WithObserver(func(req *engine.Request, resp *engine.Response, took time.Duration) {
+			m.Observe(req, resp, took)
+			tr.Observe(req, resp)
+		})}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			e := engine.New(config.Default(), memory.New(clock.NewFake(1e18)), tc.opts...)
