@@ -228,3 +228,44 @@ func TestConcurrentObservers(t *testing.T) {
 		t.Errorf("denials counted = %d; want 8000", sum)
 	}
 }
+
+// TestDescriptorsNamedExactly: descriptors are told apart by their domain,
+// keys and values, not by their rules' StatKeys, which can coincide (key
+// "a" with value "b" and key "a_b" both read "a_b"; a dot in a domain or
+// key reads like a level).
+func TestDescriptorsNamedExactly(t *testing.T) {
+	tr := topdenied.New(10, topdenied.Plain)
+	for _, tc := range []struct {
+		domain  string
+		rule    *config.Rule
+		entries []config.Entry
+	}{
+		{"d", &config.Rule{StatKey: "d.a_b"}, []config.Entry{{Key: "a", Value: "b"}}},
+		{"d", &config.Rule{StatKey: "d.a_b"}, []config.Entry{{Key: "a_b", Value: "b"}}},
+		{"d.x", &config.Rule{StatKey: "d.x.y"}, []config.Entry{{Key: "y", Value: "v"}}},
+		{"d", &config.Rule{StatKey: "d.x.y"}, []config.Entry{{Key: "x.y", Value: "v"}}},
+	} {
+		req := &engine.Request{Domain: tc.domain, Descriptors: []engine.Descriptor{{Entries: tc.entries}}}
+		resp := &engine.Response{Code: algorithms.Denied, Statuses: []engine.Status{{Code: algorithms.Denied, Matched: true, Rule: tc.rule}}}
+		tr.Observe(req, resp)
+	}
+	got := tr.Top(0)
+	if len(got) != 4 {
+		t.Errorf("Top = %v; want the four descriptors apart", got)
+	}
+}
+
+// TestReloadKeepsCounting: after a policy reload the same descriptor
+// matches a new *config.Rule; it is counted on, not anew.
+func TestReloadKeepsCounting(t *testing.T) {
+	tr := topdenied.New(10, topdenied.Plain)
+	deny(tr, "alice", 3)
+	reloaded := *perUser
+	req, resp := decided("default", []algorithms.Code{algorithms.Denied}, user("alice"))
+	resp.Statuses[0].Rule = &reloaded
+	tr.Observe(req, resp)
+	tr.Observe(req, resp)
+	if got := tr.Top(0); len(got) != 1 || got[0].Denials != 5 {
+		t.Errorf("Top = %v; want alice denied 5 times", got)
+	}
+}
