@@ -1,5 +1,14 @@
 package redis
 
+// redisKeyLen returns the length of the key redisKey appends.
+func redisKeyLen(prefix, domain string, key []byte, spread bool) int {
+	n := len(prefix) + len(key)
+	if !spread {
+		n += len(domain) + 2
+	}
+	return n
+}
+
 // redisKey returns the Redis key of a bucket: the prefix, the hash tag
 // {domain} unless spread, then the bucket key as the engine made it.
 //

@@ -262,6 +262,7 @@ type Store struct {
 	testNow clock.Clock
 
 	queue   chan *call         // requests waiting for a sender (batch.go)
+	specs   chargeSpecs        // the charges' strings for settle.lua
 	batches atomic.Uint64      // batches sent so far
 	life    context.Context    // ends when the store closes: cuts short what is in flight
 	end     context.CancelFunc // ends life
@@ -439,8 +440,10 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 		return ctx.Err()
 	}
 	var exchange uint64 // the batch that failed, if one did
-	if be := (*batchError)(nil); errors.As(err, &be) {
-		exchange = be.batch
+	if err != nil {
+		if be := (*batchError)(nil); errors.As(err, &be) {
+			exchange = be.batch
+		}
 	}
 	err = s.explain(err)
 	s.breaker.done(probe, err, exchange, s.local.Now())
@@ -467,8 +470,18 @@ func (s *Store) localNow() int64 {
 	return s.local.Now()
 }
 
-// indexes returns 0, 1, ..., n-1.
+// indexes returns 0, 1, ..., n-1, to be read only: for the common counts,
+// a part of one shared slice.
 func indexes(n int) []int {
+	if n <= len(sharedIndexes) {
+		return sharedIndexes[:n:n]
+	}
+	return makeIndexes(n)
+}
+
+var sharedIndexes = makeIndexes(64)
+
+func makeIndexes(n int) []int {
 	idx := make([]int, n)
 	for i := range idx {
 		idx[i] = i
@@ -492,11 +505,21 @@ func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, 
 	if s.testNow != nil {
 		now, expire = nowArgs(sent), false
 	}
-	keys := make([]string, len(charges))
-	var buf []byte
+	// The keys, built into one string that each key is a part of: one
+	// allocation for them all.
+	size := 0
 	for i := range charges {
-		buf = redisKey(buf[:0], s.prefix, charges[i].Domain, charges[i].Key, s.spread)
-		keys[i] = string(buf)
+		size += redisKeyLen(s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+	}
+	buf := make([]byte, 0, size)
+	for i := range charges {
+		buf = redisKey(buf, s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+	}
+	joined := string(buf)
+	keys := make([]string, len(charges))
+	for i := range charges {
+		n := redisKeyLen(s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+		keys[i], joined = joined[:n], joined[n:]
 	}
 	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
@@ -519,7 +542,7 @@ func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]
 		ctx:      ctx,
 		deadline: time.Now().Add(s.timeout),
 		keys:     keys,
-		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), charges, idx),
+		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), &s.specs, charges, idx),
 		now:      now,
 		done:     make(chan struct{}),
 	}
@@ -575,7 +598,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	}
 	args := make([][]any, len(groups))
 	for g, idx := range groups {
-		args[g] = appendRequest(settleHead(now, expire, true, 1), charges, idx)
+		args[g] = appendRequest(settleHead(now, expire, true, 1), &s.specs, charges, idx)
 	}
 	cmds := s.runScripts(ctx, groupKeys, args)
 
@@ -749,7 +772,8 @@ func (s *Store) Breaker() BreakerState { return s.breaker.State() }
 func (s *Store) setHealth(err error) {
 	up := err == nil
 	if !up {
-		s.lastErr.Store(&err)
+		last := err // a copy of its own, so that a success allocates nothing
+		s.lastErr.Store(&last)
 	}
 	if s.up.Swap(up) == up {
 		return

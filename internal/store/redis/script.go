@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -65,41 +67,90 @@ func settleHead(now [2]string, expire, try bool, requests int) []any {
 
 // appendRequest appends settle.lua's arguments for the request of
 // charges[i], i in idx: their number, then each charge as one string (see
-// settle.lua).
-func appendRequest(args []any, charges []store.Charge, idx []int) []any {
-	args = append(args, strconv.Itoa(len(idx)))
-	var b []byte
+// settle.lua), taken from specs.
+func appendRequest(args []any, specs *chargeSpecs, charges []store.Charge, idx []int) []any {
+	if len(idx) < len(counts) {
+		args = append(args, counts[len(idx)])
+	} else {
+		args = append(args, strconv.Itoa(len(idx)))
+	}
 	for _, i := range idx {
-		c := &charges[i]
-		l := c.Limit
-		capacity := l.Capacity()
-		// The decisions for a cost above Capacity are all OverCapacity,
-		// and for a cost at most 0 all peeks: pass those costs in a range
-		// that Lua's doubles hold exactly.
-		cost := min(max(c.Cost, 0), capacity+1)
-		b = b[:0]
-		b = append(b, flag(fastPath(l))...)
-		b = strconv.AppendInt(b, int64(l.Algorithm()), 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, l.Requests(), 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, int64(l.Period()), 16)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, capacity, 10)
-		b = append(b, ' ')
-		b = append(b, flag(c.Shadow)...)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, cost, 10)
-		switch l.Algorithm() {
-		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
-			k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
-			b = appendRational(b, l, capacity)
-			b = appendRational(b, l, k)
-			b = appendRational(b, l, capacity-k)
-		}
-		args = append(args, string(b))
+		args = append(args, specs.of(&charges[i]))
 	}
 	return args
+}
+
+// counts are the request sizes as settle.lua takes them, made once.
+var counts = func() []any {
+	c := make([]any, 65)
+	for n := range c {
+		c[n] = strconv.Itoa(n)
+	}
+	return c
+}()
+
+// chargeSpecs are the charge strings settle.lua takes, made once per
+// limit, cost and shadow flag and kept (as arguments ready for go-redis):
+// a store sees few distinct ones, its policy's limits at a cost of 1, and
+// formatting one costs more than the rest of sending it. At most
+// maxChargeSpecs are kept; beyond, the cache starts over.
+type chargeSpecs struct {
+	m sync.Map // chargeSpecKey → any (a string)
+	n atomic.Int64
+}
+
+const maxChargeSpecs = 4096
+
+type chargeSpecKey struct {
+	limit  algorithms.Limit
+	cost   int64
+	shadow bool
+}
+
+// of returns the charge string of c.
+func (cs *chargeSpecs) of(c *store.Charge) any {
+	k := chargeSpecKey{*c.Limit, c.Cost, c.Shadow}
+	if v, ok := cs.m.Load(k); ok {
+		return v
+	}
+	v := any(formatCharge(c))
+	if cs.n.Add(1) > maxChargeSpecs {
+		cs.m.Clear()
+		cs.n.Store(1)
+	}
+	cs.m.Store(k, v)
+	return v
+}
+
+// formatCharge returns c as one settle.lua charge string.
+func formatCharge(c *store.Charge) string {
+	l := c.Limit
+	capacity := l.Capacity()
+	// The decisions for a cost above Capacity are all OverCapacity,
+	// and for a cost at most 0 all peeks: pass those costs in a range
+	// that Lua's doubles hold exactly.
+	cost := min(max(c.Cost, 0), capacity+1)
+	b := make([]byte, 0, 96)
+	b = append(b, flag(fastPath(l))...)
+	b = strconv.AppendInt(b, int64(l.Algorithm()), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, l.Requests(), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(l.Period()), 16)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, capacity, 10)
+	b = append(b, ' ')
+	b = append(b, flag(c.Shadow)...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, cost, 10)
+	switch l.Algorithm() {
+	case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
+		k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
+		b = appendRational(b, l, capacity)
+		b = appendRational(b, l, k)
+		b = appendRational(b, l, capacity-k)
+	}
+	return string(b)
 }
 
 // fastPath reports whether settle.lua may decide l on plain Lua numbers
