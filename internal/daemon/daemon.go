@@ -376,6 +376,14 @@ func (d *Daemon) abort() {
 	}
 }
 
+// streamWorkers is how many goroutines serve gRPC calls, each call after
+// call, keeping the stack that the calls grew (a call beyond them gets a
+// goroutine of its own, as without workers). A new goroutine per call
+// grows its stack on every call; with --store redis, whose calls wait for
+// Redis and so are many at once, workers measured 1-2 µs of CPU less per
+// call (64 callers); with the memory store, no different.
+const streamWorkers = 64
+
 // grpcServer returns the gRPC server with every service registered:
 // ratelimit.v1, Envoy's v3, health and reflection, behind the metrics
 // interceptors, authorization (with Config.AuthzPolicy) and
@@ -388,6 +396,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 		dec.ServerOption(),
 		grpc.ChainUnaryInterceptor(d.unaryInterceptors(dec.UnaryServerInterceptor())...),
 		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if d.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
