@@ -46,7 +46,8 @@
 //
 // A bucket is one Redis string under KeyPrefix, "{domain}" (the hash tag,
 // unless Config.SpreadKeys) and the engine's bucket key; its value is the
-// state "t n m restAt" in hexadecimal. A charge sets the key to expire at
+// state t, n, m and restAt in 41 bytes (now.lua's STATE, docs/redis.md).
+// A charge sets the key to expire at
 // restAt, when the bucket is back at rest and indistinguishable from a key
 // that is absent (PXAT, restAt rounded up to the millisecond, so never
 // sooner): nothing is kept for idle buckets, and Redis's own eviction needs
