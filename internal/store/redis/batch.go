@@ -15,8 +15,9 @@ import (
 // cluster) are settled by the store's sender: a goroutine that takes every
 // request waiting, sends them in one round trip, and delivers the replies.
 // When the sender is idle as a request arrives at low load, it sends that
-// request at once, alone: batching adds no wait. Under load it waits up to
-// gatherWait for as many requests as its last batch carried (see sender).
+// request at once, alone: batching adds no wait. Under load (a last batch
+// of gatherFrom or more) it waits up to gatherWait for as many requests as
+// its last batch carried (see sender).
 // While it waits for Redis, requests gather, and it sends them together
 // next: requests of one slot
 // in one settle.lua call (which settles them one after the other, each
@@ -28,6 +29,7 @@ const (
 	senders    = 1                     // batches in flight at once
 	maxBatch   = 128                   // requests in one batch
 	gatherWait = 50 * time.Microsecond // longest wait for a batch's expected requests
+	gatherFrom = 4                     // the smallest last batch that makes the sender wait
 )
 
 // call is one request waiting to be sent by a sender.
@@ -95,11 +97,13 @@ func (s *Store) send(ctx context.Context, c *call) error {
 // sender sends batches until the store closes.
 //
 // It expects as many requests as its last batch carried: their callers,
-// answered, are likely to send again. After the first request of a batch,
-// it waits up to gatherWait for the others of that many, so that a load
-// of n concurrent callers settles into batches of n rather than splitting
-// into smaller ones that each pay a round trip and a script call. At low
-// load (a last batch of one) it never waits.
+// answered, are likely to send again. When that is at least gatherFrom,
+// after the first request of a batch it waits up to gatherWait for the
+// others of that many, so that a load of n concurrent callers settles into
+// batches of n rather than splitting into smaller ones that each pay a
+// round trip and a script call. Below that (low and moderate load, whose
+// batches are of one to three) it never waits: there the wait would add
+// latency and gather little.
 func (s *Store) sender() {
 	batch := make([]*call, 0, maxBatch)
 	timer := time.NewTimer(time.Hour)
@@ -122,7 +126,7 @@ func (s *Store) sender() {
 				continue
 			default:
 			}
-			if len(batch) >= expect {
+			if len(batch) >= expect || expect < gatherFrom {
 				break
 			}
 			if !waiting {
