@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/logtest"
 )
 
 // binary builds ratelimitd once into a temporary directory.
@@ -53,26 +54,9 @@ func TestMain(m *testing.M) {
 type process struct {
 	cmd        *exec.Cmd
 	grpc, http string
-	logs       *syncBuffer
+	logs       *logtest.Buffer
 	exited     chan struct{}
 	exitErr    error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var serving = regexp.MustCompile(`msg="ratelimitd serving" grpc=(\S+) http=(\S+)`)
@@ -86,7 +70,7 @@ func startProcess(t *testing.T, args ...string) *process {
 		t.Fatal(err)
 	}
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-	p := &process{cmd: exec.Command(bin, args...), logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &process{cmd: exec.Command(bin, args...), logs: &logtest.Buffer{}, exited: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

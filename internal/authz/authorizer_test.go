@@ -1,36 +1,18 @@
 package authz
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/internal/logtest"
 )
-
-// syncBuffer is a log sink safe for Run's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // counter returns the value of a's counter (reloads or denied) with the
 // given label value, as a registry gathers it.
@@ -88,7 +70,7 @@ clients:
     match: [{tokens: shop.tokens}]
     grants: [{domains: [shop], access: charge}]
 `, map[string]string{"shop.tokens": shopToken + "\n"})
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	a, err := New(path, WithDebounce(20*time.Millisecond), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)

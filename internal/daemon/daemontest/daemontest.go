@@ -4,7 +4,6 @@
 package daemontest
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/logtest"
 )
 
 // T0 is the daemon's starting time: a whole minute since the epoch, so
@@ -32,7 +32,7 @@ type Daemon struct {
 	// Clock is the daemon's clock, reading T0 at start unless the
 	// configuration gave another.
 	Clock *clock.Fake
-	logs  *logBuffer
+	logs  *logtest.Buffer
 	once  sync.Once
 }
 
@@ -73,7 +73,7 @@ func StartConfig(t testing.TB, cfg daemon.Config) *Daemon {
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 5 * time.Second
 	}
-	td := &Daemon{logs: &logBuffer{}}
+	td := &Daemon{logs: &logtest.Buffer{}}
 	if cfg.Clock == nil {
 		td.Clock = clock.NewFake(T0.UnixNano())
 		cfg.Clock = td.Clock
@@ -127,24 +127,6 @@ func (d *Daemon) Logs() string { return d.logs.String() }
 // Stop shuts the daemon down; it is idempotent.
 func (d *Daemon) Stop() {
 	d.once.Do(func() { d.Shutdown(context.Background()) })
-}
-
-// logBuffer is a bytes.Buffer safe for the daemon's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // SmallTiers is the default policy's three tiers with a small user tier

@@ -1,11 +1,9 @@
 package redis_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,28 +11,15 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/logtest"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 )
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// lines returns the JSON log records written so far.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logLines returns the JSON log records written to buf so far.
+func logLines(t *testing.T, buf *logtest.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -59,7 +44,7 @@ func TestRefusedConnection(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // connections to addr are now refused
 
-	var buf syncBuffer
+	var buf logtest.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
 	s := newTestStore(t, redis.Config{Addr: addr, Timeout: 250 * time.Millisecond, Logger: log}, clock.NewFake(t0))
 	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
@@ -71,7 +56,7 @@ func TestRefusedConnection(t *testing.T) {
 
 	var storeLine, clientLine map[string]any
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && (storeLine == nil || clientLine == nil); time.Sleep(20 * time.Millisecond) {
-		for _, m := range buf.lines(t) {
+		for _, m := range logLines(t, &buf) {
 			switch {
 			case strings.HasPrefix(m["msg"].(string), "redis failed"):
 				storeLine = m
@@ -87,7 +72,7 @@ func TestRefusedConnection(t *testing.T) {
 		t.Errorf("the store logged err=%q; want the refused connection", e)
 	}
 	if clientLine == nil {
-		t.Fatalf("no go-redis line in the structured log; got %v", buf.lines(t))
+		t.Fatalf("no go-redis line in the structured log; got %v", logLines(t, &buf))
 	}
 	if msg, _ := clientLine["msg"].(string); !strings.Contains(msg, "refused") || clientLine["level"] != "WARN" {
 		t.Errorf("go-redis's line: %v; want a warning naming the refused connection", clientLine)
