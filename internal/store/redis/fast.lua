@@ -57,19 +57,16 @@ end
 
 -- absT and absRest are absMs for a state's t and restAt, each remembering
 -- its last answer: a window's charges in one call share both.
-local lastT, lastTMs, lastTSub, lastR, lastRMs, lastRSub
-local function absT(r)
-  if r ~= lastT then
-    lastT, lastTMs, lastTSub = r, absMs(r)
+local function rememberingAbsMs()
+  local lastR, lastMs, lastSub
+  return function(r)
+    if r ~= lastR then
+      lastR, lastMs, lastSub = r, absMs(r)
+    end
+    return lastMs, lastSub
   end
-  return lastTMs, lastTSub
 end
-local function absRest(r)
-  if r ~= lastR then
-    lastR, lastRMs, lastRSub = r, absMs(r)
-  end
-  return lastRMs, lastRSub
-end
+local absT, absRest = rememberingAbsMs(), rememberingAbsMs()
 
 -- fastState returns the state v holds relative to now (the zero State for
 -- none, or for a value that is not a state): true and t, n, m; or false
