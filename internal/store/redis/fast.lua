@@ -114,7 +114,7 @@ local function fastPut(key, t, n, m, restAt, expire, kept)
   else
     local ms = expiryMs(rMs, rSub)
     if ms == kept then
-      redis.call("SETRANGE", key, 0, v)
+      redis.call("SETRANGE", key, "0", v) -- "0": Redis formats a Lua number with printf
       return v
     end
     local at = expiries[ms]

@@ -297,9 +297,17 @@ local function settle(k, a, count)
   end
 end
 
-local a, k = 4, 0
-while a < #ARGV do
-  local count = tonumber(ARGV[a + 1])
+-- counts are the requests' sizes by their strings, parsed once per call
+-- (tonumber reads a decimal string with strtod).
+local counts = {}
+local a, k, last = 4, 0, #ARGV
+while a < last do
+  local cs = ARGV[a + 1]
+  local count = counts[cs]
+  if not count then
+    count = tonumber(cs)
+    counts[cs] = count
+  end
   settle(k, a + 1, count)
   a, k = a + 1 + count, k + count
 end
