@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
@@ -185,4 +186,70 @@ func TestExpiryFollowsTheBucket(t *testing.T) {
 	if e := check("charge in the next window"); e <= first {
 		t.Errorf("a charge in the next window left the expiry at %d ms, was %d ms: want it later, with the bucket's rest", e, first)
 	}
+}
+
+// TestStoredFixedWindow: a fixed window's stored state, charged again and
+// again in its window (alone and beside another bucket in one request) and
+// then in the next window, is always the whole state docs/redis.md
+// describes: t the window's start, n the window's count, m 0, restAt the
+// window's end.
+func TestStoredFixedWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	c := clock.NewFake(t0 + int64(1500*time.Millisecond))
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "fw:"}, c)
+
+	period := time.Minute + 7*time.Microsecond // windows start between milliseconds
+	fixed := mustLimit(t, algorithms.FixedWindow, 10, period, 0)
+	token := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
+	key, other := engineKey("shop", "fixed"), engineKey("shop", "token")
+	one := func(cost int64) []store.Charge {
+		return []store.Charge{{Domain: "shop", Key: key, Limit: fixed, Cost: cost}}
+	}
+	two := func(cost int64) []store.Charge {
+		return append(one(cost), store.Charge{Domain: "shop", Key: other, Limit: token, Cost: 1})
+	}
+	check := func(what string, wantN float64) {
+		t.Helper()
+		start := c.Now() / int64(period) * int64(period)
+		tt, n, m, restAt := storedState(t, admin, "fw:{shop}"+string(key))
+		if tt != start || n != wantN || m != 0 || restAt != start+int64(period) {
+			t.Errorf("%s: stored t=%d n=%v m=%v restAt=%d, want t=%d n=%v m=0 restAt=%d", what, tt, n, m, restAt, start, wantN, start+int64(period))
+		}
+	}
+	steps := []struct {
+		what    string
+		advance time.Duration
+		charges []store.Charge
+		wantN   float64
+	}{
+		{"first charge", 0, one(1), 1},
+		{"one charge in the window", time.Second, one(2), 3},
+		{"two charges in the window", time.Second, two(3), 6},
+		{"a peek", time.Second, one(0), 6},
+		{"denied", time.Second, one(5), 6},
+		{"denied beside another bucket", time.Second, two(5), 6},
+		{"the next window", period, two(4), 4},
+		{"again", time.Second, one(1), 5},
+	}
+	for _, st := range steps {
+		c.Set(c.Now() + int64(st.advance))
+		apply(t, s, st.charges...)
+		check(st.what, st.wantN)
+	}
+}
+
+// storedState decodes the state stored under key (docs/redis.md's 41
+// bytes): t and restAt in nanoseconds, n and m.
+func storedState(t *testing.T, c goredis.UniversalClient, key string) (tNs int64, n, m float64, restAt int64) {
+	t.Helper()
+	v := []byte(get(t, c, key))
+	if len(v) != 41 || v[0] != 1 {
+		t.Fatalf("key %q holds %q, want a state of 41 bytes starting with 1", key, v)
+	}
+	at := func(i int) int64 {
+		return int64(math.Float64frombits(binary.LittleEndian.Uint64(v[i:])))*1e6 + int64(binary.LittleEndian.Uint32(v[i+8:]))
+	}
+	return at(1), math.Float64frombits(binary.LittleEndian.Uint64(v[13:])), math.Float64frombits(binary.LittleEndian.Uint64(v[21:])), at(29)
 }

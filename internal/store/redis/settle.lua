@@ -164,7 +164,7 @@ end
 -- 0.3 µs less per request, of about 2 µs with its GET and SET.)
 local function settleOneFast(key, sp)
   local cost = sp.cost
-  local ok, t, n, m, kept = fastState(redis.call("GET", key), sp)
+  local ok, t, n, m, kept, inWindow = fastRead(redis.call("GET", key), sp)
   if not ok then
     return false
   end
@@ -175,7 +175,7 @@ local function settleOneFast(key, sp)
     reply[size] = 0
   else
     if code == ALLOWED and cost > 0 then
-      fastPut(key, nt, nn, nm, nr, expire, kept)
+      fastWrite(key, inWindow, nt, nn, nm, nr, expire, kept)
     end
     size = size + 1
     reply[size] = 1
@@ -185,11 +185,11 @@ local function settleOneFast(key, sp)
 end
 
 -- The charges of settleManyFast's request, by index: their limits, old
--- states and keys' expiries, decisions and next states. Reused by every
--- request of the call (each overwrites what it reads), so that the path
--- makes no table.
-local fSp, fT, fN, fM, fKept, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn, fNm, fNr =
-  {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- states, keys' expiries and fastRead's inWindow, decisions and next
+-- states. Reused by every request of the call (each overwrites what it
+-- reads), so that the path makes no table.
+local fSp, fT, fN, fM, fKept, fIn, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn, fNm, fNr =
+  {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 
 -- settleManyFast settles a request of count charges when all of them fit
 -- the fast path, as settle's general path does but without a table per
@@ -201,13 +201,13 @@ local function settleManyFast(k, a, count)
     if not sp.fast then
       return false
     end
-    local ok, t, n, m, kept = fastState(redis.call("GET", KEYS[k + i]), sp)
+    local ok, t, n, m, kept, inWindow = fastRead(redis.call("GET", KEYS[k + i]), sp)
     if not ok then
       return false
     end
     local code
     code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastDecide(sp, t, n, m, sp.cost)
-    fSp[i], fT[i], fN[i], fM[i], fKept[i], fCode[i] = sp, t, n, m, kept, code
+    fSp[i], fT[i], fN[i], fM[i], fKept[i], fIn[i], fCode[i] = sp, t, n, m, kept, inWindow, code
     if code ~= ALLOWED and not sp.shadow then
       commit = false
     end
@@ -231,7 +231,7 @@ local function settleManyFast(k, a, count)
   for i = 1, count do
     local code = fCode[i]
     if code == ALLOWED and fSp[i].cost > 0 then
-      fastPut(KEYS[k + i], fNt[i], fNn[i], fNm[i], fNr[i], expire, fKept[i])
+      fastWrite(KEYS[k + i], fIn[i], fNt[i], fNn[i], fNm[i], fNr[i], expire, fKept[i])
     end
     emitFast(code, fRem[i], fReset[i], fRetry[i], fDelay[i])
   end
