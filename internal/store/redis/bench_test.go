@@ -98,6 +98,50 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
+// BenchmarkSettleScript measures settle.lua alone, without the store's
+// batching: Redis's CPU per request for one script call after another,
+// each settling a batch of one-charge requests (1; 18, what gathers
+// through a daemon that shares the machine's two cores with Redis and the
+// load tool; 37, what gathers in BenchmarkApply) on 10,000 keys, on a
+// fixed window of a million per minute and a token bucket of a million per
+// second (never exhausted). It reports:
+//
+//	redis-cpu-µs/req  Redis's CPU time (INFO CPU, user + system) per
+//	                  request: the script, its commands and the calls'
+//	                  network I/O
+func BenchmarkSettleScript(b *testing.B) {
+	srv := redistest.Start(b)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	for _, l := range []*algorithms.Limit{
+		mustLimit(b, algorithms.FixedWindow, 1_000_000, time.Minute, 0),
+		mustLimit(b, algorithms.TokenBucket, 1_000_000, time.Second, 0),
+	} {
+		for _, batch := range []int{1, 18, 37} {
+			b.Run(fmt.Sprintf("%v/batch=%d", l.Algorithm(), batch), func(b *testing.B) {
+				ctx := context.Background()
+				keys := make([]string, batch)
+				charges := make([]store.Charge, batch)
+				for i := range charges {
+					charges[i] = store.Charge{Domain: "bench", Limit: l, Cost: 1}
+				}
+				n := 0
+				cpu0 := redisCPU(b, c)
+				for range b.N {
+					for i := range keys {
+						n++
+						keys[i] = fmt.Sprintf("script:{bench}%v:%d", l.Algorithm(), n%10000)
+					}
+					if err := redis.SettleBatch(ctx, c, keys, charges); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/float64(b.N*batch), "redis-cpu-µs/req")
+			})
+		}
+	}
+}
+
 // BenchmarkIncrbyExpire is a reference for BenchmarkApply's Redis CPU per
 // request, measured in the same conditions: the commands that
 // envoyproxy/ratelimit sends per fixed-window descriptor, INCRBY and

@@ -1,6 +1,13 @@
 package redis
 
-import "github.com/ratelimitd/ratelimitd/internal/clock"
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+)
 
 // SetTestClock makes s decide at c's time, passed to the script as now
 // instead of Redis TIME (so that a test and the memory store share one
@@ -11,3 +18,16 @@ func SetTestClock(s *Store, c clock.Clock) { s.testNow = c }
 // Paths returns how many charges the script has decided on plain numbers
 // (fast.lua) and on bignums.
 func Paths(s *Store) (fast, bignum uint64) { return s.stats.fast.Load(), s.stats.bignum.Load() }
+
+// SettleBatch runs settle.lua once on c, as a sender sends a batch, for
+// one request per charge: charges[i] on the key keys[i] (the key as
+// stored, prefix included), on Redis TIME, with expiry.
+func SettleBatch(ctx context.Context, c goredis.Scripter, keys []string, charges []store.Charge) error {
+	args := settleHead([2]string{"", ""}, true, false, len(charges))
+	for i := range charges {
+		args = appendRequest(args, &exportedSpecs, charges, []int{i})
+	}
+	return settleScript.Run(ctx, c, keys, args...).Err()
+}
+
+var exportedSpecs chargeSpecs
