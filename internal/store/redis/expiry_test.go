@@ -105,23 +105,12 @@ func get(t *testing.T, c goredis.UniversalClient, key string) string {
 	return v
 }
 
-// storedRest returns the restAt of the bucket state stored under key (as
-// docs/redis.md describes it: 41 bytes, little-endian, a format byte 1, t
-// as float64 milliseconds and uint32 nanoseconds, n and m as float64,
-// restAt as t is) and the key's expiry in Unix milliseconds (PEXPIRETIME;
-// -1: none).
+// storedRest returns the restAt of the bucket state stored under key
+// (storedState) and the key's expiry in Unix milliseconds (PEXPIRETIME; -1:
+// none).
 func storedRest(t *testing.T, c goredis.UniversalClient, key string) (restAt, expireMs int64) {
 	t.Helper()
-	v := []byte(get(t, c, key))
-	if len(v) != 41 || v[0] != 1 {
-		t.Fatalf("key %q holds %q, want a state of 41 bytes starting with 1", key, v)
-	}
-	ms := math.Float64frombits(binary.LittleEndian.Uint64(v[29:37]))
-	sub := binary.LittleEndian.Uint32(v[37:41])
-	if ms != math.Trunc(ms) || ms < 0 || ms > float64(algorithms.MaxTime/1e6) || sub >= 1e6 {
-		t.Fatalf("key %q: restAt %v ms + %d ns is not a time", key, ms, sub)
-	}
-	restAt = int64(ms)*1e6 + int64(sub)
+	_, _, _, restAt = storedState(t, c, key)
 	expireMs, err := c.Do(context.Background(), "PEXPIRETIME", key).Int64()
 	if err != nil {
 		t.Fatalf("PEXPIRETIME %q: %v", key, err)
@@ -240,8 +229,10 @@ func TestStoredFixedWindow(t *testing.T) {
 	}
 }
 
-// storedState decodes the state stored under key (docs/redis.md's 41
-// bytes): t and restAt in nanoseconds, n and m.
+// storedState decodes the bucket state stored under key, as docs/redis.md
+// describes it (41 bytes, little-endian: a format byte 1, t as float64
+// milliseconds and uint32 nanoseconds, n and m as float64, restAt as t
+// is): t and restAt in nanoseconds, n and m.
 func storedState(t *testing.T, c goredis.UniversalClient, key string) (tNs int64, n, m float64, restAt int64) {
 	t.Helper()
 	v := []byte(get(t, c, key))
@@ -249,7 +240,12 @@ func storedState(t *testing.T, c goredis.UniversalClient, key string) (tNs int64
 		t.Fatalf("key %q holds %q, want a state of 41 bytes starting with 1", key, v)
 	}
 	at := func(i int) int64 {
-		return int64(math.Float64frombits(binary.LittleEndian.Uint64(v[i:])))*1e6 + int64(binary.LittleEndian.Uint32(v[i+8:]))
+		ms := math.Float64frombits(binary.LittleEndian.Uint64(v[i:]))
+		sub := binary.LittleEndian.Uint32(v[i+8:])
+		if ms != math.Trunc(ms) || ms < 0 || ms > float64(algorithms.MaxTime/1e6) || sub >= 1e6 {
+			t.Fatalf("key %q: %v ms + %d ns at byte %d is not a time", key, ms, sub, i)
+		}
+		return int64(ms)*1e6 + int64(sub)
 	}
 	return at(1), math.Float64frombits(binary.LittleEndian.Uint64(v[13:])), math.Float64frombits(binary.LittleEndian.Uint64(v[21:])), at(29)
 }

@@ -51,7 +51,10 @@
 // restAt, when the bucket is back at rest and indistinguishable from a key
 // that is absent (PXAT, restAt rounded up to the millisecond, so never
 // sooner): nothing is kept for idle buckets, and Redis's own eviction needs
-// no help.
+// no help. A charge that leaves that expiry where it was overwrites the
+// value in place (SETRANGE), and a fixed window's charge in the window it
+// was last charged in rewrites the count alone: the same value and expiry
+// for less of Redis's time.
 //
 // # Redis Cluster
 //

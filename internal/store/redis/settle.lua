@@ -91,8 +91,8 @@ end
 -- A charge is a table: cost, shadow, and on the fast path (fast true) its
 -- limit l, old state t, n, m and its key's expiry kept, decision code, rem,
 -- reset, retry, delay and next state nt, nn, nm, nr (nt nil when
--- unchanged); on the bignum path its
--- limit bl, old state bs, decision d (and code = d.code) and next state.
+-- unchanged); on the bignum path its limit bl, old state bs, decision d
+-- (and code = d.code) and next state.
 
 -- reply is the script's reply, size its length.
 local reply, size = {}, 0
