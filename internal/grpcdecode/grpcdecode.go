@@ -159,7 +159,9 @@ func walk(md protoreflect.MessageDescriptor, b []byte, prefix string, depth int)
 	seen := map[protowire.Number]int{} // occurrences so far, for indices
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		if n < 0 || num > protowire.MaxValidNumber {
+			// ConsumeTag accepts numbers up to 2^31-1; protobuf's decoder
+			// refuses those above MaxValidNumber as malformed.
 			return "", true
 		}
 		b = b[n:]
