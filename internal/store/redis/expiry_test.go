@@ -63,7 +63,7 @@ func TestExpiry(t *testing.T) {
 					t.Errorf("charge %d: the stored state is at rest at %d, but the decision says %v after the script ran, which was between %d and %d",
 						i, restAt, d.ResetAfter, before, after)
 				}
-				if expireMs*1e6 < restAt || expireMs*1e6 >= restAt+1e6 {
+				if !expiresAtRest(expireMs, restAt) {
 					t.Errorf("charge %d: the key expires at %d ms; its bucket is at rest at %d ns: want that rounded up to the millisecond", i, expireMs, restAt)
 				}
 			}
@@ -84,6 +84,13 @@ func TestExpiry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// expiresAtRest reports whether a key expiring at expireMs (Unix ms)
+// expires when its bucket is at rest, at restAt (ns) rounded up to the
+// millisecond: never sooner, and within the millisecond after.
+func expiresAtRest(expireMs, restAt int64) bool {
+	return expireMs*1e6 >= restAt && expireMs*1e6 < restAt+1e6
 }
 
 // redisNow returns Redis TIME in nanoseconds, as the scripts read it.
@@ -138,7 +145,7 @@ func TestExpiryFollowsTheBucket(t *testing.T) {
 	check := func(what string) int64 {
 		t.Helper()
 		restAt, expireMs := storedRest(t, admin, redisKey)
-		if expireMs*1e6 < restAt || expireMs*1e6 >= restAt+1e6 {
+		if !expiresAtRest(expireMs, restAt) {
 			t.Fatalf("%s: the key expires at %d ms; its bucket is at rest at %d ns: want that rounded up to the millisecond", what, expireMs, restAt)
 		}
 		return expireMs
