@@ -120,7 +120,9 @@ func TestLoadUpdateNACKAndReconnect(t *testing.T) {
 	// version in force, and takes the next update.
 	before := len(srv.Requests())
 	srv.Restart()
-	first := srv.WaitRequest(func(r *discoveryv3.DiscoveryRequest) bool { return r.GetResponseNonce() == "" && len(srv.Requests()) > before })
+	first := srv.WaitRequest(func(r *discoveryv3.DiscoveryRequest) bool {
+		return r.GetResponseNonce() == "" && len(srv.Requests()) > before
+	})
 	if first.GetVersionInfo() != "v2" || first.GetNode().GetId() != node || first.GetTypeUrl() != xdspolicy.TypeURL {
 		t.Errorf("first request after the restart: version %q node %q type %q", first.GetVersionInfo(), first.GetNode().GetId(), first.GetTypeUrl())
 	}
