@@ -10,7 +10,12 @@
 // it. An applied response is ACKed (the request carries its version and
 // nonce); a refused one is NACKed (the last applied version, the refused
 // response's nonce, and the reason in error_detail), and the policy in
-// force stays. When the stream breaks, or cannot be opened, the Client
+// force stays. A control plane may send a refused version again at once
+// (go-control-plane's snapshot cache answers every request whose version
+// differs from its own): the Client then refuses it without applying it,
+// logging or counting it again, and waits before its NACK, as long as
+// before a reconnection, so that the two do not loop at network speed.
+// When the stream breaks, or cannot be opened, the Client
 // connects again after a backoff: Config.InitialBackoff, doubled after each
 // failure up to Config.MaxBackoff, each wait drawn at random from its upper
 // half; a stream that delivered a response starts the backoff over. A new
@@ -171,12 +176,8 @@ func (c *Client) Run(ctx context.Context) {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		c.log.Warn("xds: stream to the policy server ended; connecting again", "error", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, c.cfg.MaxBackoff)
 	}
@@ -212,15 +213,48 @@ func (c *Client) session(ctx context.Context) (got bool, err error) {
 	}
 	c.setStatus(func(s *Status) { s.Connected = true })
 	c.log.Info("xds: subscribed to the policy", "type", TypeURL)
+	nackDelay := c.cfg.InitialBackoff
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return got, err
 		}
 		got = true
-		if err := stream.Send(c.handle(resp)); err != nil {
+		req := c.repeatedNACK(resp)
+		if req != nil {
+			if !sleep(ctx, nackDelay) {
+				return got, ctx.Err()
+			}
+			nackDelay = min(2*nackDelay, c.cfg.MaxBackoff)
+		} else {
+			req = c.handle(resp)
+			nackDelay = c.cfg.InitialBackoff
+		}
+		if err := stream.Send(req); err != nil {
 			return got, err
 		}
+	}
+}
+
+// repeatedNACK returns the NACK of resp when its version is the one last
+// refused, nil otherwise.
+func (c *Client) repeatedNACK(resp *discoveryv3.DiscoveryResponse) *discoveryv3.DiscoveryRequest {
+	s := c.Status()
+	if s.LastNACK == "" || resp.GetVersionInfo() != s.LastNACKVersion {
+		return nil
+	}
+	return c.request(s.Version, resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: s.LastNACK})
+}
+
+// sleep waits d, or until ctx ends (and then returns false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

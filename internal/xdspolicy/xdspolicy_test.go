@@ -112,6 +112,16 @@ func TestLoadUpdateNACKAndReconnect(t *testing.T) {
 	if got := f.requests("shop"); got != 20 {
 		t.Errorf("after the NACK shop allows %d, want 20 (v2 still in force)", got)
 	}
+	// go-control-plane sends v3 again after the NACK (its version is not
+	// the client's): refused again, after a wait, without being applied
+	// or counted again.
+	nacks := 0
+	srv.WaitRequest(func(r *discoveryv3.DiscoveryRequest) bool {
+		if xdstest.IsNACK(r) {
+			nacks++
+		}
+		return nacks == 2
+	})
 	if s := c.Status(); s.Version != "v2" || s.Refused != 1 || s.LastNACKVersion != "v3" || !strings.Contains(s.LastNACK, "unit") {
 		t.Errorf("status %+v, want v2 in force and the v3 NACK", s)
 	}
