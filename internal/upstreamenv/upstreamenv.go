@@ -231,6 +231,12 @@ func (r *reader) policy() {
 		dir := filepath.Join(r.str("RUNTIME_ROOT"), r.str("RUNTIME_SUBDIRECTORY"), r.str("RUNTIME_APPDIRECTORY"))
 		r.flag("config", dir, "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY")
 		r.ignoreIfTrue("FORCE_START_WITHOUT_INITIAL_CONFIG", "with CONFIG_TYPE=FILE the policy files must load at start")
+		if v, ok := r.env("RUNTIME_IGNOREDOTFILES"); ok && !r.boolean("RUNTIME_IGNOREDOTFILES") {
+			r.t.Warnings = append(r.t.Warnings, fmt.Sprintf("RUNTIME_IGNOREDOTFILES=%q is ignored: ratelimitd always skips files whose name starts with a dot", v))
+		}
+		if v, ok := r.env("RUNTIME_WATCH_ROOT"); ok && !r.boolean("RUNTIME_WATCH_ROOT") {
+			r.t.Warnings = append(r.t.Warnings, fmt.Sprintf("RUNTIME_WATCH_ROOT=%q is ignored: ratelimitd watches the policy directory itself", v))
+		}
 		for _, v := range xdsVariables {
 			r.ignoreIfSet(v, "CONFIG_TYPE is FILE")
 		}
@@ -238,12 +244,6 @@ func (r *reader) policy() {
 		r.xds()
 	default:
 		r.fail(fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", ct))
-	}
-	if v, ok := r.env("RUNTIME_IGNOREDOTFILES"); ok && !r.boolean("RUNTIME_IGNOREDOTFILES") {
-		r.t.Warnings = append(r.t.Warnings, fmt.Sprintf("RUNTIME_IGNOREDOTFILES=%q is ignored: ratelimitd always skips files whose name starts with a dot", v))
-	}
-	if v, ok := r.env("RUNTIME_WATCH_ROOT"); ok && !r.boolean("RUNTIME_WATCH_ROOT") {
-		r.t.Warnings = append(r.t.Warnings, fmt.Sprintf("RUNTIME_WATCH_ROOT=%q is ignored: ratelimitd watches the policy directory itself", v))
 	}
 }
 
