@@ -19,7 +19,9 @@ const upstreamName = "ratelimit"
 // --upstream-env.
 func wantsUpstreamEnv(args []string) bool {
 	return filepath.Base(os.Args[0]) == upstreamName ||
-		slices.ContainsFunc(args, func(a string) bool { return a == "--upstream-env" || a == "-upstream-env" || a == "--upstream-env=true" })
+		slices.ContainsFunc(args, func(a string) bool {
+			return a == "--upstream-env" || a == "-upstream-env" || a == "--upstream-env=true"
+		})
 }
 
 // applyUpstreamEnv sets the flags that upstream's environment says, before

@@ -13,9 +13,9 @@ import (
 // xdsFlags are the flags of the policy over xDS that need work after
 // parsing; the rest write into cfg directly.
 type xdsFlags struct {
-	tls                                  bool
+	tls                                   bool
 	tlsCA, tlsCert, tlsKey, tlsServerName string
-	headers                              string
+	headers                               string
 }
 
 func addXDSFlags(fs *flag.FlagSet, cfg *daemon.Config) *xdsFlags {
