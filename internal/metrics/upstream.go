@@ -14,11 +14,11 @@ import (
 // mapping), so that dashboards and alerts written for it, such as Envoy
 // Gateway's global rate limit dashboard, read ratelimitd unchanged:
 //
-//	ratelimit_service_rate_limit_total_hits{domain, key1[, key2]}     = ratelimitd_rule_hits_total
-//	ratelimit_service_rate_limit_within_limit{domain, key1[, key2]}   = ratelimitd_rule_within_limit_hits_total
-//	ratelimit_service_rate_limit_near_limit{domain, key1[, key2]}     = ratelimitd_rule_near_limit_hits_total
-//	ratelimit_service_rate_limit_over_limit{domain, key1[, key2]}     = ratelimitd_rule_over_limit_hits_total
-//	ratelimit_service_rate_limit_shadow_mode{domain, key1[, key2]}    = ratelimitd_rule_shadow_mode_hits_total
+//	ratelimit_service_rate_limit_total_hits{domain, key1, key2}     = ratelimitd_rule_hits_total
+//	ratelimit_service_rate_limit_within_limit{domain, key1, key2}   = ratelimitd_rule_within_limit_hits_total
+//	ratelimit_service_rate_limit_near_limit{domain, key1, key2}     = ratelimitd_rule_near_limit_hits_total
+//	ratelimit_service_rate_limit_over_limit{domain, key1, key2}     = ratelimitd_rule_over_limit_hits_total
+//	ratelimit_service_rate_limit_shadow_mode{domain, key1, key2}    = ratelimitd_rule_shadow_mode_hits_total
 //	ratelimit_service_config_load_success                             policies put in force (files or xDS), the first included
 //	ratelimit_service_config_load_error                               policies refused
 //	go_memstats_gc_cpu_fraction                                       the share of the CPU time available since start that the GC used
@@ -27,7 +27,9 @@ import (
 // series at each scrape (nothing more is counted per request). key1 and
 // key2 are the first and second level of the rule's descriptor path as
 // upstream's statsd key has them (key_value, or key), the request's values
-// for a detailed_metric rule; as with upstream's mapping, a rule three or
+// for a detailed_metric rule; key2 is empty (in PromQL, the same as absent,
+// as upstream's mapping leaves it out) for a rule one level deep. As with
+// upstream's mapping, a rule three or
 // more levels deep (or whose keys and values hold dots) has no series under
 // these names, only under ratelimitd's.
 func WithUpstreamNames(on bool) Option { return func(m *Metrics) { m.upstreamNames = on } }
@@ -35,8 +37,7 @@ func WithUpstreamNames(on bool) Option { return func(m *Metrics) { m.upstreamNam
 // upstreamCollector exports the per-rule counters under upstream's names.
 type upstreamCollector struct {
 	m           *Metrics
-	descs       []*prometheus.Desc // by the order of Metrics.ruleVecs
-	key1, key2  []*prometheus.Desc
+	rule        []*prometheus.Desc // by the order of Metrics.ruleVecs
 	loadOK      *prometheus.Desc
 	loadFailed  *prometheus.Desc
 	gcFraction  *prometheus.Desc
@@ -50,8 +51,7 @@ func newUpstreamCollector(m *Metrics) *upstreamCollector {
 	for _, n := range upstreamRuleNames {
 		name := "ratelimit_service_rate_limit_" + n
 		help := "envoyproxy/ratelimit's " + n + " counter of the rule (ratelimitd_rule_* under upstream's name)."
-		c.key1 = append(c.key1, prometheus.NewDesc(name, help, []string{"domain", "key1"}, nil))
-		c.key2 = append(c.key2, prometheus.NewDesc(name, help, []string{"domain", "key1", "key2"}, nil))
+		c.rule = append(c.rule, prometheus.NewDesc(name, help, []string{"domain", "key1", "key2"}, nil))
 	}
 	c.loadOK = prometheus.NewDesc("ratelimit_service_config_load_success", "Policies put in force (envoyproxy/ratelimit's name).", nil, nil)
 	c.loadFailed = prometheus.NewDesc("ratelimit_service_config_load_error", "Policies refused (envoyproxy/ratelimit's name).", nil, nil)
@@ -61,9 +61,8 @@ func newUpstreamCollector(m *Metrics) *upstreamCollector {
 
 // Describe implements prometheus.Collector.
 func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
-	for i := range c.key1 {
-		ch <- c.key1[i]
-		ch <- c.key2[i]
+	for _, d := range c.rule {
+		ch <- d
 	}
 	ch <- c.loadOK
 	ch <- c.loadFailed
@@ -87,8 +86,8 @@ func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			path = l.descriptor
 		}
-		keys := strings.Split(path, ".")
-		if len(keys) > 2 {
+		key1, key2, _ := strings.Cut(path, ".")
+		if strings.Contains(key2, ".") {
 			continue
 		}
 		for i, v := range vecs {
@@ -100,11 +99,7 @@ func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 			if counter.Write(&d) != nil {
 				continue
 			}
-			desc := c.key1[i]
-			if len(keys) == 2 {
-				desc = c.key2[i]
-			}
-			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, d.GetCounter().GetValue(), append([]string{l.domain}, keys...)...)
+			ch <- prometheus.MustNewConstMetric(c.rule[i], prometheus.CounterValue, d.GetCounter().GetValue(), l.domain, key1, key2)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.loadOK, prometheus.CounterValue, float64(c.loads.Load()))
