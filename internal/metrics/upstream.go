@@ -71,14 +71,12 @@ func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
+	// Under the lock that reloads take to drop series, so that reading
+	// one does not bring a dropped one back.
 	c.m.mu.Lock()
-	series := make([]seriesLabels, 0, len(c.m.series))
-	for l := range c.m.series {
-		series = append(series, l)
-	}
-	c.m.mu.Unlock()
+	defer c.m.mu.Unlock()
 	vecs := c.m.ruleVecs()
-	for _, l := range series {
+	for l := range c.m.series {
 		path := l.rule
 		if l.descriptor != "" {
 			if l.descriptor == OverflowDescriptor {
