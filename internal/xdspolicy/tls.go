@@ -2,10 +2,10 @@ package xdspolicy
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
 
 // ClientTLS returns the TLS configuration of the connection to the control
@@ -19,13 +19,9 @@ import (
 func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
+		var err error
+		if c.RootCAs, err = tlsconfig.CertPool(caFile); err != nil {
 			return nil, fmt.Errorf("xds server CA: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("xds server CA %s: no PEM certificate", caFile)
 		}
 	}
 	switch {
