@@ -82,10 +82,13 @@ func TestLoadUpdateNACKAndReconnect(t *testing.T) {
 	srv := xdstest.Start(t, nil)
 	srv.Set(node, "v1", domainConfig("shop", 10))
 	f := newInForce()
-	c := run(t, xdspolicy.Config{Server: srv.Addr()}, f.apply)
+	c := run(t, xdspolicy.Config{Server: srv.Addr(), Headers: map[string]string{"x-tenant": "blue"}}, f.apply)
 
-	// Initial load, ACKed.
+	// Initial load, ACKed, on a stream with the headers asked for.
 	srv.WaitRequest(xdstest.IsACK("v1"))
+	if h := srv.Headers().Get("x-tenant"); len(h) != 1 || h[0] != "blue" {
+		t.Errorf("stream metadata x-tenant %q, want blue", h)
+	}
 	if got := f.requests("shop"); got != 10 {
 		t.Fatalf("shop allows %d a minute, want 10", got)
 	}

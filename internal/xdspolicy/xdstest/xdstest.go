@@ -20,6 +20,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 )
 
 // Server is a running control plane.
@@ -33,6 +34,7 @@ type Server struct {
 	mu       sync.Mutex
 	grpc     *grpc.Server
 	requests []*discoveryv3.DiscoveryRequest
+	headers  metadata.MD // of the last stream opened
 	changed  chan struct{} // closed and replaced at every request
 }
 
@@ -42,6 +44,13 @@ func Start(t testing.TB, creds *tls.Config) *Server {
 	t.Helper()
 	s := &Server{t: t, cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil), creds: creds, changed: make(chan struct{})}
 	s.xds = serverv3.NewServer(context.Background(), s.cache, serverv3.CallbackFuncs{
+		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+			md, _ := metadata.FromIncomingContext(ctx)
+			s.mu.Lock()
+			s.headers = md
+			s.mu.Unlock()
+			return nil
+		},
 		StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
 			s.mu.Lock()
 			s.requests = append(s.requests, r)
@@ -122,6 +131,13 @@ func (s *Server) Restart() {
 		s.t.Fatal(err)
 	}
 	s.serve(lis)
+}
+
+// Headers returns the gRPC metadata of the last stream opened.
+func (s *Server) Headers() metadata.MD {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.headers.Copy()
 }
 
 // Requests returns every discovery request received so far.
