@@ -34,7 +34,7 @@ type Server struct {
 	mu       sync.Mutex
 	grpc     *grpc.Server
 	requests []*discoveryv3.DiscoveryRequest
-	headers  metadata.MD // of the last stream opened
+	headers  metadata.MD   // of the last stream opened
 	changed  chan struct{} // closed and replaced at every request
 }
 
