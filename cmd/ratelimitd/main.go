@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -78,7 +77,7 @@ Flags:
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("RATELIMITD_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen `address`; 0.0.0.0:8081 or :8081 for every interface ($RATELIMITD_GRPC_ADDR, when set, is the default: the container image sets :8081)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("RATELIMITD_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, the decision APIs as JSON: docs/http.md; /debug/pprof/ with --pprof); 0.0.0.0:8080 or :8080 for every interface ($RATELIMITD_HTTP_ADDR, when set, is the default: the container image sets :8080)")
 	maxMemory := byteSize(memory.DefaultMaxBytes)
-	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (KiB, MiB, GiB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
+	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (a number with KiB, MiB, GiB, or KB, MB, GB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.StringVar(&cfg.StateFile, "state-file", "", "keep the memory store's buckets across restarts in this `file`: loaded before serving, written every --snapshot-interval and on SIGTERM/SIGINT (default: off; give a path on a volume that outlives the process, one file per daemon)")
@@ -118,11 +117,8 @@ Flags:
 	if wantsUpstreamEnv(args) {
 		upstream, upstreamErr = applyUpstreamEnv(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Read())
@@ -259,7 +255,7 @@ func envOr(name, def string) string {
 }
 
 func checkConfig(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs := flag.NewFlagSet("ratelimitd check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
@@ -267,14 +263,12 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	var limits config.Limits
 	addPolicyLimitFlags(fs, &limits)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
+		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
+		fmt.Fprintln(stderr, "PATH is one policy file, or a directory of them; run 'ratelimitd check-config --help' for the flags")
 		return 2
 	}
 	if err := checkPolicyLimits(limits); err != nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -336,6 +337,10 @@ func (d *Daemon) loadPolicy() error {
 	if d.cfg.ConfigPath != "" {
 		var err error
 		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) && pe.Path == d.cfg.ConfigPath {
+				return fmt.Errorf("--config %s: %w", pe.Path, pe.Err)
+			}
 			return err
 		}
 	}
