@@ -275,7 +275,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-policy-descriptors", "-1"}, "--max-policy-descriptors -1: want at least 1"},
 		{[]string{"check-config", "--max-policy-bytes", "0", "p.yaml"}, "--max-policy-bytes 0: want at least 1"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
-		{[]string{"--max-memory", "256MB"}, "max-memory"},
+		{[]string{"--max-memory", "256M"}, "--max-memory \"256M\""}, // M alone: neither MB nor Mi
 		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--snapshot-interval", "0s"}, "--snapshot-interval"},
