@@ -41,6 +41,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/httpapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
+	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
@@ -164,6 +165,7 @@ type Daemon struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	engine   *engine.Engine
+	quota    *rlqsapi.Server
 	store    storeBackend
 	stopJobs context.CancelFunc
 	served   chan error
@@ -225,6 +227,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
+	d.quota = d.newQuota()
 	d.grpc = d.grpcServer()
 	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	// While the state file loads, the HTTP port answers: /readyz and the
@@ -450,6 +453,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	g := grpc.NewServer(opts...)
 	grpcapi.Register(g, d.engine)
 	envoyapi.Register(g, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	d.quota.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
 	return g
@@ -522,6 +526,7 @@ func (d *Daemon) serve() {
 	d.stopJobs = stop
 	go d.store.run(jobs)
 	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
+	go every(jobs, quotaTick, d.quota.Tick)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -578,6 +583,7 @@ func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 	d.health.SetServingStatus("", s)
 	d.health.SetServingStatus(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, s)
 	d.health.SetServingStatus(envoyapi.ServiceName, s)
+	d.health.SetServingStatus(rlqsapi.ServiceName, s)
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {

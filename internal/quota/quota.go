@@ -340,6 +340,10 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 	return pushes
 }
 
+// Has reports whether the allocator keeps the bucket: it has clients, or
+// shares that may still be applied.
+func (a *Allocator) Has(bucketKey string) bool { return a.buckets[bucketKey] != nil }
+
 // ClientView is one client of a bucket, for the console.
 type ClientView struct {
 	Client string `json:"client"`
