@@ -216,7 +216,7 @@ func demand(asked uint64, elapsed, period time.Duration) int64 {
 	}
 	const most = 1 << 62
 	if asked > most/uint64(period) {
-		return most / int64(elapsed) // saturate rather than overflow
+		return most // more than any limit: saturate rather than overflow
 	}
 	d := (int64(asked)*int64(period) + int64(elapsed) - 1) / int64(elapsed)
 	return max(d, 1)
