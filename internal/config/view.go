@@ -59,6 +59,9 @@ type LimitView struct {
 	Period          string   `json:"period,omitempty"`
 	RetryJitter     string   `json:"retry_jitter,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
+	// Overdraft is rate_limit.overdraft as the file gave it; absent when
+	// the file does not say (the daemon's default decides).
+	Overdraft *bool `json:"overdraft,omitempty"`
 	// Key is Limit.Key: limits with equal keys share buckets.
 	Key string `json:"key"`
 }
@@ -129,6 +132,10 @@ func (l *Limit) view() LimitView {
 	}
 	if l.DenyAll {
 		return v
+	}
+	if l.Overdraft != OverdraftDefault {
+		on := l.Overdraft == OverdraftOn
+		v.Overdraft = &on
 	}
 	v.Algorithm = l.Rate.Algorithm().String()
 	v.RequestsPerUnit = l.Rate.Requests()

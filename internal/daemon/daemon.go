@@ -93,9 +93,9 @@ type Config struct {
 	// MaxDetailedSeries caps the metric series of each detailed_metric
 	// rule (0: metrics.DefaultMaxDetailedSeries).
 	MaxDetailedSeries int
-	// PolicyLimits bounds the policy files at ConfigPath, at start and at
-	// every reload (zero value: config.DefaultLimits).
-	PolicyLimits config.Limits
+	// PolicyBounds bounds the policy files at ConfigPath, at start and at
+	// every reload (zero value: config.DefaultPolicyBounds).
+	PolicyBounds config.PolicyBounds
 	// Pprof serves /debug/pprof/ on the HTTP address (never its cmdline).
 	Pprof bool
 	// NoConsole turns off the web console (/console), which is served on
@@ -112,6 +112,10 @@ type Config struct {
 	// ShadowMode is global shadow mode (engine.WithShadowMode): no request
 	// is denied, on either API.
 	ShadowMode bool
+	// OverdraftByDefault makes every limit whose policy does not say
+	// overdraft: an overdraft limit (engine.WithOverdraftByDefault), for
+	// token budgets in policies that cannot say it, as over xDS.
+	OverdraftByDefault bool
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
@@ -196,7 +200,8 @@ func Start(cfg Config) (*Daemon, error) {
 		}
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
-		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
+		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
 	d.grpc = d.grpcServer()
 	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	// While the state file loads, the HTTP port answers: /readyz and the
@@ -211,7 +216,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
 		"policy", policySource(cfg.ConfigPath), "domains", len(d.loadedPolicy().Policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
+		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String())
 	return d, nil
 }
@@ -247,10 +252,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := cfg.Bounds.Check(); err != nil {
 		return cfg, fmt.Errorf("request bounds: %w", err)
 	}
-	if cfg.PolicyLimits == (config.Limits{}) {
-		cfg.PolicyLimits = config.DefaultLimits
+	if cfg.PolicyBounds == (config.PolicyBounds{}) {
+		cfg.PolicyBounds = config.DefaultPolicyBounds
 	}
-	if err := cfg.PolicyLimits.Check(); err != nil {
+	if err := cfg.PolicyBounds.Check(); err != nil {
 		return cfg, err
 	}
 	if cfg.SweepInterval <= 0 {
@@ -299,7 +304,7 @@ func (d *Daemon) loadPolicy() error {
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
-		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
+		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyBounds); err != nil {
 			return err
 		}
 	}
