@@ -213,11 +213,10 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 		states[i] = r.states[string(charges[i].Key)]
 	}
 	d := make([]algorithms.Decision, len(charges))
-	if store.Settle(charges, states, now, d) {
-		for i := range charges {
-			if charges[i].Cost != 0 && d[i].Code == algorithms.Allowed {
-				r.states[string(charges[i].Key)] = states[i]
-			}
+	admitted := store.Settle(charges, states, now, d)
+	for i := range charges {
+		if charges[i].Applied(d[i], admitted) {
+			r.states[string(charges[i].Key)] = states[i]
 		}
 	}
 	return d
