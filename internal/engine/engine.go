@@ -73,10 +73,10 @@ import (
 // Engine decides requests against the current policy. It is safe for
 // concurrent use.
 type Engine struct {
-	policy atomic.Pointer[config.Policy]
-	store  store.Store
-	bounds Bounds
-	jitter func(max time.Duration) time.Duration
+	policy             atomic.Pointer[config.Policy]
+	store              store.Store
+	bounds             Bounds
+	jitter             func(max time.Duration) time.Duration
 	shadow             bool     // WithShadowMode
 	overdraftByDefault bool     // WithOverdraftByDefault
 	observer           Observer // WithObserver; nil for none
