@@ -4,6 +4,10 @@
 
 local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
 local ALLOWED, DENIED, OVER = 0, 1, 2
+-- store.Kind: how a charge is applied.
+local ADMIT, CHECK, OVERDRAFT, REFUND = 0, 1, 2, 3
+-- algorithms.MaxCount: a window's count saturates there.
+local MAXCOUNT = 4294967295
 -- MaxTime = 2^62 - 1 ns = 4611686018427 ms + 387903 ns.
 local MAXMS, MAXSUB = 4611686018427, 387903
 
