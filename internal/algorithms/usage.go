@@ -218,16 +218,13 @@ func (l *Limit) slidingRefund(s State, now, units int64) (State, Decision) {
 }
 
 // backlog returns the backlog d = max(TAT-now, 0) of s at now as dNs +
-// dFrac/R, at most MaxSpan (more only in a State of another Limit).
+// dFrac/R. It is at most MaxSpan, except after a clock that went back (or
+// in a State of another Limit).
 func (l *Limit) backlog(s State, now int64) (dNs, dFrac int64) {
 	if s.t < now {
 		return 0, 0
 	}
-	dNs, dFrac = s.t-now, min(int64(s.n), l.requests-1)
-	if dNs >= int64(MaxSpan) {
-		return int64(MaxSpan), 0
-	}
-	return dNs, dFrac
+	return s.t - now, min(int64(s.n), l.requests-1)
 }
 
 // TimesSaturated is Times for any n ≥ 0, saturating: n·Period/Requests as
@@ -281,7 +278,9 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 		}
 	}
 	dNs, dFrac := l.backlog(s, now)
-	if cost > 0 {
+	// A backlog at the bound already (or past it, after a clock that went
+	// back) stays as it is.
+	if cost > 0 && dNs < int64(MaxSpan) {
 		kNs, kFrac := l.TimesSaturated(cost)
 		// Both at most MaxSpan = 2^62: the sum fits in a uint64.
 		sum := uint64(dNs) + uint64(kNs)

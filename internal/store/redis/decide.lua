@@ -254,11 +254,7 @@ local function backlog(l, s, now)
   end
   local frac = s.n
   if frac >= l.r then frac = l.r - 1 end
-  local dNs = sub(s.t, now)
-  if cmp(dNs, MAXSPAN) >= 0 then
-    return MAXSPAN, 0
-  end
-  return dNs, frac
+  return sub(s.t, now), frac
 end
 
 -- gcraReport mirrors Limit.gcraReport.
@@ -294,7 +290,8 @@ local function gcraOverdraft(l, s, now, cost)
     end
   end
   local dNs, dFrac = backlog(l, s, now)
-  if cost <= 0 then
+  if cost <= 0 or cmp(dNs, MAXSPAN) >= 0 then
+    -- A backlog at the bound already (or past it) stays as it is.
     return nil, gcraReport(l, dNs, dFrac)
   end
   dNs, dFrac = add(dNs, l.kNs), dFrac + l.kFrac
