@@ -37,8 +37,8 @@ end
 -- A bucket's state is stored as STATE, 41 bytes (a Redis string of at
 -- most 44 bytes is one allocation): a format byte, 1; t as whole
 -- milliseconds and the nanoseconds beyond them; n and m; restAt as t is.
--- Every field is an integer below 2^53 (times at most MaxTime, counts
--- below 2^33), which doubles and the 32-bit field (below 10^6) hold
+-- Every field is an integer below 2^53 (times at most MaxTime + MaxSpan =
+-- MaxInt64 ns, a backlog of MaxSpan at MaxTime; counts below 2^33), which doubles and the 32-bit field (below 10^6) hold
 -- exactly.
 local STATE = "<BdI4dddI4"
 local spack, sunpack, sbyte = struct.pack, struct.unpack, string.byte
