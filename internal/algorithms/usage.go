@@ -218,21 +218,20 @@ func (l *Limit) slidingRefund(s State, now, units int64) (State, Decision) {
 }
 
 // backlog returns the backlog d = max(TAT-now, 0) of s at now as dNs +
-// dFrac/R, at most MaxSpan (more only in a State of another Limit).
+// dFrac/R. It is at most MaxSpan, except after a clock that went back (or
+// in a State of another Limit).
 func (l *Limit) backlog(s State, now int64) (dNs, dFrac int64) {
 	if s.t < now {
 		return 0, 0
 	}
-	dNs, dFrac = s.t-now, min(int64(s.n), l.requests-1)
-	if dNs >= int64(MaxSpan) {
-		return int64(MaxSpan), 0
-	}
-	return dNs, dFrac
+	return s.t - now, min(int64(s.n), l.requests-1)
 }
 
-// timesSat is times(n) for any n ≥ 0, at most MaxSpan: n·P/R as whole
-// nanoseconds and a remainder over R, or (MaxSpan, 0) when that is more.
-func (l *Limit) timesSat(n int64) (ns, frac int64) {
+// TimesSaturated is Times for any n ≥ 0, saturating: n·Period/Requests as
+// whole nanoseconds and a remainder over Requests, or (MaxSpan, 0) when
+// that is more than MaxSpan. The buckets' Overdraft and Refund take n·P/R
+// so for their cost.
+func (l *Limit) TimesSaturated(n int64) (ns, frac int64) {
 	hi, lo := bits.Mul64(uint64(n), uint64(l.period))
 	if hi >= uint64(l.requests) {
 		return int64(MaxSpan), 0
@@ -245,17 +244,18 @@ func (l *Limit) timesSat(n int64) (ns, frac int64) {
 }
 
 // gcraReport is the decision reporting a backlog of dNs + dFrac/R: in debt
-// (beyond the capacity span C), Denied with RetryAfter for a cost of 1,
-// ceil(d + I - C).
+// (beyond the capacity span C), Denied with the RetryAfter of a cost of 1,
+// as gcra computes it: ceil(d - a) with a = C - I.
 func (l *Limit) gcraReport(dNs, dFrac int64) Decision {
 	d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
 	if dNs > l.spanNs || dNs == l.spanNs && dFrac > l.spanFrac {
-		// d - C > 0, then + I: at most d ≤ MaxSpan.
-		wNs, wFrac := dNs-l.spanNs+l.intervalNs, dFrac-l.spanFrac+l.intervalFrac
+		aNs, aFrac := l.spanNs-l.intervalNs, l.spanFrac-l.intervalFrac
+		if aFrac < 0 {
+			aNs, aFrac = aNs-1, aFrac+l.requests
+		}
+		wNs, wFrac := dNs-aNs, dFrac-aFrac
 		if wFrac < 0 {
 			wNs, wFrac = wNs-1, wFrac+l.requests
-		} else if wFrac >= l.requests {
-			wNs, wFrac = wNs+1, wFrac-l.requests
 		}
 		d.Code = Denied
 		d.RetryAfter = ceilDuration(wNs, wFrac)
@@ -278,8 +278,10 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 		}
 	}
 	dNs, dFrac := l.backlog(s, now)
-	if cost > 0 {
-		kNs, kFrac := l.timesSat(cost)
+	// A backlog at the bound already (or past it, after a clock that went
+	// back) stays as it is.
+	if cost > 0 && dNs < int64(MaxSpan) {
+		kNs, kFrac := l.TimesSaturated(cost)
 		// Both at most MaxSpan = 2^62: the sum fits in a uint64.
 		sum := uint64(dNs) + uint64(kNs)
 		dFrac += kFrac
@@ -299,7 +301,7 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
 	dNs, dFrac := l.backlog(s, now)
 	if units > 0 && (dNs > 0 || dFrac > 0) {
-		kNs, kFrac := l.timesSat(units)
+		kNs, kFrac := l.TimesSaturated(units)
 		dNs, dFrac = dNs-kNs, dFrac-kFrac
 		if dFrac < 0 {
 			dNs, dFrac = dNs-1, dFrac+l.requests

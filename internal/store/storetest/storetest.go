@@ -224,8 +224,9 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 
 // RandomTimelines compares the store with store.Settle on random limits
 // (every algorithm; rates from 1 per 146 years to 2^32 per nanosecond,
-// 7 per 3s among them), random requests of one to four charges (costs
-// from 0 to past capacity, some shadow) and random times: steps of a
+// 7 per 3s among them), random requests of one to four charges (every
+// Kind: admits, checks, overdraft charges deep into debt and refunds;
+// costs from 0 to past capacity and MaxInt64, some shadow) and random times: steps of a
 // nanosecond to years, near the epoch and near MaxTime, and steps back.
 func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 	for seed := range uint64(4) {
@@ -258,8 +259,8 @@ func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 				for i := range charges {
 					if got[i] != want[i] {
 						l := charges[i].Limit
-						t.Fatalf("request %d at %d, charge %d (%v %d per %d, capacity %d; cost %d, shadow %v):\n got %+v\nwant %+v",
-							n, now, i, l.Algorithm(), l.Requests(), int64(l.Period()), l.Capacity(), charges[i].Cost, charges[i].Shadow, got[i], want[i])
+						t.Fatalf("request %d at %d, charge %d (%v %d per %d, capacity %d; %v of %d, shadow %v):\n got %+v\nwant %+v",
+							n, now, i, l.Algorithm(), l.Requests(), int64(l.Period()), l.Capacity(), charges[i].Kind, charges[i].Cost, charges[i].Shadow, got[i], want[i])
 					}
 				}
 			}
@@ -328,7 +329,20 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 		default:
 			cost = 1 + rng.Int64N(min(capacity, 3))
 		}
-		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Shadow: rng.IntN(8) == 0}
+		kind := store.Admit
+		switch rng.IntN(10) {
+		case 0, 1:
+			kind = store.Check
+		case 2, 3, 4:
+			kind = store.Overdraft
+			if rng.IntN(3) == 0 {
+				// Deep into debt: up to the bound.
+				cost = capacity + rng.Int64N(math.MaxInt64-capacity)>>rng.IntN(63)
+			}
+		case 5, 6:
+			kind = store.Refund
+		}
+		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Kind: kind, Shadow: rng.IntN(8) == 0}
 	}
 	return charges
 }
