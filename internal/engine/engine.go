@@ -23,6 +23,8 @@
 //     says of overdraft.
 //   - OpRefund: Cost units given back (store.Refund), never past the
 //     bucket's rest state (a full bucket, an empty window).
+//   - OpAdmit: an admission on every limit, whatever the policy says of
+//     overdraft.
 //
 // One request's charges combine by one rule, which the stores implement
 // (store.Settle):
@@ -377,7 +379,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 // kindOf returns how a descriptor asking op at cost charges limit l.
 func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.Kind {
 	k := op.kind()
-	if k == store.Admit && cost > 0 && l.TakesOverdraft(overdraftByDefault) {
+	if op == OpCharge && cost > 0 && l.TakesOverdraft(overdraftByDefault) {
 		return store.Overdraft
 	}
 	return k

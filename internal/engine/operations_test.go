@@ -188,6 +188,7 @@ func TestOverdraftByDefault(t *testing.T) {
 		check(t, "unsaid", r, algorithms.Denied, want{wantCode, 100 - 100*boolInt(byDefault), unsaid})
 		check(t, "strict", ask(t, e, op{"strict", OpCharge, 150}), algorithms.Denied, want{algorithms.OverCapacity, 100, store.Admit})
 		check(t, "explicit overdraft on a strict limit", ask(t, e, op{"strict", OpOverdraft, 150}), algorithms.Denied, want{algorithms.Denied, 0, store.Overdraft})
+		check(t, "an admission on an overdraft limit must fit", ask(t, e, op{"tokens", OpAdmit, 1001}), algorithms.Denied, want{algorithms.OverCapacity, 1000, store.Admit})
 		check(t, "a peek stays a peek", ask(t, e, op{"tokens", OpCharge, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, store.Admit})
 	}
 }

@@ -60,11 +60,14 @@ const (
 	// OpRefund gives the cost back, never past the bucket's rest state. It
 	// never denies.
 	OpRefund
+	// OpAdmit charges the cost only if it fits, on every limit, whatever
+	// the policy says of overdraft (a reservation made ahead of use).
+	OpAdmit
 )
 
-var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpOverdraft: "overdraft", OpRefund: "refund"}
+var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpOverdraft: "overdraft", OpRefund: "refund", OpAdmit: "admit"}
 
-// String returns "charge", "check", "overdraft" or "refund".
+// String returns "charge", "check", "overdraft", "refund" or "admit".
 func (o Op) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]
@@ -72,7 +75,8 @@ func (o Op) String() string {
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
-// kind returns the store kind of o on a limit that takes no overdraft.
+// kind returns the store kind of o on a limit that takes no overdraft
+// (unknown ops are charges).
 func (o Op) kind() store.Kind {
 	switch o {
 	case OpCheck:
