@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	rlclient "github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
 
@@ -213,5 +214,87 @@ func tokenBudgetFlow(t *testing.T, c rlsv3.RateLimitServiceClient) {
 	// Never past a full budget.
 	if r := tokens(t, c, 5*budget, true); r.Statuses[0].LimitRemaining != budget || r.Statuses[0].DurationUntilReset.AsDuration() != 0 {
 		t.Fatalf("a refund of more than was charged: %v", r)
+	}
+}
+
+// TestReserveSettle is a Go program using the client's reservations
+// against the built daemon, on the memory store and on Redis: concurrent
+// workers reserve an estimate, then settle for what they used, more or
+// less. What the budget holds at the end is exactly the budget less what
+// the admitted reservations used (no token comes back during the test).
+func TestReserveSettle(t *testing.T) {
+	for _, useRedis := range []bool{false, true} {
+		name := "memory"
+		if useRedis {
+			name = "redis"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			policy := filepath.Join(dir, "ai.yaml")
+			if err := os.WriteFile(policy, []byte(budgetPolicy("true")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--config", policy}
+			if useRedis {
+				args = append(args, "--store", "redis", "--redis-addr", redistest.Start(t).Addr())
+			}
+			p := startProcess(t, args...)
+			c, err := rlclient.New(p.grpc, rlclient.WithTimeout(10*time.Second), rlclient.WithFailClosed(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tenant := rlclient.NewDescriptor("tenant", "acme")
+			var used, admitted, denied atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 4))
+					for range 8 {
+						r, err := c.Reserve(context.Background(), 100, "ai", tenant)
+						if err != nil || r.Source != rlclient.SourceService {
+							t.Errorf("reserve: %v %v", r, err)
+							return
+						}
+						if !r.Allowed {
+							denied.Add(1)
+							continue
+						}
+						admitted.Add(1)
+						actual := uint32(rng.IntN(260))
+						if d, err := r.Settle(context.Background(), actual); err != nil || d.Source != rlclient.SourceService {
+							t.Errorf("settle: %v %v", d, err)
+							return
+						}
+						used.Add(int64(actual))
+					}
+				}()
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			u := used.Load()
+			t.Logf("%d reservations admitted, %d denied; %d tokens used", admitted.Load(), denied.Load(), u)
+			if denied.Load() == 0 {
+				t.Fatalf("no reservation was denied: the budget was never used up")
+			}
+			env := envoyClient(t, p)
+			r := tokens(t, env, 0, false)
+			if left := int64(r.Statuses[0].LimitRemaining); left != max(0, budget-u) {
+				t.Fatalf("%d left after %d used of %d", left, u, budget)
+			}
+			if u > budget { // exactly u - budget in debt
+				tokens(t, env, uint64(u-budget), true)
+				if r := tokens(t, env, 0, false); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("the debt of %d was not %d: %v", u-budget, u-budget, r)
+				}
+				if r := tokens(t, env, 1, true); r.Statuses[0].LimitRemaining != 1 {
+					t.Fatalf("after the debt of %d and 1 refunded: %v", u-budget, r)
+				}
+			}
+		})
 	}
 }
