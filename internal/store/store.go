@@ -1,5 +1,7 @@
 // Package store defines where bucket state lives and the one rule every
-// store applies to a request's charges: all of them, or none.
+// store applies to a request's charges: its ordinary charges (Admit) all
+// of them, or none; its overdraft charges and refunds always; its checks
+// never (Settle states the rule).
 //
 // A store keeps an algorithms.State per bucket key and settles a request's
 // charges at one instant of its own clock. The memory store
