@@ -165,17 +165,7 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 			t.Fatalf("%v at %d, cost %d, state %+v: %v", l.Algorithm(), now, cost, s, err)
 		}
 		if m != nil {
-			var want Decision
-			switch o {
-			case opAdmit:
-				want = m.decide(now, cost)
-			case opCheck:
-				want = m.check(now)
-			case opOverdraft:
-				want = m.overdraft(now, cost)
-			case opRefund:
-				want = m.refund(now, cost)
-			}
+			want := apply(m, o, now, cost)
 			if l.Algorithm() == FixedWindow || l.Algorithm() == SlidingWindow {
 				want.ResetAfter, want.RetryAfter = d.ResetAfter, d.RetryAfter
 			}
