@@ -379,6 +379,14 @@ end
 -- whole cost or units; Go sends an overdraft or refund whose k
 -- reaches 2^50 ns down the bignum path, so d + k stays below 2^52 here,
 -- far below the bound on debt (MaxSpan), which this path never meets.
+--
+-- They are built, like the bignums library, by a function (fastUsage) the
+-- first time a script call meets a check, an overdraft charge or a refund:
+-- a script's body runs whole on every call, and creating these functions
+-- would cost every ordinary charge.
+local fastUsageLib
+local function fastUsage()
+if fastUsageLib then return fastUsageLib end
 
 -- fastFixedAt mirrors Limit.fixedAt.
 local function fastFixedAt(l, t, n)
@@ -575,13 +583,10 @@ local function fastGcraRefund(l, t, n, units)
   return ALLOWED, rem, reset, 0, 0
 end
 
--- fastApply mirrors store.Charge.Decide: the charge of the limit l (and
--- its kind and cost) on the state t, n, m.
-local function fastApply(l, t, n, m)
+-- usageApply is fastApply for a check, an overdraft or a refund.
+local function usageApply(l, t, n, m)
   local kind, alg = l.kind, l.alg
-  if kind == ADMIT then
-    return fastDecide(l, t, n, m, l.cost)
-  elseif kind == CHECK then
+  if kind == CHECK then
     -- Limit.Check
     if alg == FIXED then
       local start, count = fastFixedAt(l, t, n)
@@ -609,4 +614,17 @@ local function fastApply(l, t, n, m)
     return fastSlidingRefund(l, t, n, m, l.cost)
   end
   return fastGcraRefund(l, t, n, l.cost)
+end
+
+fastUsageLib = usageApply
+return fastUsageLib
+end
+
+-- fastApply mirrors store.Charge.Decide: the charge of the limit l (and
+-- its kind and cost) on the state t, n, m.
+local function fastApply(l, t, n, m)
+  if l.kind == ADMIT then
+    return fastDecide(l, t, n, m, l.cost)
+  end
+  return fastUsage()(l, t, n, m)
 end

@@ -61,7 +61,7 @@ local specs = {}
 
 -- spec returns the charge ARGV[i] holds, parsed: fast, alg, r, p, cap,
 -- shadow, kind, cost, and for the buckets spanNs, spanFrac, kNs, kFrac,
--- aNs, aFrac (and a1Ns, a1Frac for an overdraft), as numbers (the times
+-- aNs, aFrac (and a1Ns, a1Frac for the other kinds), as numbers (the times
 -- exact only when fast) and, for the bignum path, as strings (ph, spanHex,
 -- kHex, aHex, a1Hex).
 local function spec(i)
