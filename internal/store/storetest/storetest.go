@@ -91,9 +91,9 @@ func EdgeCases(t *testing.T, newStore Factory) {
 				}
 				for i, st := range tc.Steps {
 					c.Set(st.Now())
-					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost})
+					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost, Kind: st.Kind})
 					if got[0] != st.Want {
-						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.At, st.Cost, got[0], st.Want)
+						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, got[0], st.Want)
 					}
 				}
 			})
