@@ -165,17 +165,7 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 			t.Fatalf("%v at %d, cost %d, state %+v: %v", l.Algorithm(), now, cost, s, err)
 		}
 		if m != nil {
-			var want Decision
-			switch o {
-			case opAdmit:
-				want = m.decide(now, cost)
-			case opCheck:
-				want = m.check(now)
-			case opOverdraft:
-				want = m.overdraft(now, cost)
-			case opRefund:
-				want = m.refund(now, cost)
-			}
+			want := apply(m, o, now, cost)
 			if l.Algorithm() == FixedWindow || l.Algorithm() == SlidingWindow {
 				want.ResetAfter, want.RetryAfter = d.ResetAfter, d.RetryAfter
 			}
@@ -222,8 +212,9 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 }
 
 // FuzzForeignState decides from arbitrary States, as a State of another
-// Limit is after a rule changed: the answers are unspecified, but Decide
-// must not panic and Remaining must stay within [0, Capacity].
+// Limit is after a rule changed: the answers are unspecified, but Decide,
+// Check, Overdraft and Refund must not panic and Remaining must stay
+// within [0, Capacity].
 func FuzzForeignState(f *testing.F) {
 	f.Add(uint8(TokenBucket), uint32(7), int64(3*time.Second), int64(1<<62), int64(-1), uint32(1<<31), uint32(5), t0, int64(1))
 	f.Add(uint8(SlidingWindow), uint32(1), int64(1), int64(0), int64(1<<63-1), uint32(1<<32-1), uint32(1<<32-1), int64(0), int64(1))
@@ -237,6 +228,13 @@ func FuzzForeignState(f *testing.F) {
 		_, d := l.Decide(s, now, cost)
 		if d.Remaining < 0 || d.Remaining > l.Capacity() {
 			t.Fatalf("Decide(%+v, %d, %d) = %+v: Remaining outside [0, %d]", s, now, cost, d, l.Capacity())
+		}
+		_, o := l.Overdraft(s, now, cost)
+		_, r := l.Refund(s, now, cost)
+		for _, d := range []Decision{l.Check(s, now), o, r} {
+			if d.Remaining < 0 || d.Remaining > l.Capacity() {
+				t.Fatalf("a check, overdraft or refund of %+v at %d (cost %d): %+v: Remaining outside [0, %d]", s, now, cost, d, l.Capacity())
+			}
 		}
 	})
 }

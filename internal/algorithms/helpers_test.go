@@ -288,6 +288,9 @@ func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, 
 		case dd.Code != Allowed && d.Code == Allowed && !saturable(l):
 			return fail("allowed, but Decide does not admit it: %+v", dd)
 		}
+		if l.InDebt(next, now) != (d.Code == Denied) {
+			return fail("InDebt afterwards says %v", l.InDebt(next, now))
+		}
 		if d.Code == Denied {
 			if d.RetryAfter <= 0 || d.Remaining != 0 {
 				return fail("in debt with no wait, or with some remaining")

@@ -19,6 +19,19 @@ type model interface {
 	refund(now, units int64) Decision
 }
 
+// apply is o (decide for opAdmit) on m at now.
+func apply(m model, o op, now, cost int64) Decision {
+	switch o {
+	case opCheck:
+		return m.check(now)
+	case opOverdraft:
+		return m.overdraft(now, cost)
+	case opRefund:
+		return m.refund(now, cost)
+	}
+	return m.decide(now, cost)
+}
+
 // The bounds on debt, as the package doc states them: a bucket's backlog
 // (the time it takes to be back at rest) is at most MaxSpan, that is, at
 // most MaxSpan·R/P requests are missing; a window's count is at most

@@ -18,15 +18,21 @@ const MaxCount = math.MaxUint32
 // charging it: Denied (with RetryAfter for cost 1) when it would be denied,
 // else Allowed with Remaining and ResetAfter as a peek reports them (the
 // bucket uncharged). A bucket in debt is denied. The state is not changed,
-// so none is returned.
+// so none is returned. It costs no more than a Decide.
 func (l *Limit) Check(s State, now int64) Decision {
-	_, d := l.Decide(s, now, 0)
-	if d.Remaining >= 1 {
-		// Remaining r means a cost of r is admitted now: 1 fits.
-		return d
+	now = clampTime(now)
+	switch l.alg {
+	case FixedWindow:
+		start, count := l.fixedAt(s, now)
+		return l.fixedReport(start, count, now, 1)
+	case SlidingWindow:
+		start, cur, prev, e := l.slidingAt(s, now)
+		return l.slidingReport(start, cur, prev, e, now, 1)
+	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		dNs, dFrac := l.backlog(s, now)
+		return l.gcraReport(dNs, dFrac, 1)
 	}
-	_, d = l.Decide(s, now, 1)
-	return d
+	return Decision{Code: OverCapacity}
 }
 
 // InDebt reports whether the bucket in state s holds more use at now than
@@ -109,10 +115,17 @@ func (l *Limit) fixedAt(s State, now int64) (start, count int64) {
 	return s.t, int64(s.n)
 }
 
-func (l *Limit) fixedReport(start, count, now int64) Decision {
+// fixedReport is the decision reporting count in window start at now,
+// Denied when a cost of extra more does not fit (extra 0: in debt; 1: a
+// check), with the RetryAfter of a cost of 1: the count starts over when
+// the window ends.
+func (l *Limit) fixedReport(start, count, now, extra int64) Decision {
 	d := Decision{Remaining: max(l.capacity-count, 0)}
 	if count > 0 {
 		d.ResetAfter = time.Duration(start + l.period - now)
+	}
+	if count+extra > l.capacity {
+		d.Code, d.RetryAfter = Denied, d.ResetAfter
 	}
 	return d
 }
@@ -123,13 +136,7 @@ func (l *Limit) fixedOverdraft(s State, now, cost int64) (State, Decision) {
 		count = addCount(count, cost)
 		s = State{restAt: start + l.period, t: start, n: uint32(count)}
 	}
-	d := l.fixedReport(start, count, now)
-	if count > l.capacity {
-		// The count starts over when the window ends.
-		d.Code = Denied
-		d.RetryAfter = d.ResetAfter
-	}
-	return s, d
+	return s, l.fixedReport(start, count, now, 0)
 }
 
 func (l *Limit) fixedRefund(s State, now, units int64) (State, Decision) {
@@ -142,7 +149,9 @@ func (l *Limit) fixedRefund(s State, now, units int64) (State, Decision) {
 			s = State{restAt: start + l.period, t: start, n: uint32(count)}
 		}
 	}
-	return s, l.fixedReport(start, count, now)
+	d := l.fixedReport(start, count, now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return s, d
 }
 
 // slidingAt returns the window that s settles now in, its count, the
@@ -162,9 +171,10 @@ func (l *Limit) slidingAt(s State, now int64) (start, cur, prev, e int64) {
 }
 
 // slidingReport is the decision reporting counts cur and prev in window
-// start at now: Remaining, ResetAfter and, in debt (the estimate above
-// Requests), Denied with RetryAfter for a cost of 1.
-func (l *Limit) slidingReport(start, cur, prev, e, now int64) Decision {
+// start at now: Remaining, ResetAfter and, when a cost of extra more does
+// not fit (extra 0: the estimate above Requests, in debt; 1: a check),
+// Denied with the RetryAfter of a cost of 1.
+func (l *Limit) slidingReport(start, cur, prev, e, now, extra int64) Decision {
 	p := l.period
 	wHi, wLo := bits.Mul64(uint64(prev), uint64(p-e))
 	d := Decision{Remaining: l.slidingRemaining(cur, prev, e, wHi, wLo)}
@@ -174,12 +184,12 @@ func (l *Limit) slidingReport(start, cur, prev, e, now int64) Decision {
 	case prev > 0:
 		d.ResetAfter = time.Duration(start + p - now)
 	}
-	// In debt iff w > k·P with k = L - cur.
-	k := l.capacity - cur
+	// Denied iff w > k·P with k = L - cur - extra.
+	k := l.capacity - cur - extra
 	kHi, kLo := bits.Mul64(uint64(max(k, 0)), uint64(p))
 	if k < 0 || wHi > kHi || wHi == kHi && wLo > kLo {
 		d.Code = Denied
-		d.RetryAfter = time.Duration(l.slidingRetry(start, now, cur, prev, k-1, 1))
+		d.RetryAfter = time.Duration(l.slidingRetry(start, now, cur, prev, l.capacity-cur-1, 1))
 	}
 	return d
 }
@@ -201,7 +211,7 @@ func (l *Limit) slidingOverdraft(s State, now, cost int64) (State, Decision) {
 		cur = addCount(cur, cost)
 		s = l.slidingState(start, cur, prev)
 	}
-	return s, l.slidingReport(start, cur, prev, e, now)
+	return s, l.slidingReport(start, cur, prev, e, now, 0)
 }
 
 func (l *Limit) slidingRefund(s State, now, units int64) (State, Decision) {
@@ -212,7 +222,7 @@ func (l *Limit) slidingRefund(s State, now, units int64) (State, Decision) {
 		prev = max(prev-(units-back), 0)
 		s = l.slidingState(start, cur, prev)
 	}
-	d := l.slidingReport(start, cur, prev, e, now)
+	d := l.slidingReport(start, cur, prev, e, now, 0)
 	d.Code, d.RetryAfter = Allowed, 0
 	return s, d
 }
@@ -243,16 +253,21 @@ func (l *Limit) TimesSaturated(n int64) (ns, frac int64) {
 	return int64(q), int64(r)
 }
 
-// gcraReport is the decision reporting a backlog of dNs + dFrac/R: in debt
-// (beyond the capacity span C), Denied with the RetryAfter of a cost of 1,
-// as gcra computes it: ceil(d - a) with a = C - I.
-func (l *Limit) gcraReport(dNs, dFrac int64) Decision {
+// gcraReport is the decision reporting a backlog of dNs + dFrac/R: Denied
+// when a cost of extra more does not fit (extra 0: the backlog beyond the
+// capacity span C, in debt; 1: beyond a = C - I, a check), with the
+// RetryAfter of a cost of 1, as gcra computes it: ceil(d - a).
+func (l *Limit) gcraReport(dNs, dFrac, extra int64) Decision {
 	d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
-	if dNs > l.spanNs || dNs == l.spanNs && dFrac > l.spanFrac {
-		aNs, aFrac := l.spanNs-l.intervalNs, l.spanFrac-l.intervalFrac
-		if aFrac < 0 {
-			aNs, aFrac = aNs-1, aFrac+l.requests
-		}
+	aNs, aFrac := l.spanNs-l.intervalNs, l.spanFrac-l.intervalFrac
+	if aFrac < 0 {
+		aNs, aFrac = aNs-1, aFrac+l.requests
+	}
+	limNs, limFrac := l.spanNs, l.spanFrac
+	if extra > 0 {
+		limNs, limFrac = aNs, aFrac
+	}
+	if dNs > limNs || dNs == limNs && dFrac > limFrac {
 		wNs, wFrac := dNs-aNs, dFrac-aFrac
 		if wFrac < 0 {
 			wNs, wFrac = wNs-1, wFrac+l.requests
@@ -295,7 +310,7 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 		// TAT = now + d ≤ MaxTime + MaxSpan = MaxInt64.
 		s = gcraState(now, dNs, dFrac)
 	}
-	return s, l.gcraReport(dNs, dFrac)
+	return s, l.gcraReport(dNs, dFrac, 0)
 }
 
 func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
@@ -311,7 +326,7 @@ func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
 		}
 		s = gcraState(now, dNs, dFrac)
 	}
-	d := l.gcraReport(dNs, dFrac)
+	d := l.gcraReport(dNs, dFrac, 0)
 	d.Code, d.RetryAfter = Allowed, 0
 	return s, d
 }

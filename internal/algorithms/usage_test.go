@@ -55,17 +55,7 @@ func TestRandomUsage(t *testing.T) {
 					if err != nil {
 						t.Fatalf("decision %d (now %d): %v", n, now, err)
 					}
-					var want Decision
-					switch o {
-					case opAdmit:
-						want = m.decide(now, cost)
-					case opCheck:
-						want = m.check(now)
-					case opOverdraft:
-						want = m.overdraft(now, cost)
-					case opRefund:
-						want = m.refund(now, cost)
-					}
+					want := apply(m, o, now, cost)
 					if alg == FixedWindow || alg == SlidingWindow {
 						want.ResetAfter, want.RetryAfter = d.ResetAfter, d.RetryAfter
 					}

@@ -1,5 +1,7 @@
 // Package store defines where bucket state lives and the one rule every
-// store applies to a request's charges: all of them, or none.
+// store applies to a request's charges: its ordinary charges (Admit) all
+// of them, or none; its overdraft charges and refunds always; its checks
+// never (Settle states the rule).
 //
 // A store keeps an algorithms.State per bucket key and settles a request's
 // charges at one instant of its own clock. The memory store
@@ -122,10 +124,11 @@ type Store interface {
 //     a cost of 1 would be denied, an Admit when its cost does not fit
 //     (Denied or OverCapacity), and an Overdraft when it leaves its bucket
 //     in debt. A Refund never denies.
-//  3. Every charge that was not applied reports its bucket as a peek would:
-//     an Admit that would have been admitted in a request that is denied is
-//     reported as a peek — what its bucket holds now, uncharged — so that no
-//     status claims quota the request did not take.
+//  3. An Admit that would have been admitted, in a request that is denied,
+//     is not applied and reports its bucket as a peek would — what it holds
+//     now, uncharged — so that no status claims quota the request did not
+//     take. Every other charge reports its own decision: a denial with its
+//     RetryAfter, a check, an overdraft charge or a refund as its Kind says.
 //  4. A shadow Admit or Check never denies the request; a denied shadow
 //     Admit is reported as denied and not applied. A shadow Overdraft or
 //     Refund is applied as any other.

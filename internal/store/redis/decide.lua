@@ -258,11 +258,15 @@ local function backlog(l, s, now)
 end
 
 -- gcraReport mirrors Limit.gcraReport.
-local function gcraReport(l, dNs, dFrac)
+local function gcraReport(l, dNs, dFrac, extra)
   local d = { code = ALLOWED, rem = gcraRemaining(l, dNs, dFrac), reset = ceilNs(dNs, dFrac), retry = ZERO, delay = ZERO }
-  local c = cmp(dNs, l.spanNs)
-  if c > 0 or c == 0 and dFrac > l.spanFrac then
-    -- d > C ≥ a1, so the difference is positive.
+  local limNs, limFrac = l.spanNs, l.spanFrac
+  if extra > 0 then
+    limNs, limFrac = l.a1Ns, l.a1Frac
+  end
+  local c = cmp(dNs, limNs)
+  if c > 0 or c == 0 and dFrac > limFrac then
+    -- d > a1, so the difference is positive.
     local wNs, wFrac = sub(dNs, l.a1Ns), dFrac - l.a1Frac
     if wFrac < 0 then
       wNs, wFrac = sub(wNs, ONE), wFrac + l.r
@@ -292,7 +296,7 @@ local function gcraOverdraft(l, s, now, cost)
   local dNs, dFrac = backlog(l, s, now)
   if cost <= 0 or cmp(dNs, MAXSPAN) >= 0 then
     -- A backlog at the bound already (or past it) stays as it is.
-    return nil, gcraReport(l, dNs, dFrac)
+    return nil, gcraReport(l, dNs, dFrac, 0)
   end
   dNs, dFrac = add(dNs, l.kNs), dFrac + l.kFrac
   if dFrac >= l.r then
@@ -302,7 +306,7 @@ local function gcraOverdraft(l, s, now, cost)
   if c > 0 or c == 0 and dFrac > 0 then
     dNs, dFrac = MAXSPAN, 0
   end
-  return gcraState(now, dNs, dFrac), gcraReport(l, dNs, dFrac)
+  return gcraState(now, dNs, dFrac), gcraReport(l, dNs, dFrac, 0)
 end
 
 -- gcraRefund mirrors Limit.gcraRefund.
@@ -321,7 +325,7 @@ local function gcraRefund(l, s, now, units)
     end
     next = gcraState(now, dNs, dFrac)
   end
-  local d = gcraReport(l, dNs, dFrac)
+  local d = gcraReport(l, dNs, dFrac, 0)
   d.code, d.retry = ALLOWED, ZERO
   return next, d
 end
@@ -335,13 +339,13 @@ local function fixedAt(l, s, now)
   return s.t, s.n
 end
 
--- fixedReport mirrors Limit.fixedReport, with fixedOverdraft's debt test.
-local function fixedReport(l, start, count, now)
+-- fixedReport mirrors Limit.fixedReport.
+local function fixedReport(l, start, count, now, extra)
   local d = { code = ALLOWED, rem = math.max(l.cap - count, 0), reset = ZERO, retry = ZERO, delay = ZERO }
   if count > 0 then
     d.reset = csub(add(start, l.p), now)
   end
-  if count > l.cap then
+  if count + extra > l.cap then
     d.code, d.retry = DENIED, d.reset
   end
   return d
@@ -351,10 +355,10 @@ end
 local function fixedOverdraft(l, s, now, cost)
   local start, count = fixedAt(l, s, now)
   if cost <= 0 then
-    return nil, fixedReport(l, start, count, now)
+    return nil, fixedReport(l, start, count, now, 0)
   end
   count = math.min(count + cost, MAXCOUNT)
-  return { restAt = add(start, l.p), t = start, n = count, m = 0 }, fixedReport(l, start, count, now)
+  return { restAt = add(start, l.p), t = start, n = count, m = 0 }, fixedReport(l, start, count, now, 0)
 end
 
 -- fixedRefund mirrors Limit.fixedRefund.
@@ -368,7 +372,7 @@ local function fixedRefund(l, s, now, units)
       next = { restAt = add(start, l.p), t = start, n = count, m = 0 }
     end
   end
-  local d = fixedReport(l, start, count, now)
+  local d = fixedReport(l, start, count, now, 0)
   d.code, d.retry = ALLOWED, ZERO
   return next, d
 end
@@ -386,7 +390,7 @@ local function slidingAt(l, s, now)
 end
 
 -- slidingReport mirrors Limit.slidingReport.
-local function slidingReport(l, start, cur, prev, e, now)
+local function slidingReport(l, start, cur, prev, e, now, extra)
   local p = l.p
   local w = mul(small(prev), csub(p, e))
   local d = { code = ALLOWED, rem = slidingRemaining(l, cur, prev, e, w), reset = ZERO, retry = ZERO, delay = ZERO }
@@ -395,12 +399,12 @@ local function slidingReport(l, start, cur, prev, e, now)
   elseif prev > 0 then
     d.reset = csub(add(start, p), now)
   end
-  local k = l.cap - cur
+  local k = l.cap - cur - extra
   local kP = ZERO
   if k > 0 then kP = mul(small(k), p) end
   if k < 0 or cmp(w, kP) > 0 then
     d.code = DENIED
-    d.retry = slidingRetry(l, start, now, cur, prev, k - 1, 1)
+    d.retry = slidingRetry(l, start, now, cur, prev, l.cap - cur - 1, 1)
   end
   return d
 end
@@ -423,7 +427,7 @@ local function slidingOverdraft(l, s, now, cost)
     cur = math.min(cur + cost, MAXCOUNT)
     next = slidingState(l, start, cur, prev)
   end
-  return next, slidingReport(l, start, cur, prev, e, now)
+  return next, slidingReport(l, start, cur, prev, e, now, 0)
 end
 
 -- slidingRefund mirrors Limit.slidingRefund.
@@ -436,7 +440,7 @@ local function slidingRefund(l, s, now, units)
     prev = math.max(prev - (units - back), 0)
     next = slidingState(l, start, cur, prev)
   end
-  local d = slidingReport(l, start, cur, prev, e, now)
+  local d = slidingReport(l, start, cur, prev, e, now, 0)
   d.code, d.retry = ALLOWED, ZERO
   return next, d
 end
@@ -446,12 +450,16 @@ end
 local function apply(l, s, now, kind, cost)
   local alg = l.alg
   if kind == CHECK then
-    local _, d = decide(l, s, now, 0)
-    if d.rem >= 1 then
-      return nil, d
+    -- Limit.Check
+    if alg == FIXED then
+      local start, count = fixedAt(l, s, now)
+      return nil, fixedReport(l, start, count, now, 1)
+    elseif alg == SLIDING then
+      local start, cur, prev, e = slidingAt(l, s, now)
+      return nil, slidingReport(l, start, cur, prev, e, now, 1)
     end
-    _, d = decide(l, s, now, 1)
-    return nil, d
+    local dNs, dFrac = backlog(l, s, now)
+    return nil, gcraReport(l, dNs, dFrac, 1)
   elseif kind == OVERDRAFT then
     if alg == FIXED then
       return fixedOverdraft(l, s, now, cost)

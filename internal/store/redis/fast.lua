@@ -373,21 +373,20 @@ end
 
 -- Checks, overdraft and refunds (internal/algorithms' usage.go). Each
 -- returns what fastDecide returns, with t false for a bucket brought back
--- to rest: the zero State, whose key is deleted. The limit of an overdraft
--- or a refund carries a1Ns, a1Frac (C - I, for the wait of a cost of 1 in
--- debt) and kNs, kFrac for its whole cost or units; Go sends an overdraft or refund whose k
+-- to rest: the zero State, whose key is deleted. The limit of a check, an
+-- overdraft or a refund carries a1Ns, a1Frac (C - I: the most backlog that
+-- admits a cost of 1), and of an overdraft or a refund kNs, kFrac for its
+-- whole cost or units; Go sends an overdraft or refund whose k
 -- reaches 2^50 ns down the bignum path, so d + k stays below 2^52 here,
 -- far below the bound on debt (MaxSpan), which this path never meets.
-
--- fastCheck mirrors Limit.Check (the limit's k and a are for a cost of 1).
-local function fastCheck(l, t, n, m)
-  local code, rem, reset, retry, delay = fastDecide(l, t, n, m, 0)
-  if rem >= 1 then
-    return code, rem, reset, retry, delay
-  end
-  code, rem, reset, retry, delay = fastDecide(l, t, n, m, 1)
-  return code, rem, reset, retry, delay
-end
+--
+-- They are built, like the bignums library, by a function (fastUsage) the
+-- first time a script call meets a check, an overdraft charge or a refund:
+-- a script's body runs whole on every call, and creating these functions
+-- would cost every ordinary charge.
+local fastUsageLib
+local function fastUsage()
+if fastUsageLib then return fastUsageLib end
 
 -- fastFixedAt mirrors Limit.fixedAt.
 local function fastFixedAt(l, t, n)
@@ -398,14 +397,14 @@ local function fastFixedAt(l, t, n)
   return t, n
 end
 
--- fastFixedReport mirrors Limit.fixedReport and the debt test of
--- fixedOverdraft: code, remaining, reset, retry.
-local function fastFixedReport(l, start, count)
+-- fastFixedReport mirrors Limit.fixedReport: code, remaining, reset,
+-- retry.
+local function fastFixedReport(l, start, count, extra)
   local rem, reset = math.max(l.cap - count, 0), 0
   if count > 0 then
     reset = start + l.p
   end
-  if count > l.cap then
+  if count + extra > l.cap then
     return DENIED, rem, reset, reset
   end
   return ALLOWED, rem, reset, 0
@@ -415,11 +414,11 @@ end
 local function fastFixedOverdraft(l, t, n, cost)
   local start, count = fastFixedAt(l, t, n)
   if cost <= 0 then
-    local code, rem, reset, retry = fastFixedReport(l, start, count)
+    local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
     return code, rem, reset, retry, 0
   end
   count = math.min(count + cost, MAXCOUNT)
-  local code, rem, reset, retry = fastFixedReport(l, start, count)
+  local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
   return code, rem, reset, retry, 0, start, count, 0, start + l.p
 end
 
@@ -427,11 +426,11 @@ end
 local function fastFixedRefund(l, t, n, units)
   local start, count = fastFixedAt(l, t, n)
   if units <= 0 or count <= 0 then
-    local _, rem, reset = fastFixedReport(l, start, count)
+    local _, rem, reset = fastFixedReport(l, start, count, 0)
     return ALLOWED, rem, reset, 0, 0
   end
   count = math.max(count - units, 0)
-  local _, rem, reset = fastFixedReport(l, start, count)
+  local _, rem, reset = fastFixedReport(l, start, count, 0)
   if count == 0 then
     return ALLOWED, rem, reset, 0, 0, false
   end
@@ -452,7 +451,7 @@ end
 
 -- fastSlidingReport mirrors Limit.slidingReport: code, remaining, reset,
 -- retry.
-local function fastSlidingReport(l, start, cur, prev, e)
+local function fastSlidingReport(l, start, cur, prev, e, extra)
   local p = l.p
   local w = prev * (p - e)
   local rem, reset = fastSlidingRemaining(l, cur, prev, e, w), 0
@@ -461,11 +460,11 @@ local function fastSlidingReport(l, start, cur, prev, e)
   elseif prev > 0 then
     reset = math.max(start + p, 0)
   end
-  local k = l.cap - cur
+  local k = l.cap - cur - extra
   local kP = 0
   if k > 0 then kP = k * p end
   if k < 0 or w > kP then
-    return DENIED, rem, reset, math.max(fastSlidingRetry(l, start, cur, prev, k - 1, 1), 0)
+    return DENIED, rem, reset, math.max(fastSlidingRetry(l, start, cur, prev, l.cap - cur - 1, 1), 0)
   end
   return ALLOWED, rem, reset, 0
 end
@@ -484,11 +483,11 @@ end
 local function fastSlidingOverdraft(l, t, n, m, cost)
   local start, cur, prev, e = fastSlidingAt(l, t, n, m)
   if cost <= 0 then
-    local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e)
+    local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 0)
     return code, rem, reset, retry, 0
   end
   cur = math.min(cur + cost, MAXCOUNT)
-  local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e)
+  local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 0)
   local nt, nn, nm, nr = fastSlidingState(l, start, cur, prev)
   return code, rem, reset, retry, 0, nt, nn, nm, nr
 end
@@ -497,13 +496,13 @@ end
 local function fastSlidingRefund(l, t, n, m, units)
   local start, cur, prev, e = fastSlidingAt(l, t, n, m)
   if units <= 0 or cur + prev <= 0 then
-    local _, rem, reset = fastSlidingReport(l, start, cur, prev, e)
+    local _, rem, reset = fastSlidingReport(l, start, cur, prev, e, 0)
     return ALLOWED, rem, reset, 0, 0
   end
   local back = math.min(units, cur)
   cur = cur - back
   prev = math.max(prev - (units - back), 0)
-  local _, rem, reset = fastSlidingReport(l, start, cur, prev, e)
+  local _, rem, reset = fastSlidingReport(l, start, cur, prev, e, 0)
   local nt, nn, nm, nr = fastSlidingState(l, start, cur, prev)
   return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
 end
@@ -519,9 +518,13 @@ local function fastBacklog(l, t, n)
 end
 
 -- fastGcraReport mirrors Limit.gcraReport: code, remaining, reset, retry.
-local function fastGcraReport(l, dNs, dFrac)
+local function fastGcraReport(l, dNs, dFrac, extra)
   local rem, reset = fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac)
-  if dNs > l.spanNs or dNs == l.spanNs and dFrac > l.spanFrac then
+  local limNs, limFrac = l.spanNs, l.spanFrac
+  if extra > 0 then
+    limNs, limFrac = l.a1Ns, l.a1Frac
+  end
+  if dNs > limNs or dNs == limNs and dFrac > limFrac then
     local wNs, wFrac = dNs - l.a1Ns, dFrac - l.a1Frac
     if wFrac < 0 then
       wNs, wFrac = wNs - 1, wFrac + l.r
@@ -549,14 +552,14 @@ local function fastGcraOverdraft(l, t, n, cost)
   end
   local dNs, dFrac = fastBacklog(l, t, n)
   if cost <= 0 then
-    local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac)
+    local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 0)
     return code, rem, reset, retry, 0
   end
   dNs, dFrac = dNs + l.kNs, dFrac + l.kFrac
   if dFrac >= l.r then
     dNs, dFrac = dNs + 1, dFrac - l.r
   end
-  local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac)
+  local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 0)
   local nt, nn, nm, nr = fastGcraState(dNs, dFrac)
   return code, rem, reset, retry, 0, nt, nn, nm, nr
 end
@@ -572,22 +575,31 @@ local function fastGcraRefund(l, t, n, units)
     if dNs < 0 then
       dNs, dFrac = 0, 0
     end
-    local _, rem, reset = fastGcraReport(l, dNs, dFrac)
+    local _, rem, reset = fastGcraReport(l, dNs, dFrac, 0)
     local nt, nn, nm, nr = fastGcraState(dNs, dFrac)
     return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
   end
-  local _, rem, reset = fastGcraReport(l, dNs, dFrac)
+  local _, rem, reset = fastGcraReport(l, dNs, dFrac, 0)
   return ALLOWED, rem, reset, 0, 0
 end
 
--- fastApply mirrors store.Charge.Decide: the charge of the limit l (and
--- its kind and cost) on the state t, n, m.
-local function fastApply(l, t, n, m)
+-- usageApply is fastApply for a check, an overdraft or a refund.
+local function usageApply(l, t, n, m)
   local kind, alg = l.kind, l.alg
-  if kind == ADMIT then
-    return fastDecide(l, t, n, m, l.cost)
-  elseif kind == CHECK then
-    return fastCheck(l, t, n, m)
+  if kind == CHECK then
+    -- Limit.Check
+    if alg == FIXED then
+      local start, count = fastFixedAt(l, t, n)
+      local code, rem, reset, retry = fastFixedReport(l, start, count, 1)
+      return code, rem, reset, retry, 0
+    elseif alg == SLIDING then
+      local start, cur, prev, e = fastSlidingAt(l, t, n, m)
+      local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 1)
+      return code, rem, reset, retry, 0
+    end
+    local dNs, dFrac = fastBacklog(l, t, n)
+    local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 1)
+    return code, rem, reset, retry, 0
   elseif kind == OVERDRAFT then
     if alg == FIXED then
       return fastFixedOverdraft(l, t, n, l.cost)
@@ -602,4 +614,17 @@ local function fastApply(l, t, n, m)
     return fastSlidingRefund(l, t, n, m, l.cost)
   end
   return fastGcraRefund(l, t, n, l.cost)
+end
+
+fastUsageLib = usageApply
+return fastUsageLib
+end
+
+-- fastApply mirrors store.Charge.Decide: the charge of the limit l (and
+-- its kind and cost) on the state t, n, m.
+local function fastApply(l, t, n, m)
+  if l.kind == ADMIT then
+    return fastDecide(l, t, n, m, l.cost)
+  end
+  return fastUsage()(l, t, n, m)
 end

@@ -4,12 +4,13 @@
 // # Same answers
 //
 // Apply decides exactly as the memory store does: store.Settle's rule over
-// algorithms.Limit.Decide, all or nothing. The decision runs inside Redis,
-// in a Lua script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after
-// a restart): it reads every bucket of the request, decides all the
-// charges, and writes the charged states only if no non-shadow charge is
-// denied or over capacity; otherwise it writes nothing and reports the
-// admissible charges as peeks.
+// algorithms.Limit's decisions. The decision runs inside Redis, in a Lua
+// script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after a
+// restart): it reads every bucket of the request, decides all the
+// charges, and writes the admits' states only if no non-shadow charge is
+// denied or over capacity (otherwise it reports the admissible ones as
+// peeks); it writes overdraft charges and refunds whatever the request
+// decides, and checks never.
 //
 // Requests share round trips (batch.go): a request is sent at once when
 // no batch is in flight, and requests that arrive while one is are sent
@@ -132,7 +133,10 @@
 // so the cache never denies longer than Redis would). A request that
 // charges such a bucket the same cost in that time is denied without
 // asking Redis: the denial would stand, as charges only ever take from a
-// bucket. The cached bucket reports its denial with the wait left; the
+// bucket (a refund through this store forgets the bucket's denial; one
+// through another daemon is seen once the wait has passed; a request with
+// an overdraft charge or a refund always reaches Redis; a check is a cost
+// of 1). The cached bucket reports its denial with the wait left; the
 // request's other charges are not read from Redis and are reported as
 // store.Settle reports a denied request's on buckets at rest, uncharged.
 // That keeps an attack over its limit off Redis.

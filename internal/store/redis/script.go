@@ -174,8 +174,11 @@ func formatCharge(c *store.Charge) string {
 			rational(l.Times(k))
 		}
 		rational(l.Times(capacity - k))
-		if kind == store.Overdraft || kind == store.Refund {
+		switch kind {
+		case store.Overdraft, store.Refund:
 			rational(l.Times(capacity - 1))
+		case store.Check:
+			rational(l.Times(capacity - k)) // a1 = a, for a cost of 1
 		}
 	}
 	if fast {

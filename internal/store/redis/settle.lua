@@ -21,13 +21,14 @@
 --          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
 --          ("1" or "0") and kind (store.Kind, 0..3) as two digits, cost,
 --          and for the buckets C, k and a (see decide.lua), each as whole
---          ns (hex) and remainder over R (decimal), and for an overdraft
---          or a refund a1 = C - I likewise. Requests, Capacity, cost and the
---          remainders are decimal integers below 2^33 (the store passes an
---          admit's cost above Capacity as Capacity+1, a check's as 1, an
---          overdraft's at most MaxCount, a refund's at most 2·MaxCount,
---          and a negative one as 0: the decisions are the same; k is of
---          the whole cost, at most MaxSpan).
+--          ns (hex) and remainder over R (decimal), and for a check, an
+--          overdraft or a refund a1 = C - I likewise. Requests, Capacity,
+--          cost and the remainders are decimal integers below 2^33 (the
+--          store passes an admit's cost above Capacity as Capacity+1, a
+--          check's as 1, a window's overdraft at most MaxCount and refund
+--          at most 2·MaxCount, a bucket's above Capacity as Capacity+1,
+--          and a negative one as 0: the decisions are the same; a bucket's
+--          overdraft or refund has k of its whole cost, at most MaxSpan).
 --
 -- Each charge is decided on fast.lua's path when its limit and state fit
 -- it, and on decide.lua's bignums otherwise: the same decision either way.
@@ -60,7 +61,7 @@ local specs = {}
 
 -- spec returns the charge ARGV[i] holds, parsed: fast, alg, r, p, cap,
 -- shadow, kind, cost, and for the buckets spanNs, spanFrac, kNs, kFrac,
--- aNs, aFrac (and a1Ns, a1Frac for an overdraft), as numbers (the times
+-- aNs, aFrac (and a1Ns, a1Frac for the other kinds), as numbers (the times
 -- exact only when fast) and, for the bignum path, as strings (ph, spanHex,
 -- kHex, aHex, a1Hex).
 local function spec(i)
@@ -79,7 +80,7 @@ local function spec(i)
     c.spanNs, c.spanFrac = tonumber(sn, 16), tonumber(sf)
     c.kNs, c.kFrac = tonumber(kn, 16), tonumber(kf)
     c.aNs, c.aFrac = tonumber(an, 16), tonumber(af)
-    if c.kind == OVERDRAFT or c.kind == REFUND then
+    if c.kind ~= ADMIT then
       local a1n, a1f = match(more, "^ (%x+) (%d+)$")
       c.a1Hex, c.a1Ns, c.a1Frac = a1n, tonumber(a1n, 16), tonumber(a1f)
     end

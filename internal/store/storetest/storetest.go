@@ -91,9 +91,9 @@ func EdgeCases(t *testing.T, newStore Factory) {
 				}
 				for i, st := range tc.Steps {
 					c.Set(st.Now())
-					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost})
+					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost, Kind: st.Kind})
 					if got[0] != st.Want {
-						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.At, st.Cost, got[0], st.Want)
+						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, got[0], st.Want)
 					}
 				}
 			})
@@ -101,8 +101,10 @@ func EdgeCases(t *testing.T, newStore Factory) {
 	}
 }
 
-// AllOrNothing: a request is charged on all its buckets or on none, and a
-// denied request reports its admissible charges as peeks.
+// AllOrNothing: a request's ordinary charges are charged on all their
+// buckets or on none, and a denied request reports its admissible charges
+// as peeks; its overdraft charges and refunds are applied whatever it
+// decides, and its checks charge nothing (store.Settle's combining rule).
 func AllOrNothing(t *testing.T, newStore Factory) {
 	ten := MustLimit(t, algorithms.TokenBucket, 10, time.Minute, 0)
 	two := MustLimit(t, algorithms.FixedWindow, 2, time.Minute, 0)
@@ -111,6 +113,14 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost}
 	}
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
+	kind := func(k store.Kind, c store.Charge) store.Charge { c.Kind = k; return c }
+	check := func(key string, l *algorithms.Limit) store.Charge { return kind(store.Check, charge(key, l, 0)) }
+	overdraft := func(key string, l *algorithms.Limit, cost int64) store.Charge {
+		return kind(store.Overdraft, charge(key, l, cost))
+	}
+	refund := func(key string, l *algorithms.Limit, units int64) store.Charge {
+		return kind(store.Refund, charge(key, l, units))
+	}
 	C := algorithms.Allowed
 	D, O := algorithms.Denied, algorithms.OverCapacity
 
@@ -159,6 +169,52 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		wantCodes: []algorithms.Code{C, C, C},
 		wantRem:   []int64{10, 2, 3},
 		after:     []int64{10, 2, 3},
+	}, {
+		name:      "a check charges nothing",
+		charges:   []store.Charge{check("wide", ten), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{C, C},
+		wantRem:   []int64{10, 1},
+		after:     []int64{10, 1, 3},
+	}, {
+		name:      "a check of a bucket in debt denies the request",
+		before:    []store.Charge{overdraft("wide", ten, 12)},
+		charges:   []store.Charge{check("wide", ten), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{D, C},
+		wantRem:   []int64{0, 2},
+		after:     []int64{0, 2, 3},
+	}, {
+		name:      "an overdraft into debt is charged, and denies the ordinary charges",
+		charges:   []store.Charge{overdraft("wide", ten, 15), charge("narrow", two, 1), charge("third", three, 1)},
+		wantCodes: []algorithms.Code{D, C, C},
+		wantRem:   []int64{0, 2, 3},
+		after:     []int64{0, 2, 3},
+	}, {
+		name:      "an overdraft is charged when an ordinary charge denies the request",
+		before:    []store.Charge{charge("narrow", two, 2)},
+		charges:   []store.Charge{overdraft("wide", ten, 4), charge("narrow", two, 1), charge("third", three, 1)},
+		wantCodes: []algorithms.Code{C, D, C},
+		wantRem:   []int64{6, 0, 3},
+		after:     []int64{6, 0, 3},
+	}, {
+		name:      "a refund is given back when the request is denied",
+		before:    []store.Charge{charge("wide", ten, 6), charge("narrow", two, 2)},
+		charges:   []store.Charge{refund("wide", ten, 4), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{C, D},
+		wantRem:   []int64{8, 0},
+		after:     []int64{8, 0, 3},
+	}, {
+		name:      "a refund never goes past rest",
+		before:    []store.Charge{charge("wide", ten, 6), charge("third", three, 2)},
+		charges:   []store.Charge{refund("wide", ten, 100), refund("third", three, 1)},
+		wantCodes: []algorithms.Code{C, C},
+		wantRem:   []int64{10, 2},
+		after:     []int64{10, 2, 2},
+	}, {
+		name:      "a shadow overdraft into debt is charged and denies nothing",
+		charges:   []store.Charge{shadow(overdraft("wide", ten, 11)), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{D, C},
+		wantRem:   []int64{0, 1},
+		after:     []int64{0, 1, 3},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
