@@ -242,6 +242,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		if !d.HasRules() {
 			fmt.Fprintf(stdout, "warning: domain %q has no rate limits: it admits every request\n", d.Name)
 		}
+		for _, key := range d.OverdraftRules() {
+			fmt.Fprintf(stdout, "overdraft: %s takes charges in full, into debt if need be\n", key)
+		}
 	}
 	return 0
 }

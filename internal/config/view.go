@@ -143,3 +143,23 @@ func (l *Limit) view() LimitView {
 	v.Period = l.Rate.Period().String()
 	return v
 }
+
+// OverdraftRules returns the StatKey of each rule of d that has a limit
+// saying overdraft: true, in the order View lists them.
+func (d *Domain) OverdraftRules() []string {
+	var keys []string
+	var walk func([]DescriptorView)
+	walk = func(ds []DescriptorView) {
+		for _, dv := range ds {
+			for _, l := range dv.RateLimits {
+				if l.Overdraft != nil && *l.Overdraft {
+					keys = append(keys, dv.StatKey)
+					break
+				}
+			}
+			walk(dv.Descriptors)
+		}
+	}
+	walk(d.root.view())
+	return keys
+}
