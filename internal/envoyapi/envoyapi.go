@@ -18,9 +18,9 @@
 //     wins over the request's. Set to 0 it is a check (engine.OpCheck), as
 //     Envoy Gateway's cost.request and Envoy AI Gateway send it before a
 //     request whose cost is known only afterwards: OVER_LIMIT when a
-//     charge of 1 would be denied right now (the budget spent, or in debt)
-//     with the exact wait for it in duration_until_reset's stead in
-//     Retry-After, OK otherwise; nothing is charged. (The request-level
+//     charge of 1 would be denied right now (the budget spent, or in debt),
+//     with Retry-After the exact wait for that charge, OK otherwise;
+//     nothing is charged. (The request-level
 //     hits_addend 0 still means 1.) Upstream answers such a check
 //     OVER_LIMIT only once its counter is past the limit, not when it is
 //     exactly at it; see docs/envoy.md.
