@@ -73,3 +73,31 @@ func BenchmarkShouldRateLimitThreeTiers(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkShouldRateLimitCheck is BenchmarkShouldRateLimit with every
+// request a check (OpCheck, as Envoy's hits_addend 0): it must cost no
+// more than the charge.
+func BenchmarkShouldRateLimitCheck(b *testing.B) {
+	e := New(config.Default(), memory.New(clock.NewMonotonic()))
+	zero := uint64(0)
+	reqs := make([]Request, 4096)
+	for i := range reqs {
+		reqs[i] = Request{Domain: "default", Descriptors: []Descriptor{{Op: OpCheck, Hits: &zero, Entries: []config.Entry{
+			{Key: "path", Value: "/orders"},
+			{Key: "user", Value: fmt.Sprintf("user-%04d", i)},
+		}}}}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var resp Response
+		i := 0
+		for pb.Next() {
+			if err := e.ShouldRateLimit(context.Background(), &reqs[i%len(reqs)], &resp); err != nil {
+				b.Error(err)
+				return
+			}
+			i += 7
+		}
+	})
+}
