@@ -13,8 +13,6 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	rlclient "github.com/ratelimitd/ratelimitd/client"
@@ -42,13 +40,22 @@ func budgetPolicy(overdraft string) string {
 
 // envoyClient dials p's Envoy v3 service, as Envoy does.
 func envoyClient(t *testing.T, p *process) rlsv3.RateLimitServiceClient {
+	return rlsv3.NewRateLimitServiceClient(dial(t, p))
+}
+
+// startBudget runs the built daemon on budgetPolicy(overdraft), on Redis
+// when useRedis, with args added.
+func startBudget(t *testing.T, overdraft string, useRedis bool, args ...string) *process {
 	t.Helper()
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	policy := filepath.Join(t.TempDir(), "ai.yaml")
+	if err := os.WriteFile(policy, []byte(budgetPolicy(overdraft)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	args = append([]string{"--config", policy}, args...)
+	if useRedis {
+		args = append(args, "--store", "redis", "--redis-addr", redistest.Start(t).Addr())
+	}
+	return startProcess(t, args...)
 }
 
 // tokens is one call on the tenant's budget: a check (hits_addend 0, as
@@ -106,16 +113,7 @@ func TestEnvoyGatewayTokenBudget(t *testing.T) {
 		{"redis", "true", true, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			policy := filepath.Join(dir, "ai.yaml")
-			if err := os.WriteFile(policy, []byte(budgetPolicy(tt.overdraft)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			args := append([]string{"--config", policy, "--response-headers=legacy"}, tt.args...)
-			if tt.redis {
-				args = append(args, "--store", "redis", "--redis-addr", redistest.Start(t).Addr())
-			}
-			p := startProcess(t, args...)
+			p := startBudget(t, tt.overdraft, tt.redis, append([]string{"--response-headers=legacy"}, tt.args...)...)
 			tokenBudgetFlow(t, envoyClient(t, p))
 		})
 	}
@@ -229,16 +227,7 @@ func TestReserveSettle(t *testing.T) {
 			name = "redis"
 		}
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			policy := filepath.Join(dir, "ai.yaml")
-			if err := os.WriteFile(policy, []byte(budgetPolicy("true")), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			args := []string{"--config", policy}
-			if useRedis {
-				args = append(args, "--store", "redis", "--redis-addr", redistest.Start(t).Addr())
-			}
-			p := startProcess(t, args...)
+			p := startBudget(t, "true", useRedis)
 			c, err := rlclient.New(p.grpc, rlclient.WithTimeout(10*time.Second), rlclient.WithFailClosed(time.Second))
 			if err != nil {
 				t.Fatal(err)
