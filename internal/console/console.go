@@ -276,7 +276,8 @@ func entriesText(entries []config.Entry) string {
 // simulate runs a simulation from the query: the lanes are either a rule
 // of the policy (domain and stat_key) or the algorithms named by alg with
 // requests, period, burst and overdraft ("true": a token budget charged
-// after the fact; a rule's limits say it themselves); the traffic is
+// after the fact; a rule's limits say it themselves, or the daemon's
+// --overdraft-by-default for those that do not); the traffic is
 // pattern with its parameters (rate, size, every, seed, times as durations
 // separated by commas, cost) over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
@@ -391,7 +392,11 @@ func (c *Console) ruleLanes(domain, statKey string) ([]simulate.Lane, time.Durat
 		if lv.Name != "" {
 			lane.Name = lv.Name + " (" + lane.Name + ")"
 		}
-		lane.Overdraft = lv.Overdraft != nil && *lv.Overdraft
+		if lv.Overdraft != nil {
+			lane.Overdraft = *lv.Overdraft
+		} else {
+			lane.Overdraft = c.o.Engine != nil && c.o.Engine.OverdraftByDefault()
+		}
 		if period == 0 {
 			period = p
 		}

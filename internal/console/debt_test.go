@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
@@ -22,6 +23,8 @@ descriptors:
     rate_limit: {name: tokens, algorithm: token_bucket, unit: hour, requests_per_unit: 1000, overdraft: true}
   - key: team
     rate_limit: {name: team_tokens, unit: hour, requests_per_unit: 1000, overdraft: true}
+  - key: unsaid
+    rate_limit: {unit: hour, requests_per_unit: 1000}
 `
 
 // TestInspectShowsDebt: a bucket an overdraft charge took into debt shows
@@ -74,5 +77,26 @@ func TestSimulateBudgetInDebt(t *testing.T) {
 	getJSON(t, d, "/console/api/simulate?domain=ai&stat_key=ai.team&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
 	if len(body.Lanes) != 1 || body.Lanes[0].Admitted != 4 || !strings.Contains(body.SVG, `class="debt"`) {
 		t.Errorf("rule team (overdraft: true), 300 every 100s: %+v; want 4 admitted and the debt drawn", body.Lanes)
+	}
+}
+
+// TestSimulateOverdraftByDefault: a rule that does not say overdraft: is
+// simulated as the daemon decides it, with --overdraft-by-default or
+// without.
+func TestSimulateOverdraftByDefault(t *testing.T) {
+	for _, byDefault := range []bool{false, true} {
+		d := daemontest.Start(t, budgetPolicy, func(c *daemon.Config) { c.OverdraftByDefault = byDefault })
+		var body struct {
+			Lanes []struct{ Admitted int }
+			SVG   string
+		}
+		getJSON(t, d, "/console/api/simulate?domain=ai&stat_key=ai.unsaid&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
+		want, debt := 3, false // 300 every 100s: three fit in 1000
+		if byDefault {
+			want, debt = 4, true // the fourth is checked with 100 left, and takes the budget into debt
+		}
+		if len(body.Lanes) != 1 || body.Lanes[0].Admitted != want || strings.Contains(body.SVG, `class="debt"`) != debt {
+			t.Errorf("overdraft by default %v: %+v; want %d admitted, debt drawn %v", byDefault, body.Lanes, want, debt)
+		}
 	}
 }

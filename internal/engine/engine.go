@@ -115,6 +115,10 @@ func WithOverdraftByDefault(on bool) Option {
 	return func(e *Engine) { e.overdraftByDefault = on }
 }
 
+// OverdraftByDefault reports WithOverdraftByDefault: whether limits whose
+// policy does not say overdraft: take overdraft charges.
+func (e *Engine) OverdraftByDefault() bool { return e.overdraftByDefault }
+
 // Observer is told about each request the engine decides. It is called
 // once per call of ShouldRateLimit that returns nil, after resp is
 // complete and before ShouldRateLimit returns, on the caller's goroutine:
