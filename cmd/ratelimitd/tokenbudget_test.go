@@ -13,9 +13,11 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	rlclient "github.com/ratelimitd/ratelimitd/client"
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
 
@@ -283,6 +285,66 @@ func TestReserveSettle(t *testing.T) {
 				if r := tokens(t, env, 1, true); r.Statuses[0].LimitRemaining != 1 {
 					t.Fatalf("after the debt of %d and 1 refunded: %v", u-budget, r)
 				}
+			}
+		})
+	}
+}
+
+// TestDebtPaidByRefill: on the real clock of the built daemon (and of
+// Redis), a token bucket of 100 refilled at 100 a second, charged 300,
+// owes 200: checks are denied, with a retry_after that counts down to the
+// instant the debt and one token are back, and admitted from then on.
+func TestDebtPaidByRefill(t *testing.T) {
+	const policy = "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 100, overdraft: true}\n"
+	const owed = 201 * 10 * time.Millisecond // the debt of 200 and one token, at 10ms a token
+	for _, useRedis := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "redis"}[useRedis], func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ai.yaml")
+			if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--config", path}
+			if useRedis {
+				args = append(args, "--store", "redis", "--redis-addr", redistest.Start(t).Addr())
+			}
+			c := client(t, startProcess(t, args...))
+			call := func(op rl.Operation, hits uint32) *rl.DescriptorStatus {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				r, err := c.ShouldRateLimit(ctx, &rl.ShouldRateLimitRequest{Domain: "ai", Descriptors: []*rl.Descriptor{{
+					Entries: []*rl.Entry{{Key: "tenant", Value: "acme"}}, Hits: proto.Uint32(hits), Operation: op}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Statuses[0]
+			}
+			// The charge is decided at some instant in [sent, done], a check
+			// in [asked, answered]: the bounds below hold whatever the
+			// latencies.
+			sent := time.Now()
+			if st := call(rl.Operation_OPERATION_CHARGE, 300); st.Code != rl.Code_CODE_OVER_LIMIT || st.Operation != rl.Operation_OPERATION_OVERDRAFT {
+				t.Fatalf("300 on a bucket of 100: %v, want charged in full (overdraft) and in debt", st)
+			}
+			done := time.Now()
+			for checks := 1; ; checks++ {
+				asked := time.Now()
+				st := call(rl.Operation_OPERATION_CHECK, 0)
+				answered := time.Now()
+				switch {
+				case st.Code == rl.Code_CODE_OK && answered.Sub(sent) < owed:
+					t.Fatalf("check %d was admitted within %v of the charge, before the debt was paid (%v)", checks, answered.Sub(sent), owed)
+				case st.Code == rl.Code_CODE_OK:
+					t.Logf("check %d admitted once the debt was paid; the ones before were denied", checks)
+					return
+				case asked.Sub(done) >= owed:
+					t.Fatalf("check %d, %v after the charge, the debt paid: %v", checks, asked.Sub(done), st)
+				}
+				wait := st.RetryAfter.AsDuration()
+				if earliest, latest := owed-answered.Sub(sent), owed-asked.Sub(done); wait < earliest || wait > latest {
+					t.Fatalf("check %d: retry_after %v, want within [%v, %v]: the debt and one token, less the time since the charge", checks, wait, earliest, latest)
+				}
+				time.Sleep(min(wait, 700*time.Millisecond))
 			}
 		})
 	}
