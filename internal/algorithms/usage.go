@@ -29,10 +29,29 @@ func (l *Limit) Check(s State, now int64) Decision {
 		start, cur, prev, e := l.slidingAt(s, now)
 		return l.slidingReport(start, cur, prev, e, now, 1)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
-		dNs, dFrac := l.backlog(s, now)
-		return l.gcraReport(dNs, dFrac, l.oneNs, l.oneFrac)
+		return l.gcraCheck(s, now)
 	}
 	return Decision{Code: OverCapacity}
+}
+
+// gcraCheck is gcra for a cost of 1, charging nothing: denied iff the
+// backlog d is beyond C - I, with RetryAfter ceil(d - (C - I)), as gcra
+// decides; else reporting the bucket uncharged.
+func (l *Limit) gcraCheck(s State, now int64) Decision {
+	dNs, dFrac := l.backlog(s, now)
+	if dNs > l.oneNs || dNs == l.oneNs && dFrac > l.oneFrac {
+		wNs, wFrac := dNs-l.oneNs, dFrac-l.oneFrac
+		if wFrac < 0 {
+			wNs, wFrac = wNs-1, wFrac+l.requests
+		}
+		return Decision{
+			Code:       Denied,
+			Remaining:  l.gcraRemaining(dNs, dFrac),
+			ResetAfter: ceilDuration(dNs, dFrac),
+			RetryAfter: ceilDuration(wNs, wFrac),
+		}
+	}
+	return Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
 }
 
 // InDebt reports whether the bucket in state s holds more use at now than
