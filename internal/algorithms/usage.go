@@ -106,6 +106,7 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 	return s, Decision{}
 }
 
+// clampTime returns now within [0, MaxTime], as every decision takes it.
 func clampTime(now int64) int64 {
 	if now < 0 {
 		return 0
