@@ -1,0 +1,372 @@
+package daemon_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/engine"
+)
+
+const v1Method = "/ratelimit.v1.RateLimitService/ShouldRateLimit"
+
+// h2 is a raw HTTP/2 client connection to the gRPC port: it sends exactly
+// the frames a test writes, as an attacker would.
+type h2 struct {
+	t        *testing.T
+	conn     net.Conn
+	fr       *http2.Framer
+	settings map[http2.SettingID]uint32 // the server's first SETTINGS
+	next     uint32                     // the next stream id
+	dec      *hpack.Decoder             // the server's header blocks (its dynamic table lasts the connection)
+}
+
+// dialH2 connects to addr, sends the client preface and empty SETTINGS,
+// and reads the server's SETTINGS.
+func dialH2(t *testing.T, addr string) *h2 {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := &h2{t: t, conn: conn, fr: http2.NewFramer(conn, conn), settings: map[http2.SettingID]uint32{}, next: 1, dec: hpack.NewDecoder(4096, nil)}
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f := c.read(5 * time.Second)
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok {
+		t.Fatalf("first frame %v, want SETTINGS", f)
+	}
+	sf.ForeachSetting(func(s http2.Setting) error { c.settings[s.ID] = s.Val; return nil })
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// read returns the next frame, failing the test if none comes within
+// wait (a bound on a test that would otherwise hang, not a timing check).
+func (c *h2) read(wait time.Duration) http2.Frame {
+	c.t.Helper()
+	c.conn.SetReadDeadline(time.Now().Add(wait))
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		c.t.Fatalf("reading a frame: %v", err)
+	}
+	return f
+}
+
+// open starts a call of method with extra header fields, sending its
+// HEADERS without ending the stream, and returns its stream id.
+func (c *h2) open(method string, extra ...string) uint32 {
+	c.t.Helper()
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	fields := append([]string{":method", "POST", ":scheme", "http", ":path", method, ":authority", "ratelimitd",
+		"content-type", "application/grpc", "te", "trailers"}, extra...)
+	for i := 0; i < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	id := c.next
+	c.next += 2
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true}); err != nil {
+		c.t.Fatal(err)
+	}
+	return id
+}
+
+// sendPart sends, on stream id, the gRPC message prefix announcing a
+// message of size bytes and the first part bytes of it, without ending the
+// stream.
+func (c *h2) sendPart(id uint32, size, part int) {
+	c.t.Helper()
+	b := make([]byte, 5+part)
+	binary.BigEndian.PutUint32(b[1:5], uint32(size))
+	if err := c.fr.WriteData(id, false, b); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// ended is how a stream ended: by RST_STREAM (rst) or by the server's
+// trailers (grpc-status).
+type ended struct {
+	id     uint32
+	rst    http2.ErrCode
+	status string
+}
+
+// nextEnd reads frames until one ends a stream (trailers with a
+// grpc-status, or RST_STREAM with an error), answering pings and skipping
+// the rest, for at most wait.
+func (c *h2) nextEnd(wait time.Duration) ended {
+	c.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		f := c.read(time.Until(deadline))
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			if f.ErrCode != http2.ErrCodeNo { // NO_ERROR follows the trailers of a stream the client had not finished
+				return ended{id: f.StreamID, rst: f.ErrCode}
+			}
+		case *http2.HeadersFrame:
+			fields, err := c.dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			for _, hf := range fields {
+				if hf.Name == "grpc-status" {
+					return ended{id: f.StreamID, status: hf.Value}
+				}
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				c.fr.WritePing(true, f.Data)
+			}
+		case *http2.GoAwayFrame:
+			c.t.Fatalf("GOAWAY %v while waiting for a stream to end", f.ErrCode)
+		}
+	}
+}
+
+// TestStreamsPerConnectionBounded: the gRPC port advertises its limit of
+// concurrent streams per connection, and refuses a stream beyond it.
+func TestStreamsPerConnectionBounded(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) { c.Limits.MaxConcurrentStreams = 3 })
+	c := dialH2(t, d.GRPCAddr())
+	if got, ok := c.settings[http2.SettingMaxConcurrentStreams]; !ok || got != 3 {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d (sent: %v), want 3", got, ok)
+	}
+	for range 3 {
+		c.open(v1Method)
+	}
+	fourth := c.open(v1Method)
+	if e := c.nextEnd(10 * time.Second); e.id != fourth || e.rst != http2.ErrCodeRefusedStream {
+		t.Fatalf("first stream ended: %+v, want stream %d refused (REFUSED_STREAM)", e, fourth)
+	}
+}
+
+// TestMessageNeverArriving: a call whose message does not arrive within
+// the message timeout is ended, whether nothing of it came or a part.
+func TestMessageNeverArriving(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) { c.Limits.MessageTimeout = 200 * time.Millisecond })
+	c := dialH2(t, d.GRPCAddr())
+	nothing := c.open(v1Method)
+	part := c.open(v1Method)
+	c.sendPart(part, 1000, 10)
+	got := map[uint32]bool{}
+	for range 2 {
+		e := c.nextEnd(20 * time.Second)
+		if e.status != "" && e.status != "1" { // CANCELLED
+			t.Errorf("stream %d ended with grpc-status %s, want 1 (CANCELLED)", e.id, e.status)
+		}
+		got[e.id] = true
+	}
+	if !got[nothing] || !got[part] {
+		t.Fatalf("ended streams %v, want %d and %d", got, nothing, part)
+	}
+	// The connection goes on serving.
+	client, _ := dial(t, d)
+	if _, err := client.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
+		t.Fatalf("a call after the late ones: %v", err)
+	}
+}
+
+// TestWaitingStreamsBounded: with as many calls waiting for their message
+// as the limit allows, one more ends the call waiting longest.
+func TestWaitingStreamsBounded(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) {
+		c.Limits.MaxWaitingStreams = 2
+		c.Limits.MessageTimeout = time.Hour
+	})
+	c := dialH2(t, d.GRPCAddr())
+	var ids []uint32
+	for range 3 {
+		id := c.open(v1Method)
+		c.sendPart(id, 1000, 10)
+		ids = append(ids, id)
+		time.Sleep(10 * time.Millisecond) // so that each waits longer than the next: the order is what is checked
+	}
+	if e := c.nextEnd(10 * time.Second); e.id != ids[0] {
+		t.Fatalf("stream %+v ended, want the oldest, %d", e, ids[0])
+	}
+}
+
+// TestMessageSizeFromBounds: the gRPC port refuses a message larger than
+// the request bounds allow (ResourceExhausted) on its prefix, without
+// waiting for its bytes, and takes one of that size.
+func TestMessageSizeFromBounds(t *testing.T) {
+	d := daemontest.Start(t, "")
+	limit := daemon.MaxMessageBytes(engine.DefaultBounds)
+	if limit >= 4<<20 || limit < 1<<20 {
+		t.Fatalf("MaxMessageBytes(DefaultBounds) = %d, want between 1 MiB and gRPC's default 4 MiB", limit)
+	}
+	c := dialH2(t, d.GRPCAddr())
+	id := c.open(v1Method)
+	c.sendPart(id, limit+1, 0)
+	if e := c.nextEnd(10 * time.Second); e.id != id || e.status != "8" { // RESOURCE_EXHAUSTED
+		t.Fatalf("stream ended %+v, want %d with grpc-status 8 (RESOURCE_EXHAUSTED)", e, id)
+	}
+}
+
+// TestAuthzBeforeMessage: with an authorization policy, a call without a
+// token, or with a bad one, is refused on its headers alone: the daemon
+// never waits for (nor reads) its message.
+func TestAuthzBeforeMessage(t *testing.T) {
+	dir := t.TempDir()
+	authzPath := filepath.Join(dir, "authz.yaml")
+	writeFile(t, authzPath, "clients:\n  - name: batch\n    match: [{tokens: batch.tokens}]\n    grants: [{domains: [default], access: charge}]\n")
+	writeFile(t, filepath.Join(dir, "batch.tokens"), batchToken+"\n")
+	d := daemontest.StartConfig(t, daemon.Config{AuthzPolicy: authzPath})
+	c := dialH2(t, d.GRPCAddr())
+	for _, extra := range [][]string{nil, {"authorization", "Bearer not-a-token-at-all"}, {"authorization", "Basic x"}} {
+		id := c.open(v1Method, extra...)
+		if e := c.nextEnd(10 * time.Second); e.id != id || e.status != "16" { // UNAUTHENTICATED
+			t.Fatalf("%v: stream ended %+v, want %d refused with grpc-status 16 before any message", extra, e, id)
+		}
+	}
+	// A known caller's call waits for its message, and is decided.
+	id := c.open(v1Method, "authorization", "Bearer "+batchToken)
+	c.sendPart(id, 1000, 10)
+	c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	if got := scrape(t, d)[`ratelimitd_authz_denied_total{reason="no_credentials"}`]; got != 1 {
+		t.Errorf("no_credentials refusals %v, want 1", got)
+	}
+}
+
+// TestGRPCConnectionsBounded: with as many connections open as the limit,
+// a new one closes the one idle longest; when every one is busy (a call
+// waiting for its message), the new one is closed.
+func TestGRPCConnectionsBounded(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) {
+		c.Limits.MaxConnections = 2
+		c.Limits.MessageTimeout = time.Hour
+	})
+	first := dialH2(t, d.GRPCAddr())
+	second := dialH2(t, d.GRPCAddr())
+	second.sendPart(second.open(v1Method), 1000, 10) // busy from now on
+	client, _ := dial(t, d)                          // a third, with a call to make
+	if _, err := client.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
+		t.Fatalf("a call on a new connection with the limit reached: %v", err)
+	}
+	if !closedByServer(first.conn) {
+		t.Fatal("the idle connection is still open")
+	}
+	third := dialH2(t, d.GRPCAddr()) // closes the client's, idle since its call
+	third.sendPart(third.open(v1Method), 1000, 10)
+	time.Sleep(50 * time.Millisecond) // the call starts (Begin) once its headers are read
+	if !closedByServer(dialTCP(t, d.GRPCAddr())) {
+		t.Fatal("a connection beyond the limit, every one busy, is open")
+	}
+	// The busy connection is untouched: nothing but flow control and pings
+	// on it.
+	second.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	for {
+		f, err := second.fr.ReadFrame()
+		if isTimeout(err) {
+			break
+		}
+		switch f.(type) {
+		case *http2.WindowUpdateFrame, *http2.PingFrame, *http2.SettingsFrame:
+			continue
+		}
+		t.Fatalf("on the busy connection: %v, %v", f, err)
+	}
+}
+
+// TestHTTPConnectionsBounded: the HTTP port, too, closes the connection
+// idle longest to make room for a new one.
+func TestHTTPConnectionsBounded(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) { c.Limits.MaxConnections = 2 })
+	idle := []net.Conn{dialTCP(t, d.HTTPAddr()), dialTCP(t, d.HTTPAddr())}
+	code, _ := d.Get(t, "/readyz")
+	if code != http.StatusOK {
+		t.Fatalf("/readyz on a third connection: %d", code)
+	}
+	if !closedByServer(idle[0]) {
+		t.Fatal("the connection idle longest is still open")
+	}
+}
+
+// TestIdleConnectionsClosed: a connection that says nothing, or that
+// stays idle after a call, is closed after the limits' timeouts, on both
+// ports.
+func TestIdleConnectionsClosed(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) {
+		c.Limits.HeaderTimeout = 200 * time.Millisecond
+		c.Limits.IdleTimeout = 200 * time.Millisecond
+	})
+	t.Run("HTTP, nothing sent", func(t *testing.T) {
+		if !closedByServer(dialTCP(t, d.HTTPAddr())) {
+			t.Error("open")
+		}
+	})
+	t.Run("HTTP, idle after a request", func(t *testing.T) {
+		conn := dialTCP(t, d.HTTPAddr())
+		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%v %v", resp, err)
+		}
+		if !closedByServer(conn) {
+			t.Error("open")
+		}
+	})
+	t.Run("gRPC, no preface", func(t *testing.T) {
+		if !closedByServer(dialTCP(t, d.GRPCAddr())) {
+			t.Error("open")
+		}
+	})
+	t.Run("gRPC, no call", func(t *testing.T) {
+		c := dialH2(t, d.GRPCAddr())
+		for {
+			f := c.read(20 * time.Second)
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				if g.ErrCode != http2.ErrCodeNo {
+					t.Errorf("GOAWAY %v, want NO_ERROR", g.ErrCode)
+				}
+				return
+			}
+		}
+	})
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// closedByServer reports whether the server has closed conn: a read ends
+// with EOF or a reset (after any frames it sent first) within 10s.
+func closedByServer(conn net.Conn) bool {
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, conn)
+	return !isTimeout(err)
+}
+
+func dialTCP(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
