@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -93,7 +94,7 @@ Flags:
 		}
 		lanes = append(lanes, lane)
 	}
-	res, err := simulate.Run(t, lanes, *bin, *period)
+	res, err := simulate.Run(context.Background(), t, lanes, *bin, *period)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
 		return 2
