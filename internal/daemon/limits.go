@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"net"
+	"slices"
 
 	"fmt"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/connlimit"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/hostcheck"
 )
 
 // Limits bounds what a caller can make the daemon hold before its call is
@@ -180,15 +183,30 @@ func chainTaps(taps []tap.ServerInHandle) tap.ServerInHandle {
 
 // httpServer returns an HTTP server for h on l, with the header, body and
 // idle timeouts of the limits (the body's: MessageTimeout after the
-// header) and l's connection states tracked.
+// header) and l's connection states tracked, answering only the hosts
+// allowedHosts names and no unsafe cross-origin request
+// (internal/hostcheck).
 func (d *Daemon) httpServer(h http.Handler, l *connlimit.Listener) *http.Server {
 	lim := d.cfg.Limits
 	return &http.Server{
-		Handler:           h,
+		Handler:           d.allowedHosts().Handler(h),
 		ReadHeaderTimeout: lim.HeaderTimeout,
 		ReadTimeout:       lim.HeaderTimeout + lim.MessageTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
 		ConnState:         l.ConnState,
 	}
+}
+
+// allowedHosts returns the Host names the HTTP ports answer to:
+// Config.AllowedHosts and the host names of the HTTP and admin addresses,
+// besides IP addresses and localhost.
+func (d *Daemon) allowedHosts() *hostcheck.Hosts {
+	names := slices.Clone(d.cfg.AllowedHosts)
+	for _, addr := range []string{d.cfg.HTTPAddr, d.cfg.AdminAddr} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+			names = append(names, host)
+		}
+	}
+	return hostcheck.New(names...)
 }

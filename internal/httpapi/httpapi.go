@@ -44,11 +44,14 @@
 // which is never answered).
 //
 // When the Envoy v3 service is registered, /json serves it as
-// envoyproxy/ratelimit's /json endpoint does, for tooling written for it: any
-// method and content type, the v3 request and response in protojson, HTTP 200
-// for OK and 429 Too Many Requests, with the same JSON body, for OVER_LIMIT;
-// fields at their zero value are omitted there ("limitRemaining" is absent
-// when 0), as upstream writes them.
+// envoyproxy/ratelimit's /json endpoint does, for tooling written for it:
+// the v3 request and response in protojson, HTTP 200 for OK and 429 Too Many
+// Requests, with the same JSON body, for OVER_LIMIT; fields at their zero
+// value are omitted there ("limitRemaining" is absent when 0), as upstream
+// writes them. Unlike upstream, which takes any method and content type,
+// /json takes only a POST of application/json (else 405 or 415), as the
+// methods' paths do: a form, a text/plain fetch or an image tag on any web
+// page could otherwise spend a bucket from a browser that reaches the port.
 //
 // A call that fails is answered with the HTTP status of its gRPC code (see
 // HTTPStatus) and the body
@@ -200,7 +203,7 @@ func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		}
 		s.mux.Handle("POST "+m.fullMethod, m)
 		if desc.ServiceName == envoyService && m.desc.MethodName == "ShouldRateLimit" {
-			s.mux.Handle(UpstreamJSONPath, &upstreamJSON{m})
+			s.mux.Handle("POST "+UpstreamJSONPath, &upstreamJSON{m})
 		}
 	}
 }
@@ -214,11 +217,6 @@ type method struct {
 }
 
 func (m *method) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !isJSON(r.Header.Get("Content-Type")) {
-		writeError(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
-			"Content-Type: want application/json, got "+strconv.Quote(r.Header.Get("Content-Type")))
-		return
-	}
 	resp, ok := m.call(w, r)
 	if ok {
 		writeMessage(w, http.StatusOK, resp, withDefaults)
@@ -247,6 +245,11 @@ func (u *upstreamJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // call reads and decodes the request, runs the method and returns its
 // response; on failure it has written the error and returns false.
 func (m *method) call(w http.ResponseWriter, r *http.Request) (proto.Message, bool) {
+	if !isJSON(r.Header.Get("Content-Type")) {
+		writeError(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
+			"Content-Type: want application/json, got "+strconv.Quote(r.Header.Get("Content-Type")))
+		return nil, false
+	}
 	body, err := m.server.readBody(w, r)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
