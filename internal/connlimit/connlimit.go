@@ -109,11 +109,17 @@ func (l *Listener) forget(c *Conn) {
 	}
 }
 
-// Open returns how many connections are open.
-func (l *Listener) Open() int {
+// Open returns how many connections are open, and how many of them are
+// busy.
+func (l *Listener) Open() (open, busy int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.open)
+	for c := range l.open {
+		if c.busy > 0 {
+			busy++
+		}
+	}
+	return len(l.open), busy
 }
 
 // Evicted returns how many idle connections were closed to make room.

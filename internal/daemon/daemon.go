@@ -219,6 +219,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
+	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.grpc = d.grpcServer()
 	d.serversHTTP()
 	// While the state file loads, the HTTP port answers: /readyz and the

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
@@ -209,4 +210,40 @@ func (d *Daemon) allowedHosts() *hostcheck.Hosts {
 		}
 	}
 	return hostcheck.New(names...)
+}
+
+// limitCollectors returns the metrics of the limits: connections open and
+// busy, evicted and refused, per port; gRPC calls waiting for their
+// message, and those ended.
+func (d *Daemon) limitCollectors() []prometheus.Collector {
+	var cs []prometheus.Collector
+	for _, p := range []struct {
+		port string
+		l    *connlimit.Listener
+	}{{"grpc", d.grpcLis}, {"http", d.httpLis}, {"admin", d.adminLis}} {
+		if p.l == nil {
+			continue
+		}
+		labels := prometheus.Labels{"port": p.port}
+		l := p.l
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_connections", ConstLabels: labels,
+				Help: "Connections open on the port (--max-connections)."}, func() float64 { n, _ := l.Open(); return float64(n) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_connections_busy", ConstLabels: labels,
+				Help: "Connections of the port with a call or request in progress."}, func() float64 { _, n := l.Open(); return float64(n) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_connections_evicted_total", ConstLabels: labels,
+				Help: "Idle connections closed to make room for a new one, --max-connections being open."}, func() float64 { return float64(l.Evicted()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_connections_refused_total", ConstLabels: labels,
+				Help: "New connections closed on arrival, --max-connections being open and busy."}, func() float64 { return float64(l.Refused()) }),
+		)
+	}
+	w := d.waiting
+	return append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_grpc_waiting_calls",
+			Help: "gRPC calls waiting for their request message (--grpc-max-waiting)."}, func() float64 { return float64(w.Waiting()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_grpc_waiting_ended_total", ConstLabels: prometheus.Labels{"reason": "timeout"},
+			Help: "gRPC calls ended while waiting for their request message: timeout (--message-timeout), evicted (--grpc-max-waiting)."}, func() float64 { t, _ := w.Ended(); return float64(t) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_grpc_waiting_ended_total", ConstLabels: prometheus.Labels{"reason": "evicted"},
+			Help: "gRPC calls ended while waiting for their request message: timeout (--message-timeout), evicted (--grpc-max-waiting)."}, func() float64 { _, e := w.Ended(); return float64(e) }),
+	)
 }

@@ -2,9 +2,7 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -14,136 +12,66 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/h2raw"
 )
 
 const v1Method = "/ratelimit.v1.RateLimitService/ShouldRateLimit"
 
-// h2 is a raw HTTP/2 client connection to the gRPC port: it sends exactly
-// the frames a test writes, as an attacker would.
+// h2 is a raw HTTP/2 connection to the gRPC port that fails the test on
+// errors.
 type h2 struct {
-	t        *testing.T
-	conn     net.Conn
-	fr       *http2.Framer
-	settings map[http2.SettingID]uint32 // the server's first SETTINGS
-	next     uint32                     // the next stream id
-	dec      *hpack.Decoder             // the server's header blocks (its dynamic table lasts the connection)
+	*h2raw.Conn
+	t *testing.T
 }
 
-// dialH2 connects to addr, sends the client preface and empty SETTINGS,
-// and reads the server's SETTINGS.
 func dialH2(t *testing.T, addr string) *h2 {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	c, err := h2raw.Dial(addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	c := &h2{t: t, conn: conn, fr: http2.NewFramer(conn, conn), settings: map[http2.SettingID]uint32{}, next: 1, dec: hpack.NewDecoder(4096, nil)}
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	f := c.read(5 * time.Second)
-	sf, ok := f.(*http2.SettingsFrame)
-	if !ok {
-		t.Fatalf("first frame %v, want SETTINGS", f)
-	}
-	sf.ForeachSetting(func(s http2.Setting) error { c.settings[s.ID] = s.Val; return nil })
-	if err := c.fr.WriteSettingsAck(); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	t.Cleanup(func() { c.Close() })
+	return &h2{c, t}
 }
 
-// read returns the next frame, failing the test if none comes within
-// wait (a bound on a test that would otherwise hang, not a timing check).
-func (c *h2) read(wait time.Duration) http2.Frame {
-	c.t.Helper()
-	c.conn.SetReadDeadline(time.Now().Add(wait))
-	f, err := c.fr.ReadFrame()
-	if err != nil {
-		c.t.Fatalf("reading a frame: %v", err)
-	}
-	return f
-}
-
-// open starts a call of method with extra header fields, sending its
-// HEADERS without ending the stream, and returns its stream id.
 func (c *h2) open(method string, extra ...string) uint32 {
 	c.t.Helper()
-	var buf bytes.Buffer
-	enc := hpack.NewEncoder(&buf)
-	fields := append([]string{":method", "POST", ":scheme", "http", ":path", method, ":authority", "ratelimitd",
-		"content-type", "application/grpc", "te", "trailers"}, extra...)
-	for i := 0; i < len(fields); i += 2 {
-		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
-	}
-	id := c.next
-	c.next += 2
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true}); err != nil {
+	id, err := c.Open(method, extra...)
+	if err != nil {
 		c.t.Fatal(err)
 	}
 	return id
 }
 
-// sendPart sends, on stream id, the gRPC message prefix announcing a
-// message of size bytes and the first part bytes of it, without ending the
-// stream.
 func (c *h2) sendPart(id uint32, size, part int) {
 	c.t.Helper()
-	b := make([]byte, 5+part)
-	binary.BigEndian.PutUint32(b[1:5], uint32(size))
-	if err := c.fr.WriteData(id, false, b); err != nil {
+	if err := c.SendPart(id, size, part); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-// ended is how a stream ended: by RST_STREAM (rst) or by the server's
-// trailers (grpc-status).
-type ended struct {
-	id     uint32
-	rst    http2.ErrCode
-	status string
+// nextEnd is h2raw.Conn.NextEnd, waiting at most wait (a bound on a test
+// that would otherwise hang, not a timing check).
+func (c *h2) nextEnd(wait time.Duration) h2raw.Ended {
+	c.t.Helper()
+	e, err := c.NextEnd(wait)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return e
 }
 
-// nextEnd reads frames until one ends a stream (trailers with a
-// grpc-status, or RST_STREAM with an error), answering pings and skipping
-// the rest, for at most wait.
-func (c *h2) nextEnd(wait time.Duration) ended {
+func (c *h2) read(wait time.Duration) http2.Frame {
 	c.t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		f := c.read(time.Until(deadline))
-		switch f := f.(type) {
-		case *http2.RSTStreamFrame:
-			if f.ErrCode != http2.ErrCodeNo { // NO_ERROR follows the trailers of a stream the client had not finished
-				return ended{id: f.StreamID, rst: f.ErrCode}
-			}
-		case *http2.HeadersFrame:
-			fields, err := c.dec.DecodeFull(f.HeaderBlockFragment())
-			if err != nil {
-				c.t.Fatal(err)
-			}
-			for _, hf := range fields {
-				if hf.Name == "grpc-status" {
-					return ended{id: f.StreamID, status: hf.Value}
-				}
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				c.fr.WritePing(true, f.Data)
-			}
-		case *http2.GoAwayFrame:
-			c.t.Fatalf("GOAWAY %v while waiting for a stream to end", f.ErrCode)
-		}
+	f, err := c.Read(wait)
+	if err != nil {
+		c.t.Fatal(err)
 	}
+	return f
 }
 
 // TestStreamsPerConnectionBounded: the gRPC port advertises its limit of
@@ -151,14 +79,14 @@ func (c *h2) nextEnd(wait time.Duration) ended {
 func TestStreamsPerConnectionBounded(t *testing.T) {
 	d := daemontest.Start(t, "", func(c *daemon.Config) { c.Limits.MaxConcurrentStreams = 3 })
 	c := dialH2(t, d.GRPCAddr())
-	if got, ok := c.settings[http2.SettingMaxConcurrentStreams]; !ok || got != 3 {
+	if got, ok := c.Settings[http2.SettingMaxConcurrentStreams]; !ok || got != 3 {
 		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d (sent: %v), want 3", got, ok)
 	}
 	for range 3 {
 		c.open(v1Method)
 	}
 	fourth := c.open(v1Method)
-	if e := c.nextEnd(10 * time.Second); e.id != fourth || e.rst != http2.ErrCodeRefusedStream {
+	if e := c.nextEnd(10 * time.Second); e.ID != fourth || e.RST != http2.ErrCodeRefusedStream {
 		t.Fatalf("first stream ended: %+v, want stream %d refused (REFUSED_STREAM)", e, fourth)
 	}
 }
@@ -174,10 +102,10 @@ func TestMessageNeverArriving(t *testing.T) {
 	got := map[uint32]bool{}
 	for range 2 {
 		e := c.nextEnd(20 * time.Second)
-		if e.status != "" && e.status != "1" { // CANCELLED
-			t.Errorf("stream %d ended with grpc-status %s, want 1 (CANCELLED)", e.id, e.status)
+		if e.Status != "" && e.Status != "1" { // CANCELLED
+			t.Errorf("stream %d ended with grpc-status %s, want 1 (CANCELLED)", e.ID, e.Status)
 		}
-		got[e.id] = true
+		got[e.ID] = true
 	}
 	if !got[nothing] || !got[part] {
 		t.Fatalf("ended streams %v, want %d and %d", got, nothing, part)
@@ -204,8 +132,11 @@ func TestWaitingStreamsBounded(t *testing.T) {
 		ids = append(ids, id)
 		time.Sleep(10 * time.Millisecond) // so that each waits longer than the next: the order is what is checked
 	}
-	if e := c.nextEnd(10 * time.Second); e.id != ids[0] {
+	if e := c.nextEnd(10 * time.Second); e.ID != ids[0] {
 		t.Fatalf("stream %+v ended, want the oldest, %d", e, ids[0])
+	}
+	if m := scrape(t, d); m[`ratelimitd_grpc_waiting_calls`] != 2 || m[`ratelimitd_grpc_waiting_ended_total{reason="evicted"}`] != 1 {
+		t.Errorf("waiting %v, evicted %v; want 2 and 1", m[`ratelimitd_grpc_waiting_calls`], m[`ratelimitd_grpc_waiting_ended_total{reason="evicted"}`])
 	}
 }
 
@@ -221,7 +152,7 @@ func TestMessageSizeFromBounds(t *testing.T) {
 	c := dialH2(t, d.GRPCAddr())
 	id := c.open(v1Method)
 	c.sendPart(id, limit+1, 0)
-	if e := c.nextEnd(10 * time.Second); e.id != id || e.status != "8" { // RESOURCE_EXHAUSTED
+	if e := c.nextEnd(10 * time.Second); e.ID != id || e.Status != "8" { // RESOURCE_EXHAUSTED
 		t.Fatalf("stream ended %+v, want %d with grpc-status 8 (RESOURCE_EXHAUSTED)", e, id)
 	}
 }
@@ -238,14 +169,14 @@ func TestAuthzBeforeMessage(t *testing.T) {
 	c := dialH2(t, d.GRPCAddr())
 	for _, extra := range [][]string{nil, {"authorization", "Bearer not-a-token-at-all"}, {"authorization", "Basic x"}} {
 		id := c.open(v1Method, extra...)
-		if e := c.nextEnd(10 * time.Second); e.id != id || e.status != "16" { // UNAUTHENTICATED
+		if e := c.nextEnd(10 * time.Second); e.ID != id || e.Status != "16" { // UNAUTHENTICATED
 			t.Fatalf("%v: stream ended %+v, want %d refused with grpc-status 16 before any message", extra, e, id)
 		}
 	}
 	// A known caller's call waits for its message, and is decided.
 	id := c.open(v1Method, "authorization", "Bearer "+batchToken)
 	c.sendPart(id, 1000, 10)
-	c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	c.Fr.WriteRSTStream(id, http2.ErrCodeCancel)
 	if got := scrape(t, d)[`ratelimitd_authz_denied_total{reason="no_credentials"}`]; got != 1 {
 		t.Errorf("no_credentials refusals %v, want 1", got)
 	}
@@ -262,24 +193,30 @@ func TestGRPCConnectionsBounded(t *testing.T) {
 	first := dialH2(t, d.GRPCAddr())
 	second := dialH2(t, d.GRPCAddr())
 	second.sendPart(second.open(v1Method), 1000, 10) // busy from now on
-	client, _ := dial(t, d)                          // a third, with a call to make
+	client, conn := dial(t, d)                       // a third, with a call to make
 	if _, err := client.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
 		t.Fatalf("a call on a new connection with the limit reached: %v", err)
 	}
-	if !closedByServer(first.conn) {
+	if !closedByServer(first.Conn.Conn) {
 		t.Fatal("the idle connection is still open")
 	}
-	third := dialH2(t, d.GRPCAddr()) // closes the client's, idle since its call
+	conn.Close() // (a gRPC client would reconnect if its connection were closed under it)
+	eventually(t, "the client's connection closed", func() bool { return scrape(t, d)[`ratelimitd_connections{port="grpc"}`] == 1 })
+	third := dialH2(t, d.GRPCAddr())
 	third.sendPart(third.open(v1Method), 1000, 10)
-	time.Sleep(50 * time.Millisecond) // the call starts (Begin) once its headers are read
+	eventually(t, "both connections busy", func() bool { return scrape(t, d)[`ratelimitd_connections_busy{port="grpc"}`] == 2 })
 	if !closedByServer(dialTCP(t, d.GRPCAddr())) {
 		t.Fatal("a connection beyond the limit, every one busy, is open")
 	}
+	m := scrape(t, d)
+	if m[`ratelimitd_connections_evicted_total{port="grpc"}`] != 1 || m[`ratelimitd_connections_refused_total{port="grpc"}`] != 1 {
+		t.Errorf("evicted %v, refused %v; want 1 and 1", m[`ratelimitd_connections_evicted_total{port="grpc"}`], m[`ratelimitd_connections_refused_total{port="grpc"}`])
+	}
 	// The busy connection is untouched: nothing but flow control and pings
 	// on it.
-	second.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	second.Conn.Conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	for {
-		f, err := second.fr.ReadFrame()
+		f, err := second.Fr.ReadFrame()
 		if isTimeout(err) {
 			break
 		}

@@ -56,6 +56,8 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	waiting list.List // of *entry, oldest first
+
+	timedOut, evicted atomic.Uint64
 }
 
 type entry struct {
@@ -89,6 +91,7 @@ func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error)
 	e.el = l.waiting.PushBack(e)
 	l.mu.Unlock()
 	if evicted != nil {
+		l.evicted.Add(1)
 		evicted.cancel(ErrEvicted)
 	}
 	return context.WithValue(ctx, entryKey{}, e), nil
@@ -114,6 +117,10 @@ func (l *Limiter) Waiting() int {
 	defer l.mu.Unlock()
 	return l.waiting.Len()
 }
+
+// Ended returns how many streams were ended for their late message, and
+// how many to make room for a newer one.
+func (l *Limiter) Ended() (timedOut, evicted uint64) { return l.timedOut.Load(), l.evicted.Load() }
 
 // Run ends the streams waiting longer than the timeout, checking every
 // tenth of it (at least every millisecond), until ctx ends. A stream is
@@ -142,6 +149,7 @@ func (l *Limiter) expire() {
 		late = append(late, e)
 	}
 	l.mu.Unlock()
+	l.timedOut.Add(uint64(len(late)))
 	for _, e := range late {
 		e.cancel(ErrTimeout)
 	}
