@@ -127,7 +127,7 @@ func (l Limits) withDefaults() (Limits, error) {
 // API) that b lets through, with room to spare for each field's tag and
 // length and for a descriptor's limit and hits: the gRPC server refuses a
 // larger message (ResourceExhausted) before reading it. With
-// engine.DefaultBounds it is 1,343,512 bytes (1.28 MiB).
+// engine.DefaultBounds it is 1,361,152 bytes (1.30 MiB).
 func MaxMessageBytes(b engine.Bounds) int {
 	const (
 		perEntry      = 16  // the entry's and its key's and value's tags and lengths

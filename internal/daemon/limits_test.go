@@ -4,15 +4,23 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
@@ -140,14 +148,34 @@ func TestWaitingStreamsBounded(t *testing.T) {
 	}
 }
 
-// TestMessageSizeFromBounds: the gRPC port refuses a message larger than
-// the request bounds allow (ResourceExhausted) on its prefix, without
-// waiting for its bytes, and takes one of that size.
+// TestMessageSizeFromBounds: the gRPC port takes the largest request the
+// bounds allow, and refuses a message larger than MaxMessageBytes
+// (ResourceExhausted) on its prefix, without waiting for its bytes.
 func TestMessageSizeFromBounds(t *testing.T) {
 	d := daemontest.Start(t, "")
 	limit := daemon.MaxMessageBytes(engine.DefaultBounds)
-	if limit >= 4<<20 || limit < 1<<20 {
-		t.Fatalf("MaxMessageBytes(DefaultBounds) = %d, want between 1 MiB and gRPC's default 4 MiB", limit)
+	if limit != 1_361_152 { // as documented
+		t.Fatalf("MaxMessageBytes(DefaultBounds) = %d, want 1,361,152", limit)
+	}
+	// The largest request the bounds allow, every field at its longest (an
+	// inline limit with a name, hits set everywhere), fits.
+	b := engine.DefaultBounds
+	largest := &rl.ShouldRateLimitRequest{Domain: strings.Repeat("d", b.MaxKeyBytes), Hits: math.MaxUint32}
+	for i := range b.MaxDescriptors {
+		d := &rl.Descriptor{Hits: proto.Uint32(math.MaxUint32), Limit: &rl.Limit{
+			Algorithm: rl.Algorithm_ALGORITHM_LEAKY_BUCKET_QUEUE, Requests: math.MaxUint32, Burst: math.MaxUint32,
+			Period: &durationpb.Duration{Seconds: math.MaxInt64, Nanos: 999_999_999}, Name: strings.Repeat("n", b.MaxKeyBytes)}}
+		for j := range b.MaxEntries {
+			d.Entries = append(d.Entries, &rl.Entry{Key: fmt.Sprintf("%0*d", b.MaxKeyBytes, j), Value: fmt.Sprintf("%0*d", b.MaxValueBytes, i)})
+		}
+		largest.Descriptors = append(largest.Descriptors, d)
+	}
+	if n := proto.Size(largest); n > limit {
+		t.Fatalf("the largest request within the bounds is %d bytes, over MaxMessageBytes %d", n, limit)
+	}
+	client, _ := dial(t, d)
+	if _, err := client.ShouldRateLimit(context.Background(), largest); status.Code(err) == codes.ResourceExhausted {
+		t.Fatalf("the largest request within the bounds: %v", err) // (its absurd limits may be InvalidArgument: not its size)
 	}
 	c := dialH2(t, d.GRPCAddr())
 	id := c.open(v1Method)
