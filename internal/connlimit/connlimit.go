@@ -4,7 +4,7 @@
 //
 // A Listener holds at most Max connections. A connection is busy while
 // the server works on a request of it (Busy and Done bracket each one: the
-// HTTP server's ConnState hook, or the gRPC server's stats handler, calls
+// HTTP server's ConnState hook, or the gRPC server's interceptors, call
 // them) and idle otherwise, from the moment it is accepted. When a
 // connection arrives with Max open, the one that has been idle longest is
 // closed to make room; when none is idle, the new connection is closed at
@@ -22,7 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 )
 
 // Listener is a net.Listener holding at most Max connections open. Its
@@ -33,7 +34,7 @@ type Listener struct {
 
 	mu     sync.Mutex
 	open   map[*Conn]struct{}
-	byAddr map[string]*Conn // by remote address, for the gRPC stats handler
+	byAddr map[net.Addr]*Conn // by remote address (the very value its RemoteAddr returns), for the interceptors
 
 	evicted atomic.Uint64
 	refused atomic.Uint64
@@ -41,7 +42,7 @@ type Listener struct {
 
 // New returns l holding at most max connections open (at least 1).
 func New(l net.Listener, max int) *Listener {
-	return &Listener{Listener: l, max: max, open: map[*Conn]struct{}{}, byAddr: map[string]*Conn{}}
+	return &Listener{Listener: l, max: max, open: map[*Conn]struct{}{}, byAddr: map[net.Addr]*Conn{}}
 }
 
 // Conn is a connection a Listener accepted.
@@ -75,7 +76,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.forget(victim)
 		}
 		l.open[c] = struct{}{}
-		l.byAddr[nc.RemoteAddr().String()] = c
+		l.byAddr[nc.RemoteAddr()] = c
 		l.mu.Unlock()
 		if victim != nil {
 			l.evicted.Add(1)
@@ -104,7 +105,7 @@ func (l *Listener) forget(c *Conn) {
 	}
 	c.gone = true
 	delete(l.open, c)
-	if k := c.RemoteAddr().String(); l.byAddr[k] == c {
+	if k := c.RemoteAddr(); l.byAddr[k] == c {
 		delete(l.byAddr, k)
 	}
 }
@@ -170,40 +171,40 @@ func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
 	}
 }
 
-// StatsHandler returns a gRPC stats.Handler for a server serving l: a
-// connection is busy while a call of it runs (stats.Begin to stats.End).
-func (l *Listener) StatsHandler() stats.Handler { return statsHandler{l} }
-
-type statsHandler struct{ l *Listener }
-
-type connKey struct{}
-
-func (h statsHandler) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if info.RemoteAddr == nil {
-		return ctx
+// UnaryServerInterceptor and StreamServerInterceptor make a gRPC server
+// serving l mark a connection busy while a call of it runs its handler.
+// A call still waiting for its message does not make its connection busy
+// (internal/recvlimit bounds those): a connection whose calls never get
+// as far as a handler is as idle as one without calls, and is the first
+// closed to make room.
+func (l *Listener) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if c := l.conn(ctx); c != nil {
+			c.Busy()
+			defer c.Done()
+		}
+		return handler(ctx, req)
 	}
-	h.l.mu.Lock()
-	c := h.l.byAddr[info.RemoteAddr.String()]
-	h.l.mu.Unlock()
-	if c == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, connKey{}, c)
 }
 
-func (statsHandler) HandleConn(context.Context, stats.ConnStats) {}
-
-func (statsHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-
-func (statsHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	c, ok := ctx.Value(connKey{}).(*Conn)
-	if !ok {
-		return
+// StreamServerInterceptor: see UnaryServerInterceptor.
+func (l *Listener) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if c := l.conn(ss.Context()); c != nil {
+			c.Busy()
+			defer c.Done()
+		}
+		return handler(srv, ss)
 	}
-	switch s.(type) {
-	case *stats.Begin:
-		c.Busy()
-	case *stats.End:
-		c.Done()
+}
+
+// conn returns the connection of a gRPC call's context, or nil.
+func (l *Listener) conn(ctx context.Context) *Conn {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byAddr[p.Addr] // the connection's own RemoteAddr: grpc-go's peer, TLS or not
 }

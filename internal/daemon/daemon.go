@@ -435,8 +435,8 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	dec := grpcdecode.New()
 	opts := []grpc.ServerOption{
 		dec.ServerOption(),
-		grpc.ChainUnaryInterceptor(d.unaryInterceptors(dec.UnaryServerInterceptor())...),
-		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
+		grpc.ChainUnaryInterceptor(append(d.transportUnary(), d.unaryInterceptors(dec.UnaryServerInterceptor())...)...),
+		grpc.ChainStreamInterceptor(append(d.transportStream(), d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor())...),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	opts = append(opts, d.grpcLimits()...)

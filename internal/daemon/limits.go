@@ -155,8 +155,6 @@ func (d *Daemon) grpcLimits() []grpc.ServerOption {
 		grpc.MaxHeaderListSize(uint32(l.MaxHeaderBytes)),
 		grpc.ConnectionTimeout(l.HeaderTimeout),
 		grpc.InTapHandle(chainTaps(taps)),
-		grpc.StatsHandler(d.waiting.StatsHandler()),
-		grpc.StatsHandler(d.grpcLis.StatsHandler()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: l.IdleTimeout,
 			Time:              l.KeepaliveTime,
@@ -164,6 +162,17 @@ func (d *Daemon) grpcLimits() []grpc.ServerOption {
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
 	}
+}
+
+// transportUnary and transportStream are the interceptors that run first
+// on every gRPC call: the message has arrived (recvlimit), the connection
+// is busy (connlimit).
+func (d *Daemon) transportUnary() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{d.waiting.UnaryServerInterceptor(), d.grpcLis.UnaryServerInterceptor()}
+}
+
+func (d *Daemon) transportStream() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{d.waiting.StreamServerInterceptor(), d.grpcLis.StreamServerInterceptor()}
 }
 
 // chainTaps runs taps in order; the first error refuses the stream.

@@ -20,22 +20,25 @@
 // The bytes a server buffers for messages being received are then at most
 // Max × the server's largest message (grpc.MaxRecvMsgSize).
 //
-// Install Tap as (or inside) the server's grpc.InTapHandle, StatsHandler
-// with grpc.StatsHandler, and run Run. A stream's message has arrived at
-// its first stats.InPayload; a stream that ends before it (stats.End) is
-// forgotten too. Streaming methods stop being watched at their first
-// message.
+// Install Tap as (or inside) the server's grpc.InTapHandle, the
+// interceptors first in their chains, and run Run. A unary call's message
+// has arrived when the unary interceptor runs; a streaming call's when its
+// first RecvMsg returns. (A stats handler would see the same, but grpc-go
+// makes every call build its events, some 20 allocations, once one is
+// installed.) A stream that ends before its message arrives is counted
+// among the waiting until it times out or is evicted (its end then does
+// nothing more): watching every stream's end would cost each call a
+// goroutine.
 package recvlimit
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/tap"
 )
 
@@ -55,16 +58,45 @@ type Limiter struct {
 	now     func() time.Time
 
 	mu      sync.Mutex
-	waiting list.List // of *entry, oldest first
+	waiting entry // the sentinel of a ring of the waiting entries, oldest first (waiting.next)
+	n       int   // entries waiting
 
 	timedOut, evicted atomic.Uint64
 }
 
+// entry is a stream's context, watched while its message is on the way.
 type entry struct {
-	since  time.Time
-	cancel context.CancelCauseFunc
-	el     *list.Element // nil once no longer waiting; under Limiter.mu
-	done   atomic.Bool   // no longer waiting (set before el is cleared, or after)
+	context.Context
+	since      time.Time
+	cancel     context.CancelCauseFunc
+	prev, next *entry      // in Limiter.waiting while waiting; nil after; under Limiter.mu
+	done       atomic.Bool // no longer waiting (set before it leaves the ring, or after)
+}
+
+// push appends e to the ring after the newest entry. Under Limiter.mu.
+func (l *Limiter) push(e *entry) {
+	last := l.waiting.prev
+	e.prev, e.next = last, &l.waiting
+	last.next, l.waiting.prev = e, e
+	l.n++
+}
+
+// remove takes e out of the ring, if it is in it. Under Limiter.mu.
+func (l *Limiter) remove(e *entry) {
+	if e.next == nil {
+		return
+	}
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	l.n--
+}
+
+// oldest returns the entry waiting longest, or nil. Under Limiter.mu.
+func (l *Limiter) oldest() *entry {
+	if l.waiting.next == &l.waiting {
+		return nil
+	}
+	return l.waiting.next
 }
 
 type entryKey struct{}
@@ -72,7 +104,9 @@ type entryKey struct{}
 // New returns a Limiter of at most max streams waiting at once (at least
 // 1), each for at most timeout (at least 1ms).
 func New(max int, timeout time.Duration) *Limiter {
-	return &Limiter{max: max, timeout: timeout, now: time.Now}
+	l := &Limiter{max: max, timeout: timeout, now: time.Now}
+	l.waiting.prev, l.waiting.next = &l.waiting, &l.waiting
+	return l
 }
 
 // Tap is a tap.ServerInHandle: it registers the stream as waiting for its
@@ -80,34 +114,46 @@ func New(max int, timeout time.Duration) *Limiter {
 // stream.
 func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	e := &entry{cancel: cancel}
+	e := &entry{Context: ctx, cancel: cancel}
 	var evicted *entry
 	l.mu.Lock()
 	e.since = l.now()
-	if l.waiting.Len() >= l.max {
-		evicted = l.waiting.Remove(l.waiting.Front()).(*entry)
-		evicted.el = nil
+	if l.n >= l.max {
+		evicted = l.oldest()
+		l.remove(evicted)
 	}
-	e.el = l.waiting.PushBack(e)
+	l.push(e)
 	l.mu.Unlock()
 	if evicted != nil {
 		l.evicted.Add(1)
 		evicted.cancel(ErrEvicted)
 	}
-	return context.WithValue(ctx, entryKey{}, e), nil
+	return e, nil
 }
 
-// arrived forgets the stream of ctx: its message arrived, or it ended.
-func (l *Limiter) arrived(ctx context.Context) {
-	e, ok := ctx.Value(entryKey{}).(*entry)
-	if !ok || e.done.Swap(true) {
+// Value returns e for entryKey, else what its context holds.
+func (e *entry) Value(key any) any {
+	if key == (entryKey{}) {
+		return e
+	}
+	return e.Context.Value(key)
+}
+
+// Arrived forgets the stream of ctx, whose message has arrived; it does
+// nothing for a context Tap did not make.
+func (l *Limiter) Arrived(ctx context.Context) {
+	if e, ok := ctx.Value(entryKey{}).(*entry); ok {
+		l.forget(e)
+	}
+}
+
+// forget stops watching e's stream: its message arrived, or it ended.
+func (l *Limiter) forget(e *entry) {
+	if e.done.Swap(true) {
 		return
 	}
 	l.mu.Lock()
-	if e.el != nil {
-		l.waiting.Remove(e.el)
-		e.el = nil
-	}
+	l.remove(e)
 	l.mu.Unlock()
 }
 
@@ -115,7 +161,7 @@ func (l *Limiter) arrived(ctx context.Context) {
 func (l *Limiter) Waiting() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.waiting.Len()
+	return l.n
 }
 
 // Ended returns how many streams were ended for their late message, and
@@ -143,9 +189,8 @@ func (l *Limiter) expire() {
 	var late []*entry
 	l.mu.Lock()
 	deadline := l.now().Add(-l.timeout)
-	for f := l.waiting.Front(); f != nil && !f.Value.(*entry).since.After(deadline); f = l.waiting.Front() {
-		e := l.waiting.Remove(f).(*entry)
-		e.el = nil
+	for e := l.oldest(); e != nil && !e.since.After(deadline); e = l.oldest() {
+		l.remove(e)
 		late = append(late, e)
 	}
 	l.mu.Unlock()
@@ -155,20 +200,30 @@ func (l *Limiter) expire() {
 	}
 }
 
-// StatsHandler returns the stats.Handler that tells the Limiter when a
-// stream's message has arrived.
-func (l *Limiter) StatsHandler() stats.Handler { return handler{l} }
-
-type handler struct{ l *Limiter }
-
-func (h handler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (h handler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (h handler) HandleConn(context.Context, stats.ConnStats) {}
-func (h handler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	switch s.(type) {
-	case *stats.InPayload, *stats.End:
-		h.l.arrived(ctx)
+// UnaryServerInterceptor marks each unary call's message arrived (it
+// runs once the message is read).
+func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		l.Arrived(ctx)
+		return handler(ctx, req)
 	}
+}
+
+// StreamServerInterceptor marks a streaming call's message arrived when
+// its first RecvMsg returns.
+func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &stream{ServerStream: ss, l: l})
+	}
+}
+
+type stream struct {
+	grpc.ServerStream
+	l *Limiter
+}
+
+func (s *stream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	s.l.Arrived(s.Context())
+	return err
 }
