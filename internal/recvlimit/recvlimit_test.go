@@ -1,0 +1,49 @@
+package recvlimit
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestLimiter: the oldest waiting stream is ended to make room, a late one
+// is ended by expire, one whose message arrived is never ended, and the
+// cause says which.
+func TestLimiter(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := New(2, 10*time.Second)
+	l.now = func() time.Time { return now }
+	tap := func() context.Context {
+		ctx, err := l.Tap(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+		return ctx
+	}
+	a, b := tap(), tap()
+	l.Arrived(b)
+	c := tap()
+	d := tap() // three tapped, one arrived: a, the oldest waiting, makes room
+	if !errors.Is(context.Cause(a), ErrEvicted) {
+		t.Errorf("a: %v, want evicted", context.Cause(a))
+	}
+	if l.Waiting() != 2 {
+		t.Errorf("waiting %d, want 2", l.Waiting())
+	}
+	now = now.Add(8 * time.Second) // c (tapped at 2s) has waited 10s, d 9s
+	l.expire()
+	if !errors.Is(context.Cause(c), ErrTimeout) || d.Err() != nil || b.Err() != nil {
+		t.Errorf("after 10s: c %v, d %v, b %v; want c timed out only", context.Cause(c), d.Err(), b.Err())
+	}
+	now = now.Add(time.Hour)
+	l.Arrived(d)
+	l.expire()
+	if d.Err() != nil || l.Waiting() != 0 {
+		t.Errorf("d arrived then an hour: %v, %d waiting", d.Err(), l.Waiting())
+	}
+	if to, ev := l.Ended(); to != 1 || ev != 1 {
+		t.Errorf("ended %d by timeout, %d evicted; want 1 and 1", to, ev)
+	}
+}
