@@ -11,11 +11,13 @@
 //   - a stream whose message has not arrived Timeout after its HEADERS is
 //     ended (its context is cancelled with ErrTimeout: the caller sees
 //     CANCELLED);
-//   - when Max streams are receiving and another one starts, the stream
-//     that has been receiving longest is ended (ErrEvicted) to make room.
-//     A well-formed call's message arrives with or right after its
-//     headers, so it is never the oldest for long; streams held open by a
-//     slow or absent message are.
+//   - when Max streams are waiting and another one starts, one is ended
+//     (ErrEvicted) to make room: the one waiting longest of the connection
+//     with the most streams waiting. A well-formed call's message arrives
+//     with or right after its headers, so its stream waits little, and a
+//     client's connection seldom has more than a few waiting; streams held
+//     open by a slow or absent message wait long, and many at once on the
+//     connections of whoever holds them.
 //
 // The bytes a server buffers for messages being received are then at most
 // Max × the server's largest message (grpc.MaxRecvMsgSize).
@@ -34,11 +36,13 @@ package recvlimit
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/tap"
 )
 
@@ -48,7 +52,7 @@ var ErrTimeout = errors.New("recvlimit: the request message did not arrive in ti
 
 // ErrEvicted is the cause of a stream's context ended to make room for a
 // newer stream.
-var ErrEvicted = errors.New("recvlimit: too many streams waiting for their request message; the oldest was ended")
+var ErrEvicted = errors.New("recvlimit: too many streams waiting for their request message; this one was ended to make room")
 
 // Limiter bounds the streams waiting for their request message. Its zero
 // value is not usable: call New. It is safe for concurrent use.
@@ -58,8 +62,9 @@ type Limiter struct {
 	now     func() time.Time
 
 	mu      sync.Mutex
-	waiting entry // the sentinel of a ring of the waiting entries, oldest first (waiting.next)
-	n       int   // entries waiting
+	waiting entry            // the sentinel of a ring of the waiting entries, oldest first (waiting.next)
+	n       int              // entries waiting
+	perConn map[net.Addr]int // entries waiting, by connection (the peer's address)
 
 	timedOut, evicted atomic.Uint64
 }
@@ -69,6 +74,7 @@ type entry struct {
 	context.Context
 	since      time.Time
 	cancel     context.CancelCauseFunc
+	conn       net.Addr    // the connection's remote address (nil: unknown)
 	prev, next *entry      // in Limiter.waiting while waiting; nil after; under Limiter.mu
 	done       atomic.Bool // no longer waiting (set before it leaves the ring, or after)
 }
@@ -79,6 +85,7 @@ func (l *Limiter) push(e *entry) {
 	e.prev, e.next = last, &l.waiting
 	last.next, l.waiting.prev = e, e
 	l.n++
+	l.perConn[e.conn]++
 }
 
 // remove takes e out of the ring, if it is in it. Under Limiter.mu.
@@ -89,6 +96,24 @@ func (l *Limiter) remove(e *entry) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
 	l.n--
+	if l.perConn[e.conn]--; l.perConn[e.conn] == 0 {
+		delete(l.perConn, e.conn)
+	}
+}
+
+// victim returns the entry to end to make room: the oldest of the
+// connection with the most entries waiting (of those, the one whose oldest
+// waits longest). Under Limiter.mu, with at least one entry waiting.
+func (l *Limiter) victim() *entry {
+	most := 0
+	for _, n := range l.perConn {
+		most = max(most, n)
+	}
+	for e := l.oldest(); ; e = e.next {
+		if l.perConn[e.conn] == most {
+			return e
+		}
+	}
 }
 
 // oldest returns the entry waiting longest, or nil. Under Limiter.mu.
@@ -104,22 +129,25 @@ type entryKey struct{}
 // New returns a Limiter of at most max streams waiting at once (at least
 // 1), each for at most timeout (at least 1ms).
 func New(max int, timeout time.Duration) *Limiter {
-	l := &Limiter{max: max, timeout: timeout, now: time.Now}
+	l := &Limiter{max: max, timeout: timeout, now: time.Now, perConn: map[net.Addr]int{}}
 	l.waiting.prev, l.waiting.next = &l.waiting, &l.waiting
 	return l
 }
 
 // Tap is a tap.ServerInHandle: it registers the stream as waiting for its
-// message, ending the one waiting longest when Max are. It never refuses a
-// stream.
+// message, ending another (see the package documentation) when Max are.
+// It never refuses a stream.
 func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	e := &entry{Context: ctx, cancel: cancel}
+	if p, ok := peer.FromContext(ctx); ok {
+		e.conn = p.Addr
+	}
 	var evicted *entry
 	l.mu.Lock()
 	e.since = l.now()
 	if l.n >= l.max {
-		evicted = l.oldest()
+		evicted = l.victim()
 		l.remove(evicted)
 	}
 	l.push(e)

@@ -3,8 +3,11 @@ package recvlimit
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/peer"
 )
 
 // TestLimiter: the oldest waiting stream is ended to make room, a late one
@@ -45,5 +48,27 @@ func TestLimiter(t *testing.T) {
 	}
 	if to, ev := l.Ended(); to != 1 || ev != 1 {
 		t.Errorf("ended %d by timeout, %d evicted; want 1 and 1", to, ev)
+	}
+}
+
+// TestLimiterEvictsFromTheBusiestConnection: the stream ended to make room
+// is the oldest of the connection with the most streams waiting, not the
+// oldest of all.
+func TestLimiterEvictsFromTheBusiestConnection(t *testing.T) {
+	l := New(3, time.Hour)
+	conns := map[int]net.Addr{} // as grpc-go gives every stream of a connection the same address
+	from := func(port int) context.Context {
+		if conns[port] == nil {
+			conns[port] = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+		}
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: conns[port]})
+		ctx, _ = l.Tap(ctx, nil)
+		return ctx
+	}
+	client := from(1) // a well-behaved client's call, waiting longest
+	flood1, flood2 := from(2), from(2)
+	from(2) // the fourth: the flood's connection has two waiting, the client's one
+	if client.Err() != nil || !errors.Is(context.Cause(flood1), ErrEvicted) || flood2.Err() != nil {
+		t.Errorf("client %v, flood %v %v; want the flood's oldest evicted", client.Err(), context.Cause(flood1), flood2.Err())
 	}
 }
