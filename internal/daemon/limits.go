@@ -26,7 +26,9 @@ type Limits struct {
 	// MaxConnections is how many connections each port (gRPC, HTTP,
 	// admin) holds open at once; with that many open, a new one closes the
 	// connection idle longest, or is closed itself when none is idle
-	// (internal/connlimit).
+	// (internal/connlimit). A gRPC connection is busy while a call of it
+	// runs its handler, an HTTP one from a request's first byte to its
+	// answer.
 	MaxConnections int
 	// MaxConcurrentStreams is how many calls one gRPC connection may have
 	// open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream
@@ -34,7 +36,8 @@ type Limits struct {
 	MaxConcurrentStreams uint32
 	// MaxWaitingStreams is how many gRPC calls, on all connections
 	// together, may be waiting for their request message at once; a call
-	// beyond it ends the one waiting longest (internal/recvlimit). The
+	// beyond it ends the oldest waiting on the connection with the most
+	// waiting (internal/recvlimit). The
 	// bytes buffered for messages on the way are at most this many times
 	// the largest request the bounds allow (MaxMessageBytes).
 	MaxWaitingStreams int
