@@ -541,7 +541,7 @@ func (d *Daemon) serve() {
 	d.stopJobs = stop
 	go d.store.run(jobs)
 	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
-	go d.waiting.Run(jobs)
+	go every(jobs, d.waiting.ExpireEvery(), d.waiting.Expire)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}

@@ -23,7 +23,7 @@
 // Max × the server's largest message (grpc.MaxRecvMsgSize).
 //
 // Install Tap as (or inside) the server's grpc.InTapHandle, the
-// interceptors first in their chains, and run Run. A unary call's message
+// interceptors first in their chains, and call Expire every ExpireEvery. A unary call's message
 // has arrived when the unary interceptor runs; a streaming call's when its
 // first RecvMsg returns. (A stats handler would see the same, but grpc-go
 // makes every call build its events, some 20 allocations, once one is
@@ -196,24 +196,13 @@ func (l *Limiter) Waiting() int {
 // how many to make room for a newer one.
 func (l *Limiter) Ended() (timedOut, evicted uint64) { return l.timedOut.Load(), l.evicted.Load() }
 
-// Run ends the streams waiting longer than the timeout, checking every
-// tenth of it (at least every millisecond), until ctx ends. A stream is
-// thus ended between Timeout and 1.1 × Timeout after its headers.
-func (l *Limiter) Run(ctx context.Context) {
-	t := time.NewTicker(max(l.timeout/10, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.expire()
-		}
-	}
-}
+// ExpireEvery is how often Expire should run: a tenth of the timeout (at
+// least a millisecond), so that a stream is ended between Timeout and
+// 1.1 × Timeout after its headers.
+func (l *Limiter) ExpireEvery() time.Duration { return max(l.timeout/10, time.Millisecond) }
 
-// expire ends the streams waiting since before now − timeout.
-func (l *Limiter) expire() {
+// Expire ends the streams that have waited Timeout or longer.
+func (l *Limiter) Expire() {
 	var late []*entry
 	l.mu.Lock()
 	deadline := l.now().Add(-l.timeout)

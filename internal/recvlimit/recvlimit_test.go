@@ -36,13 +36,13 @@ func TestLimiter(t *testing.T) {
 		t.Errorf("waiting %d, want 2", l.Waiting())
 	}
 	now = now.Add(8 * time.Second) // c (tapped at 2s) has waited 10s, d 9s
-	l.expire()
+	l.Expire()
 	if !errors.Is(context.Cause(c), ErrTimeout) || d.Err() != nil || b.Err() != nil {
 		t.Errorf("after 10s: c %v, d %v, b %v; want c timed out only", context.Cause(c), d.Err(), b.Err())
 	}
 	now = now.Add(time.Hour)
 	l.Arrived(d)
-	l.expire()
+	l.Expire()
 	if d.Err() != nil || l.Waiting() != 0 {
 		t.Errorf("d arrived then an hour: %v, %d waiting", d.Err(), l.Waiting())
 	}
