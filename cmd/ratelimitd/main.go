@@ -29,6 +29,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	"github.com/ratelimitd/ratelimitd/internal/upstreamenv"
 )
 
 // memoryHeadroom is what the daemon's soft memory limit allows above
@@ -102,7 +103,22 @@ Flags:
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	redisFlags := addRedisFlags(fs, &cfg)
+	xdsFlags := addXDSFlags(fs, &cfg)
+	fs.BoolVar(&cfg.HealthcheckNeedsPolicy, "healthcheck-needs-policy", false, "GET /healthcheck (envoyproxy/ratelimit's probe) fails until a policy is in force, not only while the daemon starts or stops")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve the metrics on this listen `address` (as envoyproxy/ratelimit's PROMETHEUS_ADDR), besides --http-addr's /metrics")
+	fs.StringVar(&cfg.MetricsPath, "metrics-path", "/metrics", "`path` of the metrics on --metrics-addr")
+	fs.BoolVar(&cfg.UpstreamMetricNames, "upstream-metric-names", false, "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_total_hits{domain,key1,key2}, ...), which its dashboards read (docs/envoy-gateway.md)")
+	logLevel := fs.String("log-level", "info", "least `level` logged: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	fs.Bool("upstream-env", false, "read envoyproxy/ratelimit's environment variables (as when started as ratelimit; docs/envoy-gateway.md); flags win over them")
 	version := fs.Bool("version", false, "print the version, commit and commit time of this build, and exit")
+	var (
+		upstream    upstreamenv.Translation
+		upstreamErr error
+	)
+	if wantsUpstreamEnv(args) {
+		upstream, upstreamErr = applyUpstreamEnv(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -112,6 +128,10 @@ Flags:
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return 0
+	}
+	if upstreamErr != nil { // reported once --help and --version are answered
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", upstreamErr)
+		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ratelimitd: unexpected argument %q (see --help)\n", fs.Arg(0))
@@ -139,6 +159,7 @@ Flags:
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
 	}
+	redisFlags.fallbackPassword = upstream.RedisPassword
 	if err := redisFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
@@ -150,7 +171,19 @@ Flags:
 		// instead of letting the heap grow to twice what is live.
 		debug.SetMemoryLimit(cfg.MaxMemory + memoryHeadroom)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	if err := xdsFlags.apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
+	logger, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
+	cfg.Logger = logger
+	for _, w := range upstream.Warnings {
+		cfg.Logger.Warn("envoyproxy/ratelimit setting ignored: " + w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -202,6 +235,23 @@ func checkPolicyLimits(l config.Limits) error {
 		return fmt.Errorf("--max-policy-descriptors %d: want at least 1", l.MaxDescriptors)
 	}
 	return nil
+}
+
+// newLogger returns the daemon's logger, writing to w at level and above,
+// as text or JSON.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 // envOr returns the environment variable name's value, or def when it is

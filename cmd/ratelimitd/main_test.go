@@ -285,6 +285,11 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--message-timeout", "0s"}, "--message-timeout 0s: want a positive duration"},
 		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
 		{[]string{"--max-header-bytes", "0"}, "max-header-bytes"},
+		{[]string{"--xds-tls"}, "give --xds-server"},
+		{[]string{"--xds-server", "127.0.0.1:1", "--xds-headers", "no-colon"}, `--xds-headers: "no-colon" is not key:value`},
+		{[]string{"--xds-server", "127.0.0.1:1", "--xds-tls-ca", "/no/such/ca.pem"}, "xds server CA"},
+		{[]string{"--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
 	}
 	for _, tt := range tests {
 		var stderr strings.Builder

@@ -45,13 +45,34 @@ import (
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
+	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
 )
 
 // Config is what the daemon is started with.
 type Config struct {
 	// ConfigPath is a policy file or a directory of them; empty for the
-	// embedded default policy.
+	// embedded default policy (or with XDS).
 	ConfigPath string
+	// XDS, when XDS.Server is set, takes the policy from an xDS control
+	// plane instead (internal/xdspolicy; see xds.go): not with ConfigPath
+	// or StateFile. Its Logger is the daemon's.
+	XDS xdspolicy.Config
+	// StartWithoutPolicy, with XDS, decides calls before the first policy
+	// arrives, every domain unknown (allowed, unmatched), as upstream's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG; otherwise decision calls are
+	// refused (Unavailable) until then. Readiness (/readyz, gRPC health)
+	// waits for the first policy either way.
+	StartWithoutPolicy bool
+	// HealthcheckNeedsPolicy makes /healthcheck fail until a policy is in
+	// force (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthcheckNeedsPolicy bool
+	// MetricsAddr, when set, also serves the metrics on a listener of
+	// their own, at MetricsPath (default /metrics), as upstream's
+	// PROMETHEUS_ADDR does.
+	MetricsAddr, MetricsPath string
+	// UpstreamMetricNames adds envoyproxy/ratelimit's series
+	// (metrics.WithUpstreamNames) to ratelimitd's own.
+	UpstreamMetricNames bool
 	// GRPCAddr and HTTPAddr are listen addresses; port 0 picks a free one.
 	GRPCAddr string
 	HTTPAddr string
@@ -169,10 +190,15 @@ type Daemon struct {
 
 	metrics     *metrics.Metrics
 	topDenied   *topdenied.Tracker
-	tls         *tlsconfig.Server // nil without TLS
-	authz       *authz.Authorizer // nil without Config.AuthzPolicy
-	policyWatch *reload.Watcher   // nil with the embedded default policy
-	tlsWatch    *reload.Watcher   // nil without TLS
+	tls         *tlsconfig.Server   // nil without TLS
+	authz       *authz.Authorizer   // nil without Config.AuthzPolicy
+	policyWatch *reload.Watcher     // nil with the embedded default policy
+	tlsWatch    *reload.Watcher     // nil without TLS
+	xds         *xdspolicy.Client   // nil without Config.XDS
+	policyIn    chan struct{}       // closed once a policy is in force
+	draining    atomic.Bool         // set as Shutdown starts
+	metricsLis  *connlimit.Listener // nil without Config.MetricsAddr
+	metricsHTTP *http.Server
 	loaded      atomic.Pointer[admin.Loaded]
 	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
 	reloading   sync.Mutex                           // held by Reload
@@ -195,11 +221,12 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		health:    health.NewServer(),
-		served:    make(chan error, 3),
-		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries)),
+		served:    make(chan error, 4), // gRPC, HTTP, admin, metrics
+		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries), metrics.WithUpstreamNames(cfg.UpstreamMetricNames)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
 		ready:     make(chan struct{}),
 		drain:     make(chan struct{}),
+		policyIn:  make(chan struct{}),
 	}
 	// Each step opens what it names; should a later one fail, abort closes
 	// what the earlier ones opened.
@@ -229,11 +256,13 @@ func Start(cfg Config) (*Daemon, error) {
 	d.serveHTTP()
 	d.restoreBuckets()
 	close(d.ready)
-	d.setServing(healthpb.HealthCheckResponse_SERVING)
+	if d.hasPolicy() { // with XDS, once the first policy is in (applyXDS)
+		d.setServing(healthpb.HealthCheckResponse_SERVING)
+	}
 	d.serve()
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
-		"policy", policySource(cfg.ConfigPath), "domains", len(d.loadedPolicy().Policy.Domains()),
+		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String())
 	return d, nil
@@ -285,6 +314,9 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
 	}
+	if err := cfg.checkXDS(); err != nil {
+		return cfg, err
+	}
 	if cfg.StateFile != "" && cfg.Store == "redis" {
 		return cfg, errors.New("a state file keeps the memory store's buckets; Redis keeps its own")
 	}
@@ -325,6 +357,10 @@ func (d *Daemon) watchFiles() (err error) {
 // loadPolicy reads the policy at Config.ConfigPath (or takes the embedded
 // default) and puts it in force.
 func (d *Daemon) loadPolicy() error {
+	if d.cfg.XDS.Server != "" {
+		return d.awaitXDS()
+	}
+	defer close(d.policyIn)
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
@@ -377,8 +413,8 @@ func (d *Daemon) restoreBuckets() {
 // restoring, when set (by tests), is called as the restore starts.
 var restoring func()
 
-// listen binds the gRPC, HTTP and admin listeners, each holding at most
-// Limits.MaxConnections.
+// listen binds the gRPC, HTTP, admin and metrics listeners, each holding
+// at most Limits.MaxConnections.
 func (d *Daemon) listen() error {
 	for _, l := range []struct {
 		name, addr string
@@ -387,6 +423,7 @@ func (d *Daemon) listen() error {
 		{"grpc", d.cfg.GRPCAddr, &d.grpcLis},
 		{"http", d.cfg.HTTPAddr, &d.httpLis},
 		{"admin", d.cfg.AdminAddr, &d.adminLis},
+		{"metrics", d.cfg.MetricsAddr, &d.metricsLis},
 	} {
 		if l.addr == "" {
 			continue
@@ -410,7 +447,7 @@ func (d *Daemon) abort() {
 	if d.store != nil {
 		d.store.close()
 	}
-	for _, l := range []*connlimit.Listener{d.grpcLis, d.httpLis, d.adminLis} {
+	for _, l := range []*connlimit.Listener{d.grpcLis, d.httpLis, d.adminLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -472,6 +509,7 @@ func (d *Daemon) serversHTTP() {
 func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.HandleFunc("GET /healthcheck", d.healthcheck)
 	d.store.routes(mux)
 	// The decision APIs as JSON: the very services the gRPC server has,
 	// through the same interceptors, refused like gRPC calls once draining.
@@ -485,7 +523,7 @@ func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 // the console.
 func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", d.metrics.Handler())
-	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: d.cfg.Pprof})
+	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, XDS: d.xdsStatus, Pprof: d.cfg.Pprof})
 	if !d.cfg.NoConsole {
 		console.New(console.Options{
 			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
@@ -551,6 +589,10 @@ func (d *Daemon) serve() {
 	if d.authz != nil {
 		go d.authz.Run(jobs)
 	}
+	if d.xds != nil {
+		go d.xds.Run(jobs)
+	}
+	d.serveMetrics()
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
 }
 
@@ -578,11 +620,15 @@ func tlsMode(s *tlsconfig.Server) string {
 	return "on"
 }
 
-func policySource(path string) string {
-	if path == "" {
+// policySource names where the policy comes from, for the logs.
+func (d *Daemon) policySource() string {
+	switch {
+	case d.xds != nil:
+		return xdsSource(d.cfg.XDS)
+	case d.cfg.ConfigPath == "":
 		return "embedded default"
 	}
-	return path
+	return d.cfg.ConfigPath
 }
 
 // setServing sets the health of the server as a whole and of each service.
@@ -646,6 +692,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 }
 
 func (d *Daemon) drainAndStop(ctx context.Context) {
+	d.draining.Store(true)
 	d.health.Shutdown()
 	d.log.Info("draining: health is NOT_SERVING", "delay", d.cfg.ShutdownDelay, "grace", d.cfg.ShutdownGrace)
 	if d.cfg.ShutdownDelay > 0 {
@@ -672,7 +719,7 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 		d.grpc.Stop()
 		<-stopped
 	}
-	for _, s := range []*http.Server{d.http, d.admin} {
+	for _, s := range []*http.Server{d.http, d.admin, d.metricsHTTP} {
 		if s != nil && s.Shutdown(ctx) != nil {
 			s.Close()
 		}
