@@ -212,11 +212,11 @@ func (d *Daemon) httpServer(h http.Handler, l *connlimit.Listener) *http.Server 
 }
 
 // allowedHosts returns the Host names the HTTP ports answer to:
-// Config.AllowedHosts and the host names of the HTTP and admin addresses,
-// besides IP addresses and localhost.
+// Config.AllowedHosts and the host names of the HTTP, admin and metrics
+// addresses, besides IP addresses and localhost.
 func (d *Daemon) allowedHosts() *hostcheck.Hosts {
 	names := slices.Clone(d.cfg.AllowedHosts)
-	for _, addr := range []string{d.cfg.HTTPAddr, d.cfg.AdminAddr} {
+	for _, addr := range []string{d.cfg.HTTPAddr, d.cfg.AdminAddr, d.cfg.MetricsAddr} {
 		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 			names = append(names, host)
 		}
