@@ -2,11 +2,10 @@ package daemon
 
 import (
 	"context"
-	"net"
-	"slices"
-
 	"fmt"
+	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +23,7 @@ import (
 // a request on the way. A zero field takes its value from DefaultLimits.
 type Limits struct {
 	// MaxConnections is how many connections each port (gRPC, HTTP,
-	// admin) holds open at once; with that many open, a new one closes the
+	// admin, metrics) holds open at once; with that many open, a new one closes the
 	// connection idle longest, or is closed itself when none is idle
 	// (internal/connlimit). A gRPC connection is busy while a call of it
 	// runs its handler, an HTTP one from a request's first byte to its
@@ -37,9 +36,9 @@ type Limits struct {
 	// MaxWaitingStreams is how many gRPC calls, on all connections
 	// together, may be waiting for their request message at once; a call
 	// beyond it ends the oldest waiting on the connection with the most
-	// waiting (internal/recvlimit). The
-	// bytes buffered for messages on the way are at most this many times
-	// the largest request the bounds allow (MaxMessageBytes).
+	// waiting (internal/recvlimit). The bytes buffered for messages on the
+	// way are at most this many times the largest request the bounds allow
+	// (MaxMessageBytes).
 	MaxWaitingStreams int
 	// MessageTimeout is how long a gRPC call's request message may take to
 	// arrive after its headers, and an HTTP request's body after its
@@ -232,7 +231,7 @@ func (d *Daemon) limitCollectors() []prometheus.Collector {
 	for _, p := range []struct {
 		port string
 		l    *connlimit.Listener
-	}{{"grpc", d.grpcLis}, {"http", d.httpLis}, {"admin", d.adminLis}} {
+	}{{"grpc", d.grpcLis}, {"http", d.httpLis}, {"admin", d.adminLis}, {"metrics", d.metricsLis}} {
 		if p.l == nil {
 			continue
 		}
