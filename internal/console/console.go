@@ -299,8 +299,8 @@ func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), SimulateTimeout)
 	defer cancel()
 	res, err := simulate.Run(ctx, tr, lanes, 0, period)
-	if errors.Is(err, context.DeadlineExceeded) {
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the simulation took longer than %v: shorten the duration or lower the rate", SimulateTimeout))
+	if err != nil && ctx.Err() != nil { // its request was cancelled (nobody reads this), or the timeout
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the simulation stopped (%v): it may run for %v; shorten the duration or lower the rate", ctx.Err(), SimulateTimeout))
 		return
 	}
 	if err != nil {
