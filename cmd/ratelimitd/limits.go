@@ -35,6 +35,7 @@ func addSurfaceFlags(fs *flag.FlagSet, cfg *daemon.Config) *surfaceFlags {
 		return nil
 	})
 	fs.IntVar(&l.MaxWaitingStreams, "grpc-max-waiting", l.MaxWaitingStreams, "most gRPC calls, all connections together, waiting for their request message; one more ends the oldest waiting on the connection with the most waiting (bounds the bytes buffered before authorization: this times the largest request the --max-* bounds allow)")
+	fs.IntVar(&l.MaxWaitingBodies, "http-max-waiting", l.MaxWaitingBodies, "most HTTP decision calls, all connections together, whose body is on its way; one more cuts off the one read longest (bounds the bytes buffered before authorization: this times the 4 MiB body limit)")
 	fs.DurationVar(&l.MessageTimeout, "message-timeout", l.MessageTimeout, "how long a gRPC call's request message, or an HTTP request's body, may take to arrive after its headers")
 	fs.DurationVar(&l.HeaderTimeout, "header-timeout", l.HeaderTimeout, "how long a new connection may take to send its first request's headers (gRPC: the TLS handshake and HTTP/2 preface)")
 	fs.DurationVar(&l.IdleTimeout, "idle-timeout", l.IdleTimeout, "close a connection with no call in progress for this long (gRPC: GOAWAY; HTTP keep-alive)")
@@ -60,7 +61,7 @@ func (f *surfaceFlags) apply(cfg *daemon.Config) error {
 	for _, c := range []struct {
 		flag string
 		n    int
-	}{{"--max-connections", l.MaxConnections}, {"--grpc-max-waiting", l.MaxWaitingStreams}} {
+	}{{"--max-connections", l.MaxConnections}, {"--grpc-max-waiting", l.MaxWaitingStreams}, {"--http-max-waiting", l.MaxWaitingBodies}} {
 		if c.n < 1 {
 			return fmt.Errorf("%s %d: want at least 1", c.flag, c.n)
 		}

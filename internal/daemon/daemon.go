@@ -182,7 +182,8 @@ type Daemon struct {
 	grpcLis  *connlimit.Listener
 	httpLis  *connlimit.Listener
 	adminLis *connlimit.Listener // nil without Config.AdminAddr
-	waiting  *recvlimit.Limiter
+	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
+	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
 	engine   *engine.Engine
 	store    storeBackend
 	stopJobs context.CancelFunc
@@ -246,6 +247,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
+	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.grpc = d.grpcServer()
 	d.serversHTTP()
@@ -514,7 +516,7 @@ func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 	// The decision APIs as JSON: the very services the gRPC server has,
 	// through the same interceptors, refused like gRPC calls once draining.
 	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...),
-		httpapi.WithReadTimeout(d.cfg.Limits.MessageTimeout))
+		httpapi.WithReadTimeout(d.cfg.Limits.MessageTimeout), httpapi.WithWaiting(d.bodies))
 	grpcapi.Register(api, d.engine)
 	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
 }
@@ -580,6 +582,7 @@ func (d *Daemon) serve() {
 	go d.store.run(jobs)
 	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
 	go every(jobs, d.waiting.ExpireEvery(), d.waiting.Expire)
+	go every(jobs, d.bodies.ExpireEvery(), d.bodies.Expire)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}

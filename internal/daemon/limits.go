@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/connlimit"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/hostcheck"
+	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 )
 
 // Limits bounds what a caller can make the daemon hold before its call is
@@ -40,6 +41,11 @@ type Limits struct {
 	// way are at most this many times the largest request the bounds allow
 	// (MaxMessageBytes).
 	MaxWaitingStreams int
+	// MaxWaitingBodies is how many HTTP request bodies of the decision
+	// APIs may be on their way at once; one more cuts off the one read
+	// longest (400, its connection closed). The bytes buffered for bodies
+	// are at most this many times the body limit (httpapi's 4 MiB).
+	MaxWaitingBodies int
 	// MessageTimeout is how long a gRPC call's request message may take to
 	// arrive after its headers, and an HTTP request's body after its
 	// header; a call whose message is late is ended.
@@ -70,7 +76,8 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxConnections:       1024,
 	MaxConcurrentStreams: 100,
-	MaxWaitingStreams:    128,
+	MaxWaitingStreams:    96,
+	MaxWaitingBodies:     16,
 	MessageTimeout:       10 * time.Second,
 	HeaderTimeout:        10 * time.Second,
 	IdleTimeout:          5 * time.Minute,
@@ -90,6 +97,7 @@ func (l Limits) withDefaults() (Limits, error) {
 	}{
 		{"max connections", &l.MaxConnections, &d.MaxConnections},
 		{"max waiting streams", &l.MaxWaitingStreams, &d.MaxWaitingStreams},
+		{"max waiting bodies", &l.MaxWaitingBodies, &d.MaxWaitingBodies},
 		{"max header bytes", &l.MaxHeaderBytes, &d.MaxHeaderBytes},
 	}
 	for _, f := range ints {
@@ -248,13 +256,23 @@ func (d *Daemon) limitCollectors() []prometheus.Collector {
 				Help: "New connections closed on arrival, --max-connections being open and busy."}, func() float64 { return float64(l.Refused()) }),
 		)
 	}
-	w := d.waiting
-	return append(cs,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_grpc_waiting_calls",
-			Help: "gRPC calls waiting for their request message (--grpc-max-waiting)."}, func() float64 { return float64(w.Waiting()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_grpc_waiting_ended_total", ConstLabels: prometheus.Labels{"reason": "timeout"},
-			Help: "gRPC calls ended while waiting for their request message: timeout (--message-timeout), evicted (--grpc-max-waiting)."}, func() float64 { t, _ := w.Ended(); return float64(t) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_grpc_waiting_ended_total", ConstLabels: prometheus.Labels{"reason": "evicted"},
-			Help: "gRPC calls ended while waiting for their request message: timeout (--message-timeout), evicted (--grpc-max-waiting)."}, func() float64 { _, e := w.Ended(); return float64(e) }),
-	)
+	for _, w := range []struct {
+		port string
+		l    *recvlimit.Limiter
+	}{{"grpc", d.waiting}, {"http", d.bodies}} {
+		labels := prometheus.Labels{"port": w.port}
+		ended := func(reason string, n func() uint64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_waiting_ended_total", ConstLabels: prometheus.Labels{"port": w.port, "reason": reason},
+				Help: "Requests ended while their message or body was on its way: timeout (--message-timeout), evicted (--grpc-max-waiting, --http-max-waiting)."},
+				func() float64 { return float64(n()) })
+		}
+		l := w.l
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_waiting_requests", ConstLabels: labels,
+				Help: "gRPC calls waiting for their request message; HTTP decision calls' bodies on their way."}, func() float64 { return float64(l.Waiting()) }),
+			ended("timeout", func() uint64 { t, _ := l.Ended(); return t }),
+			ended("evicted", func() uint64 { _, e := l.Ended(); return e }),
+		)
+	}
+	return cs
 }

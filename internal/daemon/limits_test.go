@@ -144,8 +144,8 @@ func TestWaitingStreamsBounded(t *testing.T) {
 	if e := c.nextEnd(10 * time.Second); e.ID != ids[0] {
 		t.Fatalf("stream %+v ended, want the oldest, %d", e, ids[0])
 	}
-	if m := scrape(t, d); m[`ratelimitd_grpc_waiting_calls`] != 2 || m[`ratelimitd_grpc_waiting_ended_total{reason="evicted"}`] != 1 {
-		t.Errorf("waiting %v, evicted %v; want 2 and 1", m[`ratelimitd_grpc_waiting_calls`], m[`ratelimitd_grpc_waiting_ended_total{reason="evicted"}`])
+	if m := scrape(t, d); m[`ratelimitd_waiting_requests{port="grpc"}`] != 2 || m[`ratelimitd_waiting_ended_total{port="grpc",reason="evicted"}`] != 1 {
+		t.Errorf("waiting %v, evicted %v; want 2 and 1", m[`ratelimitd_waiting_requests{port="grpc"}`], m[`ratelimitd_waiting_ended_total{port="grpc",reason="evicted"}`])
 	}
 }
 
@@ -328,9 +328,12 @@ func isTimeout(err error) bool {
 }
 
 // closedByServer reports whether the server has closed conn: a read ends
-// with EOF or a reset (after any frames it sent first) within 10s.
-func closedByServer(conn net.Conn) bool {
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+// with EOF or a reset (after any bytes it sent first) within 10s.
+func closedByServer(conn net.Conn) bool { return closedWithin(conn, 10*time.Second) }
+
+// closedWithin reports whether the server closes conn within wait.
+func closedWithin(conn net.Conn, wait time.Duration) bool {
+	conn.SetReadDeadline(time.Now().Add(wait))
 	_, err := io.Copy(io.Discard, conn)
 	return !isTimeout(err)
 }
@@ -343,4 +346,37 @@ func dialTCP(t *testing.T, addr string) net.Conn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// TestHTTPBodiesBounded: with as many decision bodies on their way as the
+// limit allows, one more cuts off the one read longest (its connection
+// closed); a body that does not arrive within the message timeout is cut
+// off too.
+func TestHTTPBodiesBounded(t *testing.T) {
+	d := daemontest.Start(t, "", func(c *daemon.Config) {
+		c.Limits.MaxWaitingBodies = 1
+		c.Limits.MessageTimeout = time.Hour
+	})
+	partBody := func() net.Conn {
+		conn := dialTCP(t, d.HTTPAddr())
+		io.WriteString(conn, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"domain\":")
+		return conn
+	}
+	first := partBody()
+	eventually(t, "the first body waiting", func() bool { return scrape(t, d)[`ratelimitd_waiting_requests{port="http"}`] == 1 })
+	second := partBody()
+	if !closedWithin(first, 5*time.Second) { // (well within 10s, the body timeout before --message-timeout)
+		t.Fatal("the body read longest was not cut off")
+	}
+	if m := scrape(t, d); m[`ratelimitd_waiting_ended_total{port="http",reason="evicted"}`] != 1 {
+		t.Errorf("evicted %v, want 1", m[`ratelimitd_waiting_ended_total{port="http",reason="evicted"}`])
+	}
+	second.Close()
+
+	late := daemontest.Start(t, "", func(c *daemon.Config) { c.Limits.MessageTimeout = 200 * time.Millisecond })
+	conn := dialTCP(t, late.HTTPAddr())
+	io.WriteString(conn, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	if !closedByServer(conn) {
+		t.Fatal("a body that never arrives was not cut off")
+	}
 }

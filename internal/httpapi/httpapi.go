@@ -99,6 +99,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 )
 
 // DefaultMaxBodyBytes is the default request body limit: 4 MiB, gRPC's
@@ -125,6 +127,7 @@ type Server struct {
 	interceptor  grpc.UnaryServerInterceptor // interceptors, then CheckDecoded
 	maxBody      int64
 	readTimeout  time.Duration
+	waiting      *recvlimit.Limiter // nil: bodies unbounded in number
 }
 
 // Option configures a Server.
@@ -156,6 +159,14 @@ func WithReadTimeout(d time.Duration) Option {
 			s.readTimeout = d
 		}
 	}
+}
+
+// WithWaiting bounds the bodies being read at once by l
+// (internal/recvlimit): when its Max are being read, one more cuts off
+// the one read longest, which is answered 400 and its connection closed;
+// so do bodies that take l's timeout.
+func WithWaiting(l *recvlimit.Limiter) Option {
+	return func(s *Server) { s.waiting = l }
 }
 
 // New returns a Server that adds a route to mux for each unary method
@@ -281,11 +292,20 @@ func (m *method) call(w http.ResponseWriter, r *http.Request) (proto.Message, bo
 }
 
 // readBody reads the whole body, at most maxBody bytes, within the read
-// timeout.
+// timeout, as one of the bodies the waiting limiter bounds (when there is
+// one): a body it ends is cut off (its connection's read deadline set to
+// now).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	// Not every ResponseWriter supports deadlines (a test recorder does
 	// not); the server's own timeouts then apply.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.readTimeout))
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.readTimeout))
+	if s.waiting != nil {
+		ctx := s.waiting.Wait(r.Context(), nil)
+		defer s.waiting.Arrived(ctx)
+		stop := context.AfterFunc(ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
+		defer stop()
+	}
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 }
 

@@ -135,14 +135,25 @@ func New(max int, timeout time.Duration) *Limiter {
 }
 
 // Tap is a tap.ServerInHandle: it registers the stream as waiting for its
-// message, ending another (see the package documentation) when Max are.
-// It never refuses a stream.
+// message (Wait, with the connection of its peer), ending another (see the
+// package documentation) when Max are. It never refuses a stream.
 func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	e := &entry{Context: ctx, cancel: cancel}
+	var conn net.Addr
 	if p, ok := peer.FromContext(ctx); ok {
-		e.conn = p.Addr
+		conn = p.Addr
 	}
+	return l.Wait(ctx, conn), nil
+}
+
+// Wait registers a request whose message (or body) is on its way, from the
+// connection whose remote address is conn (nil: unknown), ending another
+// when Max are waiting, and returns the request's context: it is cancelled
+// with ErrTimeout or ErrEvicted when the request is ended. Arrived, with
+// that context, says the message has come. (A gRPC server calls it through
+// Tap; an HTTP handler reading a body calls it itself.)
+func (l *Limiter) Wait(ctx context.Context, conn net.Addr) context.Context {
+	ctx, cancel := context.WithCancelCause(ctx)
+	e := &entry{Context: ctx, cancel: cancel, conn: conn}
 	var evicted *entry
 	l.mu.Lock()
 	e.since = l.now()
@@ -156,7 +167,7 @@ func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error)
 		l.evicted.Add(1)
 		evicted.cancel(ErrEvicted)
 	}
-	return e, nil
+	return e
 }
 
 // Value returns e for entryKey, else what its context holds.
