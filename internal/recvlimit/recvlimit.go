@@ -20,7 +20,9 @@
 //     connections of whoever holds them.
 //
 // The bytes a server buffers for messages being received are then at most
-// Max × the server's largest message (grpc.MaxRecvMsgSize).
+// Max × the server's largest message (grpc.MaxRecvMsgSize). An HTTP
+// handler reading a request body can be bounded the same way (Wait and
+// Arrived around the read, the read cut off when the context ends).
 //
 // Install Tap as (or inside) the server's grpc.InTapHandle, the
 // interceptors first in their chains, and call Expire every ExpireEvery. A unary call's message
