@@ -84,9 +84,10 @@ const reflectionPrefix = "/grpc.reflection."
 // grant can allow: a malformed authorization header or an unknown token, or
 // a caller that matches no client where the policy has no anonymous grants
 // (Unauthenticated, counted by reason as Authorize counts). The health
-// service and reflection stay open, as they are to the interceptor. The interceptor still decides each call that passes,
-// by its domain and access; the tap only spares the server the message of
-// a caller that would be refused anyway.
+// service and reflection stay open, as they are to the interceptor. The
+// interceptor still decides each call that passes, by its domain and
+// access; the tap only spares the server the message of a caller that
+// would be refused anyway.
 func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if strings.HasPrefix(info.FullMethodName, healthPrefix) || strings.HasPrefix(info.FullMethodName, reflectionPrefix) {
 		return ctx, nil

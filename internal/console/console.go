@@ -263,7 +263,8 @@ func entriesText(entries []config.Entry) string {
 	return strings.Join(parts, ", ")
 }
 
-// simulate runs a simulation from the query: the lanes are either a rule
+// simulate runs a simulation from the parameters of the JSON body (an
+// object of strings): the lanes are either a rule
 // of the policy (domain and stat_key) or the algorithms named by alg with
 // requests, period and burst; the traffic is pattern with its parameters
 // (rate, size, every, seed, times as durations separated by commas) over
