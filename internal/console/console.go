@@ -264,11 +264,10 @@ func entriesText(entries []config.Entry) string {
 }
 
 // simulate runs a simulation from the parameters of the JSON body (an
-// object of strings): the lanes are either a rule
-// of the policy (domain and stat_key) or the algorithms named by alg with
-// requests, period and burst; the traffic is pattern with its parameters
-// (rate, size, every, seed, times as durations separated by commas) over
-// duration.
+// object of strings): the lanes are either a rule of the policy (domain
+// and stat_key) or the algorithms named by alg with requests, period and
+// burst; the traffic is pattern with its parameters (rate, size, every,
+// seed, times as durations separated by commas) over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 	if t, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); t != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type: want application/json")
