@@ -139,7 +139,6 @@ func TestWaitingStreamsBounded(t *testing.T) {
 		id := c.open(v1Method)
 		c.sendPart(id, 1000, 10)
 		ids = append(ids, id)
-		time.Sleep(10 * time.Millisecond) // so that each waits longer than the next: the order is what is checked
 	}
 	if e := c.nextEnd(10 * time.Second); e.ID != ids[0] {
 		t.Fatalf("stream %+v ended, want the oldest, %d", e, ids[0])
