@@ -275,10 +275,21 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-policy-descriptors", "-1"}, "--max-policy-descriptors -1: want at least 1"},
 		{[]string{"check-config", "--max-policy-bytes", "0", "p.yaml"}, "--max-policy-bytes 0: want at least 1"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
-		{[]string{"--max-memory", "256MB"}, "max-memory"},
+		{[]string{"--max-memory", "256M"}, "--max-memory \"256M\""}, // M alone: neither MB nor Mi
 		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--snapshot-interval", "0s"}, "--snapshot-interval"},
+		{[]string{"--max-connections", "0"}, "--max-connections 0: want at least 1"},
+		{[]string{"--grpc-max-streams", "0"}, "grpc-max-streams"},
+		{[]string{"--grpc-max-waiting", "-1"}, "--grpc-max-waiting -1: want at least 1"},
+		{[]string{"--message-timeout", "0s"}, "--message-timeout 0s: want a positive duration"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
+		{[]string{"--max-header-bytes", "0"}, "max-header-bytes"},
+		{[]string{"--xds-tls"}, "give --xds-server"},
+		{[]string{"--xds-server", "127.0.0.1:1", "--xds-headers", "no-colon"}, `--xds-headers: "no-colon" is not key:value`},
+		{[]string{"--xds-server", "127.0.0.1:1", "--xds-tls-ca", "/no/such/ca.pem"}, "xds server CA"},
+		{[]string{"--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
 	}
 	for _, tt := range tests {
 		var stderr strings.Builder
@@ -327,7 +338,7 @@ func TestBadAuthzPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr strings.Builder
-	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
+	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
 	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {

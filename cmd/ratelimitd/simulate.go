@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -56,11 +56,8 @@ Flags:
 	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
 	fs.DurationVar(&t.Every, "every", 30*time.Second, "time between bursts, for bursts")
 	fs.Uint64Var(&t.Seed, "seed", 1, "random seed, for poisson")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ratelimitd simulate: unexpected argument %q (see --help)\n", fs.Arg(0))
@@ -96,7 +93,7 @@ Flags:
 		lane.Overdraft = *overdraft
 		lanes = append(lanes, lane)
 	}
-	res, err := simulate.Run(t, lanes, *bin, *period)
+	res, err := simulate.Run(context.Background(), t, lanes, *bin, *period)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
 		return 2

@@ -29,10 +29,29 @@ func (l *Limit) Check(s State, now int64) Decision {
 		start, cur, prev, e := l.slidingAt(s, now)
 		return l.slidingReport(start, cur, prev, e, now, 1)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
-		dNs, dFrac := l.backlog(s, now)
-		return l.gcraReport(dNs, dFrac, 1)
+		return l.gcraCheck(s, now)
 	}
 	return Decision{Code: OverCapacity}
+}
+
+// gcraCheck is gcra for a cost of 1, charging nothing: denied iff the
+// backlog d is beyond C - I, with RetryAfter ceil(d - (C - I)), as gcra
+// decides; else reporting the bucket uncharged.
+func (l *Limit) gcraCheck(s State, now int64) Decision {
+	dNs, dFrac := l.backlog(s, now)
+	if dNs > l.oneNs || dNs == l.oneNs && dFrac > l.oneFrac {
+		wNs, wFrac := dNs-l.oneNs, dFrac-l.oneFrac
+		if wFrac < 0 {
+			wNs, wFrac = wNs-1, wFrac+l.requests
+		}
+		return Decision{
+			Code:       Denied,
+			Remaining:  l.gcraRemaining(dNs, dFrac),
+			ResetAfter: ceilDuration(dNs, dFrac),
+			RetryAfter: ceilDuration(wNs, wFrac),
+		}
+	}
+	return Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
 }
 
 // InDebt reports whether the bucket in state s holds more use at now than
@@ -87,6 +106,7 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 	return s, Decision{}
 }
 
+// clampTime returns now within [0, MaxTime], as every decision takes it.
 func clampTime(now int64) int64 {
 	if now < 0 {
 		return 0
@@ -254,21 +274,13 @@ func (l *Limit) TimesSaturated(n int64) (ns, frac int64) {
 }
 
 // gcraReport is the decision reporting a backlog of dNs + dFrac/R: Denied
-// when a cost of extra more does not fit (extra 0: the backlog beyond the
-// capacity span C, in debt; 1: beyond a = C - I, a check), with the
-// RetryAfter of a cost of 1, as gcra computes it: ceil(d - a).
-func (l *Limit) gcraReport(dNs, dFrac, extra int64) Decision {
+// when it is beyond limNs + limFrac/R (the capacity span C: in debt; C - I:
+// a cost of 1 does not fit, for a check), with the RetryAfter of a cost of
+// 1, as gcra computes it: ceil(d - (C - I)).
+func (l *Limit) gcraReport(dNs, dFrac, limNs, limFrac int64) Decision {
 	d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
-	aNs, aFrac := l.spanNs-l.intervalNs, l.spanFrac-l.intervalFrac
-	if aFrac < 0 {
-		aNs, aFrac = aNs-1, aFrac+l.requests
-	}
-	limNs, limFrac := l.spanNs, l.spanFrac
-	if extra > 0 {
-		limNs, limFrac = aNs, aFrac
-	}
 	if dNs > limNs || dNs == limNs && dFrac > limFrac {
-		wNs, wFrac := dNs-aNs, dFrac-aFrac
+		wNs, wFrac := dNs-l.oneNs, dFrac-l.oneFrac
 		if wFrac < 0 {
 			wNs, wFrac = wNs-1, wFrac+l.requests
 		}
@@ -310,7 +322,7 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 		// TAT = now + d ≤ MaxTime + MaxSpan = MaxInt64.
 		s = gcraState(now, dNs, dFrac)
 	}
-	return s, l.gcraReport(dNs, dFrac, 0)
+	return s, l.gcraReport(dNs, dFrac, l.spanNs, l.spanFrac)
 }
 
 func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
@@ -326,7 +338,7 @@ func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
 		}
 		s = gcraState(now, dNs, dFrac)
 	}
-	d := l.gcraReport(dNs, dFrac, 0)
+	d := l.gcraReport(dNs, dFrac, l.spanNs, l.spanFrac)
 	d.Code, d.RetryAfter = Allowed, 0
 	return s, d
 }

@@ -70,11 +70,11 @@ func TestSimulateBudgetInDebt(t *testing.T) {
 		}
 		SVG string
 	}
-	getJSON(t, d, "/console/api/simulate?alg=fixed_window&requests=1000&period=1m&overdraft=true&pattern=steady&rate=1&cost=300&duration=1m", &body)
+	simulateJSON(t, d, "alg=fixed_window&requests=1000&period=1m&overdraft=true&pattern=steady&rate=1&cost=300&duration=1m", &body)
 	if len(body.Lanes) != 1 || body.Lanes[0].Admitted != 4 || !strings.Contains(body.SVG, `class="debt"`) {
 		t.Errorf("1000 a minute, 300 a second, overdraft: %+v; want 4 admitted and the debt drawn", body.Lanes)
 	}
-	getJSON(t, d, "/console/api/simulate?domain=ai&stat_key=ai.team&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
+	simulateJSON(t, d, "domain=ai&stat_key=ai.team&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
 	if len(body.Lanes) != 1 || body.Lanes[0].Admitted != 4 || !strings.Contains(body.SVG, `class="debt"`) {
 		t.Errorf("rule team (overdraft: true), 300 every 100s: %+v; want 4 admitted and the debt drawn", body.Lanes)
 	}
@@ -90,7 +90,7 @@ func TestSimulateOverdraftByDefault(t *testing.T) {
 			Lanes []struct{ Admitted int }
 			SVG   string
 		}
-		getJSON(t, d, "/console/api/simulate?domain=ai&stat_key=ai.unsaid&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
+		simulateJSON(t, d, "domain=ai&stat_key=ai.unsaid&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
 		want, debt := 3, false // 300 every 100s: three fit in 1000
 		if byDefault {
 			want, debt = 4, true // the fourth is checked with 100 left, and takes the budget into debt

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,6 +33,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/authz"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/connlimit"
 	"github.com/ratelimitd/ratelimitd/internal/console"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
@@ -39,20 +41,58 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 	"github.com/ratelimitd/ratelimitd/internal/httpapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
+	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
 )
 
 // Config is what the daemon is started with.
 type Config struct {
 	// ConfigPath is a policy file or a directory of them; empty for the
-	// embedded default policy.
+	// embedded default policy (or with XDS).
 	ConfigPath string
+	// XDS, when XDS.Server is set, takes the policy from an xDS control
+	// plane instead (internal/xdspolicy; see xds.go): not with ConfigPath
+	// or StateFile. Its Logger is the daemon's.
+	XDS xdspolicy.Config
+	// StartWithoutPolicy, with XDS, decides calls before the first policy
+	// arrives, every domain unknown (allowed, unmatched), as upstream's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG; otherwise decision calls are
+	// refused (Unavailable) until then. Readiness (/readyz, gRPC health)
+	// waits for the first policy either way.
+	StartWithoutPolicy bool
+	// HealthcheckNeedsPolicy makes /healthcheck fail until a policy is in
+	// force (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthcheckNeedsPolicy bool
+	// MetricsAddr, when set, also serves the metrics on a listener of
+	// their own, at MetricsPath (default /metrics), as upstream's
+	// PROMETHEUS_ADDR does.
+	MetricsAddr, MetricsPath string
+	// UpstreamMetricNames adds envoyproxy/ratelimit's series
+	// (metrics.WithUpstreamNames) to ratelimitd's own.
+	UpstreamMetricNames bool
 	// GRPCAddr and HTTPAddr are listen addresses; port 0 picks a free one.
 	GRPCAddr string
 	HTTPAddr string
+	// AdminAddr, when set, is where the operator's surface is served —
+	// /metrics, /policies, the console, /debug/pprof/ — apart from the
+	// decision APIs: HTTPAddr then serves the decision APIs as JSON and the
+	// probes only. Empty: both on HTTPAddr, which Start refuses with an
+	// AuthzPolicy (the operator's surface has no authorization: it would
+	// show every tenant's buckets to whoever reaches the decision port).
+	AdminAddr string
+	// AllowedHosts are the host names (without port) the HTTP ports answer
+	// to, besides IP addresses and "localhost" (internal/hostcheck): a
+	// request naming another Host is refused, so that a web page cannot
+	// reach a daemon through DNS rebinding. "*" allows any.
+	AllowedHosts []string
+	// Limits bounds what a caller holds before its call is authorized:
+	// connections, streams, time and bytes on the way (zero fields:
+	// DefaultLimits).
+	Limits Limits
 	// Store is where buckets live: "memory" (the default, "" too) or
 	// "redis", shared by every daemon on the same Redis.
 	Store string
@@ -142,9 +182,13 @@ type Daemon struct {
 	log      *slog.Logger
 	grpc     *grpc.Server
 	http     *http.Server
+	admin    *http.Server // nil without Config.AdminAddr
 	health   *health.Server
-	grpcLis  net.Listener
-	httpLis  net.Listener
+	grpcLis  *connlimit.Listener
+	httpLis  *connlimit.Listener
+	adminLis *connlimit.Listener // nil without Config.AdminAddr
+	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
+	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
 	engine   *engine.Engine
 	store    storeBackend
 	stopJobs context.CancelFunc
@@ -152,10 +196,15 @@ type Daemon struct {
 
 	metrics     *metrics.Metrics
 	topDenied   *topdenied.Tracker
-	tls         *tlsconfig.Server // nil without TLS
-	authz       *authz.Authorizer // nil without Config.AuthzPolicy
-	policyWatch *reload.Watcher   // nil with the embedded default policy
-	tlsWatch    *reload.Watcher   // nil without TLS
+	tls         *tlsconfig.Server   // nil without TLS
+	authz       *authz.Authorizer   // nil without Config.AuthzPolicy
+	policyWatch *reload.Watcher     // nil with the embedded default policy
+	tlsWatch    *reload.Watcher     // nil without TLS
+	xds         *xdspolicy.Client   // nil without Config.XDS
+	policyIn    chan struct{}       // closed once a policy is in force
+	draining    atomic.Bool         // set as Shutdown starts
+	metricsLis  *connlimit.Listener // nil without Config.MetricsAddr
+	metricsHTTP *http.Server
 	loaded      atomic.Pointer[admin.Loaded]
 	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
 	reloading   sync.Mutex                           // held by Reload
@@ -178,11 +227,12 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		health:    health.NewServer(),
-		served:    make(chan error, 2),
-		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries)),
+		served:    make(chan error, 4), // gRPC, HTTP, admin, metrics
+		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries), metrics.WithUpstreamNames(cfg.UpstreamMetricNames)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
 		ready:     make(chan struct{}),
 		drain:     make(chan struct{}),
+		policyIn:  make(chan struct{}),
 	}
 	// Each step opens what it names; should a later one fail, abort closes
 	// what the earlier ones opened.
@@ -202,8 +252,11 @@ func Start(cfg Config) (*Daemon, error) {
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
 		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
+	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
+	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
+	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.grpc = d.grpcServer()
-	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	d.serversHTTP()
 	// While the state file loads, the HTTP port answers: /readyz and the
 	// health service say NOT_SERVING and decision calls are refused. No
 	// decision is made on a store that has not got its buckets back.
@@ -211,11 +264,13 @@ func Start(cfg Config) (*Daemon, error) {
 	d.serveHTTP()
 	d.restoreBuckets()
 	close(d.ready)
-	d.setServing(healthpb.HealthCheckResponse_SERVING)
+	if d.hasPolicy() { // with XDS, once the first policy is in (applyXDS)
+		d.setServing(healthpb.HealthCheckResponse_SERVING)
+	}
 	d.serve()
 	d.log.Info("ratelimitd serving",
-		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
-		"policy", policySource(cfg.ConfigPath), "domains", len(d.loadedPolicy().Policy.Domains()),
+		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
+		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String())
 	return d, nil
@@ -239,7 +294,7 @@ func (d *Daemon) observe(req *engine.Request, resp *engine.Response, took time.D
 
 // withDefaults returns cfg with its zero values replaced by the defaults
 // its fields document, or an error naming the first invalid field.
-func (cfg Config) withDefaults() (Config, error) {
+func (cfg Config) withDefaults() (_ Config, err error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.NewMonotonic()
 	}
@@ -267,6 +322,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
 	}
+	if err := cfg.checkXDS(); err != nil {
+		return cfg, err
+	}
 	if cfg.StateFile != "" && cfg.Store == "redis" {
 		return cfg, errors.New("a state file keeps the memory store's buckets; Redis keeps its own")
 	}
@@ -275,6 +333,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if !(cfg.NearLimitRatio > 0 && cfg.NearLimitRatio <= 1) {
 		return cfg, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
+	}
+	if cfg.AuthzPolicy != "" && cfg.AdminAddr == "" {
+		return cfg, errors.New("an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
+	}
+	if cfg.Limits, err = cfg.Limits.withDefaults(); err != nil {
+		return cfg, fmt.Errorf("limits: %w", err)
 	}
 	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
 		return cfg, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
@@ -301,10 +365,18 @@ func (d *Daemon) watchFiles() (err error) {
 // loadPolicy reads the policy at Config.ConfigPath (or takes the embedded
 // default) and puts it in force.
 func (d *Daemon) loadPolicy() error {
+	if d.cfg.XDS.Server != "" {
+		return d.awaitXDS()
+	}
+	defer close(d.policyIn)
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
 		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyBounds); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) && pe.Path == d.cfg.ConfigPath {
+				return fmt.Errorf("--config %s: %w", pe.Path, pe.Err)
+			}
 			return err
 		}
 	}
@@ -353,13 +425,26 @@ func (d *Daemon) restoreBuckets() {
 // restoring, when set (by tests), is called as the restore starts.
 var restoring func()
 
-// listen binds the gRPC and HTTP listeners.
-func (d *Daemon) listen() (err error) {
-	if d.grpcLis, err = net.Listen("tcp", d.cfg.GRPCAddr); err != nil {
-		return fmt.Errorf("grpc listener: %w", err)
-	}
-	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("http listener: %w", err)
+// listen binds the gRPC, HTTP, admin and metrics listeners, each holding
+// at most Limits.MaxConnections.
+func (d *Daemon) listen() error {
+	for _, l := range []struct {
+		name, addr string
+		lis        **connlimit.Listener
+	}{
+		{"grpc", d.cfg.GRPCAddr, &d.grpcLis},
+		{"http", d.cfg.HTTPAddr, &d.httpLis},
+		{"admin", d.cfg.AdminAddr, &d.adminLis},
+		{"metrics", d.cfg.MetricsAddr, &d.metricsLis},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		nl, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		*l.lis = connlimit.New(nl, d.cfg.Limits.MaxConnections)
 	}
 	return nil
 }
@@ -374,7 +459,7 @@ func (d *Daemon) abort() {
 	if d.store != nil {
 		d.store.close()
 	}
-	for _, l := range []net.Listener{d.grpcLis, d.httpLis} {
+	for _, l := range []*connlimit.Listener{d.grpcLis, d.httpLis, d.adminLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -399,10 +484,11 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	dec := grpcdecode.New()
 	opts := []grpc.ServerOption{
 		dec.ServerOption(),
-		grpc.ChainUnaryInterceptor(d.unaryInterceptors(dec.UnaryServerInterceptor())...),
-		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
+		grpc.ChainUnaryInterceptor(append(d.transportUnary(), d.unaryInterceptors(dec.UnaryServerInterceptor())...)...),
+		grpc.ChainStreamInterceptor(append(d.transportStream(), d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor())...),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	opts = append(opts, d.grpcLimits()...)
 	if d.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
 	}
@@ -414,27 +500,48 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	return g
 }
 
-// httpHandler returns what the HTTP port serves: health, readiness, the
-// store's own endpoints, metrics and the admin pages.
-func (d *Daemon) httpHandler() http.Handler {
-	mux := http.NewServeMux()
+// serversHTTP makes the HTTP server, and the admin server when the
+// operator's surface has an address of its own.
+func (d *Daemon) serversHTTP() {
+	decisions := http.NewServeMux()
+	d.decisionRoutes(decisions)
+	if d.adminLis == nil {
+		d.adminRoutes(decisions)
+		d.http = d.httpServer(decisions, d.httpLis)
+		return
+	}
+	d.http = d.httpServer(decisions, d.httpLis)
+	admin := http.NewServeMux()
+	d.adminRoutes(admin)
+	d.admin = d.httpServer(admin, d.adminLis)
+}
+
+// decisionRoutes adds what the HTTP port serves: health, readiness, the
+// store's own endpoints, and the decision APIs as JSON.
+func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.HandleFunc("GET /healthcheck", d.healthcheck)
 	d.store.routes(mux)
+	// The decision APIs as JSON: the very services the gRPC server has,
+	// through the same interceptors, refused like gRPC calls once draining.
+	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...),
+		httpapi.WithReadTimeout(d.cfg.Limits.MessageTimeout), httpapi.WithWaiting(d.bodies))
+	grpcapi.Register(api, d.engine)
+	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+}
+
+// adminRoutes adds the operator's surface: metrics, the policy, pprof and
+// the console.
+func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", d.metrics.Handler())
-	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: d.cfg.Pprof})
+	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, XDS: d.xdsStatus, Pprof: d.cfg.Pprof})
 	if !d.cfg.NoConsole {
 		console.New(console.Options{
 			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
 			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
 		}).Register(mux)
 	}
-	// The decision APIs as JSON: the very services the gRPC server has,
-	// through the same interceptors, refused like gRPC calls once draining.
-	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...))
-	grpcapi.Register(api, d.engine)
-	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
-	return mux
 }
 
 // unaryInterceptors are what every decision call goes through, over gRPC
@@ -462,15 +569,19 @@ func (d *Daemon) refuseUnlessServing(ctx context.Context, req any, info *grpc.Un
 	}
 }
 
-// serveHTTP starts the HTTP server.
+// serveHTTP starts the HTTP server, and the admin server.
 func (d *Daemon) serveHTTP() {
-	go func() {
-		err := d.http.Serve(d.httpLis)
+	serve := func(s *http.Server, l net.Listener) {
+		err := s.Serve(l)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		d.served <- err
-	}()
+	}
+	go serve(d.http, d.httpLis)
+	if d.admin != nil {
+		go serve(d.admin, d.adminLis)
+	}
 }
 
 // serve starts the background jobs (the store's, the file watchers) and
@@ -480,6 +591,8 @@ func (d *Daemon) serve() {
 	d.stopJobs = stop
 	go d.store.run(jobs)
 	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
+	go every(jobs, d.waiting.ExpireEvery(), d.waiting.Expire)
+	go every(jobs, d.bodies.ExpireEvery(), d.bodies.Expire)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -489,6 +602,10 @@ func (d *Daemon) serve() {
 	if d.authz != nil {
 		go d.authz.Run(jobs)
 	}
+	if d.xds != nil {
+		go d.xds.Run(jobs)
+	}
+	d.serveMetrics()
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
 }
 
@@ -516,11 +633,15 @@ func tlsMode(s *tlsconfig.Server) string {
 	return "on"
 }
 
-func policySource(path string) string {
-	if path == "" {
+// policySource names where the policy comes from, for the logs.
+func (d *Daemon) policySource() string {
+	switch {
+	case d.xds != nil:
+		return xdsSource(d.cfg.XDS)
+	case d.cfg.ConfigPath == "":
 		return "embedded default"
 	}
-	return path
+	return d.cfg.ConfigPath
 }
 
 // setServing sets the health of the server as a whole and of each service.
@@ -544,6 +665,15 @@ func (d *Daemon) GRPCAddr() string { return d.grpcLis.Addr().String() }
 
 // HTTPAddr returns the address the HTTP server listens on.
 func (d *Daemon) HTTPAddr() string { return d.httpLis.Addr().String() }
+
+// AdminAddr returns the address the operator's surface is served on:
+// Config.AdminAddr's listener, or the HTTP server's without one.
+func (d *Daemon) AdminAddr() string {
+	if d.adminLis == nil {
+		return d.HTTPAddr()
+	}
+	return d.adminLis.Addr().String()
+}
 
 // Engine returns the daemon's engine.
 func (d *Daemon) Engine() *engine.Engine { return d.engine }
@@ -575,6 +705,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 }
 
 func (d *Daemon) drainAndStop(ctx context.Context) {
+	d.draining.Store(true)
 	d.health.Shutdown()
 	d.log.Info("draining: health is NOT_SERVING", "delay", d.cfg.ShutdownDelay, "grace", d.cfg.ShutdownGrace)
 	if d.cfg.ShutdownDelay > 0 {
@@ -601,8 +732,10 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 		d.grpc.Stop()
 		<-stopped
 	}
-	if err := d.http.Shutdown(ctx); err != nil {
-		d.http.Close()
+	for _, s := range []*http.Server{d.http, d.admin, d.metricsHTTP} {
+		if s != nil && s.Shutdown(ctx) != nil {
+			s.Close()
+		}
 	}
 	d.stopJobs()
 	d.store.close()

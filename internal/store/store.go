@@ -79,6 +79,8 @@ type Charge struct {
 // a Check) and c's decision. Settle combines such decisions.
 func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algorithms.Decision) {
 	switch c.Kind {
+	case Admit: // first: the ordinary charge's path
+		return c.Limit.Decide(s, now, c.Cost)
 	case Check:
 		return s, c.Limit.Check(s, now)
 	case Overdraft:

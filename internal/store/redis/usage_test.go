@@ -113,7 +113,7 @@ func TestDenyCacheKinds(t *testing.T) {
 		t.Fatalf("an overdraft of 1200 on 1000: %+v, want denied", d)
 	}
 	fromRedis("an overdraft after an overdraft's denial", charge(store.Overdraft, 100))
-	// 300 in debt: a refund of 250 leaves 50.
+	// 1300 used of 1000: 300 in debt.
 	if d := fromRedis("a check", charge(store.Check, 0)); d.Code != algorithms.Denied || d.RetryAfter != time.Minute {
 		t.Fatalf("a check in debt: %+v, want denied for the rest of the window", d)
 	}

@@ -9,7 +9,8 @@
 // MaxRequests per nanosecond, costs up to MaxInt64 and clocks going back),
 // against store.Settle applied directly to a map of states on long random
 // timelines of multi-charge requests, and under concurrent requests on one
-// bucket (exactly the bound admitted).
+// bucket (exactly the bound admitted; every overdraft charge and refund
+// landing exactly once).
 package storetest
 
 import (
@@ -64,6 +65,7 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
 	t.Run("RandomTimelines", func(t *testing.T) { RandomTimelines(t, newStore, opts.RandomRequests) })
 	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines) })
+	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines) })
 }
 
 const (
@@ -461,6 +463,52 @@ func ConcurrentOneKey(t *testing.T, newStore Factory, goroutines int) {
 			wg.Wait()
 			if got := admitted.Load(); got != 100 {
 				t.Fatalf("admitted %d of %d, want exactly 100", got, 12*goroutines)
+			}
+		})
+	}
+}
+
+// ConcurrentUsage: goroutines charge one bucket with overdraft charges,
+// refunds and checks at once, at one instant; every overdraft and refund
+// lands exactly once, so the bucket ends with exactly their sum used (past
+// its capacity: in debt, as the last check says).
+func ConcurrentUsage(t *testing.T, newStore Factory, goroutines int) {
+	const rounds, charged, refunded = 12, 9, 4
+	for _, alg := range algorithms.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := newStore(t, clock.NewFake(T0))
+			l := MustLimit(t, alg, 1000, time.Hour, 0)
+			key := []byte("shared")
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						// Each refund follows its own overdraft: the bucket is
+						// never refunded past rest.
+						for _, c := range []store.Charge{
+							{Domain: Domain, Key: key, Limit: l, Kind: store.Overdraft, Cost: charged},
+							{Domain: Domain, Key: key, Limit: l, Kind: store.Check},
+							{Domain: Domain, Key: key, Limit: l, Kind: store.Refund, Cost: refunded},
+						} {
+							if err := s.Apply(context.Background(), []store.Charge{c}, make([]algorithms.Decision, 1)); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			used := int64(goroutines * rounds * (charged - refunded))
+			d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: store.Check})[0]
+			if want := max(l.Capacity()-used, 0); d.Remaining != want || (d.Code == algorithms.Denied) != (used >= l.Capacity()) {
+				t.Fatalf("after %d used: %+v, want %d remaining, denied iff %d ≥ %d", used, d, want, used, l.Capacity())
+			}
+			// Refunding what is used brings the bucket back to rest exactly.
+			if d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: store.Refund, Cost: used - 1})[0]; d.Remaining != l.Capacity()-1 {
+				t.Fatalf("a refund of %d of the %d used: %+v, want %d remaining", used-1, used, d, l.Capacity()-1)
 			}
 		})
 	}
