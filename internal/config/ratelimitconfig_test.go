@@ -87,7 +87,7 @@ func TestFromRateLimitConfigsEmptyIsEmptyPolicy(t *testing.T) {
 
 func TestFromRateLimitConfigsExtensions(t *testing.T) {
 	ext, err := structpb.NewStruct(map[string]any{"limits": map[string]any{
-		"per_rule": map[string]any{"algorithm": "token_bucket", "burst": 20},
+		"per_rule": map[string]any{"algorithm": "token_bucket", "burst": 20, "overdraft": true},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -104,8 +104,8 @@ func TestFromRateLimitConfigsExtensions(t *testing.T) {
 		t.Fatal("no rule matched")
 	}
 	rate := r.Limits[0].Rate
-	if rate.Algorithm().String() != "token_bucket" || rate.Burst() != 20 {
-		t.Errorf("limit %v burst %d, want token_bucket burst 20", rate.Algorithm(), rate.Burst())
+	if rate.Algorithm().String() != "token_bucket" || rate.Burst() != 20 || r.Limits[0].Overdraft != OverdraftOn {
+		t.Errorf("limit %v burst %d overdraft %v, want token_bucket burst 20 overdraft on", rate.Algorithm(), rate.Burst(), r.Limits[0].Overdraft)
 	}
 }
 

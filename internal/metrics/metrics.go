@@ -361,6 +361,9 @@ func (m *Metrics) PolicyReloaded(p *config.Policy, at time.Time, err error) {
 	m.PolicyLoaded(p, at)
 }
 
+// ruleVecs returns every per-rule counter: first the five that
+// envoyproxy/ratelimit has too (upstreamRuleNames, in its order), then
+// ratelimitd's own.
 func (m *Metrics) ruleVecs() []*prometheus.CounterVec {
 	return []*prometheus.CounterVec{m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver}
 }
