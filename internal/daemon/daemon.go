@@ -133,9 +133,9 @@ type Config struct {
 	// MaxDetailedSeries caps the metric series of each detailed_metric
 	// rule (0: metrics.DefaultMaxDetailedSeries).
 	MaxDetailedSeries int
-	// PolicyLimits bounds the policy files at ConfigPath, at start and at
-	// every reload (zero value: config.DefaultLimits).
-	PolicyLimits config.Limits
+	// PolicyBounds bounds the policy files at ConfigPath, at start and at
+	// every reload (zero value: config.DefaultPolicyBounds).
+	PolicyBounds config.PolicyBounds
 	// Pprof serves /debug/pprof/ on the HTTP address (never its cmdline).
 	Pprof bool
 	// NoConsole turns off the web console (/console), which is served on
@@ -152,6 +152,10 @@ type Config struct {
 	// ShadowMode is global shadow mode (engine.WithShadowMode): no request
 	// is denied, on either API.
 	ShadowMode bool
+	// OverdraftByDefault makes every limit whose policy does not say
+	// overdraft: an overdraft limit (engine.WithOverdraftByDefault), for
+	// token budgets in policies that cannot say it, as over xDS.
+	OverdraftByDefault bool
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
@@ -246,7 +250,8 @@ func Start(cfg Config) (*Daemon, error) {
 		}
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
-		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))
+		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
@@ -266,7 +271,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
+		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String())
 	return d, nil
 }
@@ -302,10 +307,10 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	if err := cfg.Bounds.Check(); err != nil {
 		return cfg, fmt.Errorf("request bounds: %w", err)
 	}
-	if cfg.PolicyLimits == (config.Limits{}) {
-		cfg.PolicyLimits = config.DefaultLimits
+	if cfg.PolicyBounds == (config.PolicyBounds{}) {
+		cfg.PolicyBounds = config.DefaultPolicyBounds
 	}
-	if err := cfg.PolicyLimits.Check(); err != nil {
+	if err := cfg.PolicyBounds.Check(); err != nil {
 		return cfg, err
 	}
 	if cfg.SweepInterval <= 0 {
@@ -367,7 +372,7 @@ func (d *Daemon) loadPolicy() error {
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
-		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
+		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyBounds); err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) && pe.Path == d.cfg.ConfigPath {
 				return fmt.Errorf("--config %s: %w", pe.Path, pe.Err)
