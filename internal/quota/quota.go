@@ -9,7 +9,10 @@
 // A bucket has a limit of L requests per period P. Every report interval,
 // each client of the bucket reports what it was asked in that interval
 // (requests allowed plus denied), which the allocator reads as a demand of
-// D = ⌈asked × P / elapsed⌉ requests per period, at least 1. The bucket's
+// D = ⌈asked × P / elapsed⌉ requests per period, at least 1. A report
+// with no elapsed time (Envoy reports a bucket's first request at once)
+// counts as one interval's, and what it asked is added to the next
+// report's. The bucket's
 // target shares are the max-min fair division of L among the demands of
 // its live clients (MaxMinFair): a client asking for less than an equal
 // division gets what it asks; the others share the rest equally.
@@ -118,7 +121,10 @@ type client struct {
 	demand   int64         // requests per period, from the last report
 	interval time.Duration // between its reports
 	reported int64         // when it last reported
-	gone     bool          // its stream ended
+	// unelapsed is what reports with no elapsed time counted, to be added
+	// to the next report that says how long it covers.
+	unelapsed uint64
+	gone      bool // its stream ended
 
 	share  int64 // the last share sent
 	sentAt int64 // when it was sent
@@ -192,11 +198,16 @@ func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked
 		b.clients[clientID] = c
 	}
 	if elapsed > 0 {
+		// What a report with no elapsed time counted belongs to this one's
+		// interval (Envoy reports a bucket's first request at once).
+		asked += c.unelapsed
+		c.unelapsed = 0
 		c.interval = elapsed
 		c.demand = demand(asked, elapsed, limit.Period)
 	} else {
 		// A first report: what it asked, as if in one interval.
-		c.demand = demand(asked, c.interval, limit.Period)
+		c.unelapsed += asked
+		c.demand = demand(c.unelapsed, c.interval, limit.Period)
 	}
 	if now >= c.expiry() {
 		c.share = 0 // expired: what it had may have gone to others

@@ -316,3 +316,29 @@ func TestSmallChangesNotSent(t *testing.T) {
 		t.Fatalf("share %d after a 12.5%% change, want 2700", as.Share)
 	}
 }
+
+// TestDemand: a report's demand is what it asked per period; a report with
+// no elapsed time counts as one interval's, and its requests belong to the
+// next report's interval; a demand is at least 1 and saturates.
+func TestDemand(t *testing.T) {
+	limit := quota.Limit{Requests: 1 << 40, Period: period}
+	a := quota.New(interval)
+	clk := clock.NewFake(t0)
+	for _, tc := range []struct {
+		asked   uint64
+		elapsed time.Duration
+		want    int64
+	}{
+		{1, 0, 60},               // Envoy's first report: one request, "one interval"
+		{9, interval, 600},       // 1 + 9 in the first second
+		{0, 2 * interval, 1},     // nothing asked: 1
+		{7, 7 * time.Second, 60}, // its own interval
+		{1 << 62, interval, 1 << 62},
+	} {
+		clk.Advance(interval)
+		a.Report("b", limit, "c", tc.asked, tc.elapsed, clk.Now())
+		if got := a.View(clk.Now())[0].Clients[0].Demand; got != tc.want {
+			t.Errorf("asked %d in %v: demand %d, want %d", tc.asked, tc.elapsed, got, tc.want)
+		}
+	}
+}

@@ -356,7 +356,7 @@ func checkFair(t *testing.T, what string, d *daemontest.Daemon, envoys []*simEnv
 		f := fair[i]
 		sum += c.Share
 		if diff := c.Share - f; diff*10 > f || -diff*10 > f {
-			t.Errorf("%s: envoy %d holds %d, max-min fair is %d (demand %d)", what, i, c.Share, f, ds[i])
+			t.Errorf("%s: envoy %d holds %d (committed %d), max-min fair is %d (demand %d, the daemon read %d)", what, i, c.Share, c.Committed, f, ds[i], c.Demand)
 		}
 		if c.Share == 0 {
 			t.Errorf("%s: envoy %d starved (demand %d)", what, i, ds[i])
@@ -364,5 +364,13 @@ func checkFair(t *testing.T, what string, d *daemontest.Daemon, envoys []*simEnv
 	}
 	if sum > simL {
 		t.Errorf("%s: shares add up to %d > %d", what, sum, simL)
+	}
+	if t.Failed() {
+		for _, c := range v[0].Clients {
+			if c.Committed != c.Share || !c.Live {
+				t.Logf("committed above its share, or not live: %+v", c)
+			}
+		}
+		t.FailNow()
 	}
 }
