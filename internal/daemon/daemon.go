@@ -543,7 +543,7 @@ func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 	if !d.cfg.NoConsole {
 		console.New(console.Options{
 			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
-			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
+			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied, Quota: d.quota.View,
 		}).Register(mux)
 	}
 }

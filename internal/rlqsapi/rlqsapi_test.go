@@ -2,6 +2,7 @@ package rlqsapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -291,5 +292,50 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestConsoleView: the console's quota view lists each bucket served by
+// quota with its rule and limit, and each client's demand and share.
+func TestConsoleView(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	if code, body := d.Get(t, "/console/api/quota"); code != 200 || body != "{\"buckets\":[]}\n" {
+		t.Fatalf("no quota client: %d %q", code, body)
+	}
+	a, b := open(t, d), open(t, d)
+	a.report("shop", usage(3, time.Second, "plan", "gold")) // 180/min
+	a.recv(1)
+	b.report("shop", usage(1000, time.Second, "plan", "gold"))
+	b.recv(1)
+	_, body := d.Get(t, "/console/api/quota")
+	var v struct {
+		Buckets []struct {
+			Domain   string            `json:"domain"`
+			BucketID map[string]string `json:"bucket_id"`
+			Rule     string            `json:"rule"`
+			Requests int64             `json:"requests"`
+			Period   time.Duration     `json:"period"`
+			Clients  []struct {
+				Client        string
+				Demand, Share int64
+				Committed     int64
+				Live          bool
+			} `json:"clients"`
+			Peers map[string]string `json:"peers"`
+		} `json:"buckets"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Buckets) != 1 {
+		t.Fatalf("buckets: %s", body)
+	}
+	bk := v.Buckets[0]
+	if bk.Domain != "shop" || bk.BucketID["plan"] != "gold" || bk.Rule != "shop.plan_gold" || bk.Requests != 600 || bk.Period != time.Minute {
+		t.Errorf("bucket: %s", body)
+	}
+	if len(bk.Clients) != 2 || bk.Clients[0].Demand != 180 || bk.Clients[0].Share != 180 ||
+		bk.Clients[1].Demand != 60000 || bk.Clients[1].Share != 420 || !bk.Clients[1].Live || bk.Peers[bk.Clients[1].Client] == "" {
+		t.Errorf("clients: %s", body)
 	}
 }
