@@ -40,6 +40,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/httpapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
@@ -59,6 +60,10 @@ type Config struct {
 	// Redis configures the Redis store (Store "redis"). It decides on Redis
 	// TIME, not Clock; its Logger is the daemon's.
 	Redis redisstore.Config
+	// RedisGuard says how the daemon decides while Redis fails: failure
+	// mode, circuit breaker, deny cache (internal/store/guard). Its Name
+	// and Logger are set by the daemon.
+	RedisGuard guard.Config
 	// MaxBuckets bounds the memory store's buckets (0 for
 	// memory.DefaultMaxBuckets).
 	MaxBuckets int

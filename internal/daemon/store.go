@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/snapshot"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 )
@@ -137,17 +138,25 @@ func (b *memoryBackend) close() {
 }
 func (b *memoryBackend) String() string { return "memory" }
 
-// redisBackend is the Redis store, shared by every daemon on the same Redis.
+// redisBackend is the Redis store, shared by every daemon on the same
+// Redis, in the guard that decides while Redis fails.
 type redisBackend struct {
-	*redisstore.Store
-	name string
+	*guard.Guard
+	redis *redisstore.Store
+	name  string
 }
 
 func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	rc := cfg.Redis
 	rc.Logger = cfg.Logger
-	user := rc.OnHealth
-	rc.OnHealth = func(up bool, err error) {
+	rs, err := redisstore.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	gc := cfg.RedisGuard
+	gc.Name, gc.Logger = "redis", cfg.Logger
+	user := gc.OnHealth
+	gc.OnHealth = func(up bool, err error) {
 		status := healthpb.HealthCheckResponse_SERVING
 		if !up {
 			status = healthpb.HealthCheckResponse_NOT_SERVING
@@ -157,23 +166,26 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 			user(up, err)
 		}
 	}
-	rs, err := redisstore.New(rc)
+	g, err := guard.New(rs, gc)
 	if err != nil {
-		return nil, err
+		rs.Close()
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	hs.SetServingStatus(RedisHealthService, healthpb.HealthCheckResponse_SERVING)
 	name := "redis " + cfg.Redis.Addr
 	if len(cfg.Redis.ClusterAddrs) > 0 {
 		name = "redis cluster"
 	}
-	return &redisBackend{Store: rs, name: name}, nil
+	return &redisBackend{Guard: g, redis: rs, name: name}, nil
 }
 
-func (b *redisBackend) run(ctx context.Context)            { b.Run(ctx, time.Second) }
-func (b *redisBackend) collectors() []prometheus.Collector { return b.Collectors() }
-func (b *redisBackend) restore(func(key []byte) bool)      {}
-func (b *redisBackend) close()                             { b.Close() }
-func (b *redisBackend) String() string                     { return b.name }
+func (b *redisBackend) run(ctx context.Context) { b.Run(ctx, time.Second) }
+func (b *redisBackend) collectors() []prometheus.Collector {
+	return append(b.redis.Collectors(), b.Guard.Collectors()...)
+}
+func (b *redisBackend) restore(func(key []byte) bool) {}
+func (b *redisBackend) close()                        { b.Guard.Close(); b.redis.Close() }
+func (b *redisBackend) String() string                { return b.name }
 
 // routes serves GET /healthz/redis: 200 "ok" while the store reaches
 // Redis, 503 with the failure while it does not.

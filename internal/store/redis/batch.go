@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 )
 
 // Batching. Requests whose buckets are all in one hash slot (every request
@@ -39,7 +41,8 @@ type call struct {
 	keys     []string
 	args     []any     // appendRequest's
 	slot     int       // the hash slot of its keys (0 on a standalone Redis)
-	now      [2]string // settle.lua's now: redisTime, or a test clock's
+	now      [2]string // settle.lua's now (Store.scriptTime)
+	expire   bool      // settle.lua sets expiry (Store.scriptTime)
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).
@@ -50,17 +53,6 @@ type call struct {
 
 // errClosed is the error of calls cut short by Close.
 var errClosed = errors.New("redis: store closed")
-
-// batchError is the error of every call of a batch that failed: one
-// failure of Redis however many requests it carried (the circuit breaker
-// counts it once).
-type batchError struct {
-	err   error
-	batch uint64 // the batch's number, from 1
-}
-
-func (e *batchError) Error() string { return e.err.Error() }
-func (e *batchError) Unwrap() error { return e.err }
 
 // send queues c for a sender and waits until it is settled, ctx ends or
 // the store closes: no later than c.deadline, which the sender keeps (it
@@ -196,7 +188,7 @@ func (s *Store) sendBatch(batch []*call) {
 	keys := make([][]string, len(groups))
 	args := make([][]any, len(groups))
 	for g, calls := range groups {
-		args[g] = settleHead(calls[0].now, s.testNow == nil, false, len(calls))
+		args[g] = settleHead(calls[0].now, calls[0].expire, false, len(calls))
 		for _, c := range calls {
 			keys[g] = append(keys[g], c.keys...)
 			args[g] = append(args[g], c.args...)
@@ -215,7 +207,9 @@ func (s *Store) sendBatch(batch []*call) {
 		}
 		for i, c := range calls {
 			if err != nil {
-				c.err = &batchError{err, seq}
+				// One failure of Redis however many requests the
+				// batch carried: the circuit breaker counts it once.
+				c.err = &guard.SharedFailure{Err: err, Exchange: seq}
 			} else {
 				c.reply = replies[i]
 			}
