@@ -51,7 +51,8 @@ func newTestStore(t testing.TB, cfg redis.Config, c clock.Clock) *testStore {
 // unless cfg names one, a timeout of 10s unless cfg sets one (so that a
 // loaded machine does not turn a test's requests into failures), and
 // deciding at c's time (nil: Redis TIME), which is then also the guard's
-// clock unless g names one.
+// clock unless g names one. The store has made its connections (or failed
+// to).
 func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clock) *testStore {
 	t.Helper()
 	if cfg.KeyPrefix == "" {
@@ -64,6 +65,9 @@ func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clo
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The connections' warm-up goes through whatever proxy the test
+	// has, before the test does.
+	<-redis.Warmed(r)
 	if c != nil {
 		redis.SetTestClock(r, c)
 		if g.Clock == nil {

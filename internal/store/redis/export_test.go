@@ -33,3 +33,7 @@ func SettleBatch(ctx context.Context, c goredis.Scripter, keys []string, charges
 }
 
 var exportedSpecs chargeSpecs
+
+// Warmed returns a channel closed once s has made the connections of the
+// batches that may be in flight at once.
+func Warmed(s *Store) <-chan struct{} { return s.warmed }

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/store"
@@ -94,6 +95,7 @@ type Store struct {
 
 	lastDial atomic.Pointer[error] // the last failure to connect, nil once a connection succeeded (dialHook)
 	done     chan struct{}
+	warmed   chan struct{} // closed when warm is done
 	closing  sync.Once
 
 	stats   stats
@@ -133,6 +135,7 @@ func New(cfg Config) (*Store, error) {
 		log:        cfg.Logger,
 		scriptTime: redisTimeArgs,
 		done:       make(chan struct{}),
+		warmed:     make(chan struct{}),
 		queue:      make(chan *call, 4*maxBatch),
 	}
 	s.life, s.end = context.WithCancel(context.Background())
@@ -147,29 +150,43 @@ func New(cfg Config) (*Store, error) {
 	// alike — up to MaxRedirects: -1 turns that off too, so that a
 	// redirected request is decided by the failure mode while the client
 	// reloads its slot map (which a MOVED starts).
+	//
+	// Connections: the pipelines' pool has one for every batch that may be
+	// in flight (maxInFlight), made ready as the store starts (warm) and
+	// never closed for being idle, and the handshake is HELLO alone (no
+	// CLIENT MAINT_NOTIFICATIONS, which Redis 7 refuses): each handshake
+	// costs a round trip, which a request far from Redis cannot afford on
+	// top of its own.
+	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Addr != "" {
 		c := goredis.NewClient(&goredis.Options{
-			Addr:                  cfg.Addr,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			TLSConfig:             cfg.TLS,
-			MaxRetries:            -1,
-			ContextTimeoutEnabled: true,
-			DisableIdentity:       true,
+			Addr:                     cfg.Addr,
+			Username:                 cfg.Username,
+			Password:                 cfg.Password,
+			TLSConfig:                cfg.TLS,
+			MaxRetries:               -1,
+			PipelinePoolSize:         maxInFlight,
+			ConnMaxIdleTime:          -1,
+			MaintNotificationsConfig: noMaint,
+			ContextTimeoutEnabled:    true,
+			DisableIdentity:          true,
 		})
 		c.AddHook(hook)
 		c.AddHook(dial)
 		s.client = c
 	} else {
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs:                 cfg.ClusterAddrs,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			TLSConfig:             cfg.TLS,
-			MaxRetries:            -1,
-			MaxRedirects:          -1,
-			ContextTimeoutEnabled: true,
-			DisableIdentity:       true,
+			Addrs:                    cfg.ClusterAddrs,
+			Username:                 cfg.Username,
+			Password:                 cfg.Password,
+			TLSConfig:                cfg.TLS,
+			MaxRetries:               -1,
+			MaxRedirects:             -1,
+			PipelinePoolSize:         maxInFlight,
+			ConnMaxIdleTime:          -1,
+			MaintNotificationsConfig: noMaint,
+			ContextTimeoutEnabled:    true,
+			DisableIdentity:          true,
 		})
 		c.OnNewNode(func(n *goredis.Client) {
 			n.AddHook(hook)
@@ -177,10 +194,29 @@ func New(cfg Config) (*Store, error) {
 		})
 		s.client, s.cluster = c, c
 	}
-	for range senders {
-		go s.sender()
-	}
+	go s.sender()
+	go s.warm()
 	return s, nil
+}
+
+// warm makes the connections of maxInFlight batches at once, so that the
+// batches that a Redis far away makes overlap find them ready, and then
+// closes s.warmed. A connection's handshake is a round trip of its own: it
+// has a timeout of 5s, not the store's.
+func (s *Store) warm() {
+	defer close(s.warmed)
+	ctx, cancel := context.WithTimeout(s.life, max(s.timeout, 5*time.Second))
+	defer cancel()
+	s.eachNode(ctx, 0, func(ctx context.Context, c goredis.Cmdable) error {
+		var wg sync.WaitGroup
+		for range maxInFlight {
+			wg.Go(func() {
+				c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.Ping(ctx).Err() })
+			})
+		}
+		wg.Wait()
+		return nil
+	})
 }
 
 // Close cuts short every exchange with Redis in flight (their requests
@@ -443,7 +479,7 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 // Ping asks Redis (every node of a cluster) for PONG within the store's
 // timeout (guard.Remote). When ctx ends first, it returns ctx's error.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+	return s.eachNode(ctx, s.timeout, func(ctx context.Context, c goredis.Cmdable) error {
 		return c.Ping(ctx).Err()
 	})
 }
@@ -454,16 +490,19 @@ func (s *Store) Ping(ctx context.Context) error {
 // ctx ends first, it returns ctx's error.
 func (s *Store) Probe(ctx context.Context) error {
 	args := settleHead(redisTime, true, false, 0)
-	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+	return s.eachNode(ctx, s.timeout, func(ctx context.Context, c goredis.Cmdable) error {
 		return settleScript.Run(ctx, c, nil, args...).Err()
 	})
 }
 
-// eachNode runs f on Redis (every node of a cluster, at once) within the
-// store's timeout, and returns its error, explained, or ctx's when ctx
-// ended first.
-func (s *Store) eachNode(ctx context.Context, f func(context.Context, goredis.Cmdable) error) error {
-	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+// eachNode runs f on Redis (every node of a cluster, at once) within
+// timeout (0: ctx's deadline alone), and returns its error, explained, or
+// ctx's when ctx ended first.
+func (s *Store) eachNode(ctx context.Context, timeout time.Duration, f func(context.Context, goredis.Cmdable) error) error {
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		pctx, cancel = context.WithTimeout(ctx, timeout)
+	}
 	defer cancel()
 	var err error
 	if s.cluster != nil {
