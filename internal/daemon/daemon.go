@@ -531,6 +531,10 @@ func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := d.store.misconfigured(); err != nil {
+		http.Error(w, "not ready: the store refuses the daemon's configuration: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	resp, err := d.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)

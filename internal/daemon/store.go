@@ -48,6 +48,10 @@ type storeBackend interface {
 	// store with Config.StateFile), those that keep accepts, before the
 	// daemon serves; a store that keeps none does nothing.
 	restore(keep func(key []byte) bool)
+	// misconfigured returns why the store refuses to work with the
+	// daemon's configuration (Redis's ACL or password), nil while it does
+	// not: the daemon is then not ready (/readyz says why).
+	misconfigured() error
 	// close releases what the store holds, once no call is deciding.
 	close()
 	// String names the store in the start log line.
@@ -122,6 +126,7 @@ func (b *memoryBackend) collectors() []prometheus.Collector {
 	return c
 }
 func (b *memoryBackend) routes(*http.ServeMux) {}
+func (b *memoryBackend) misconfigured() error  { return nil }
 func (b *memoryBackend) restore(keep func(key []byte) bool) {
 	if b.snapshots != nil {
 		b.snapshots.load(keep)
@@ -137,6 +142,10 @@ func (b *memoryBackend) close() {
 	}
 }
 func (b *memoryBackend) String() string { return "memory" }
+
+// redisCheckTimeout bounds the Redis store's check at start (a dozen
+// round trips).
+const redisCheckTimeout = 5 * time.Second
 
 // redisBackend is the Redis store, shared by every daemon on the same
 // Redis, in the guard that decides while Redis fails.
@@ -171,6 +180,21 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 		rs.Close()
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	// Everything the store does, once, on keys of its own: Redis refusing
+	// any of it is a configuration error, and the daemon does not start.
+	// Redis unreachable is an outage, decided by the failure mode.
+	ctx, cancel := context.WithTimeout(context.Background(), redisCheckTimeout)
+	err = rs.Check(ctx)
+	cancel()
+	switch {
+	case guard.IsConfigError(err):
+		g.Close()
+		rs.Close()
+		return nil, fmt.Errorf("redis refuses ratelimitd (a configuration error, not an outage; see docs/redis.md, Security): %w", err)
+	case err != nil:
+		cfg.Logger.Warn("redis: could not check the configuration at start; serving, deciding by the failure mode while redis fails",
+			"failure_mode", gc.FailureMode.String(), "err", err)
+	}
 	hs.SetServingStatus(RedisHealthService, healthpb.HealthCheckResponse_SERVING)
 	name := "redis " + cfg.Redis.Addr
 	if len(cfg.Redis.ClusterAddrs) > 0 {
@@ -184,6 +208,7 @@ func (b *redisBackend) collectors() []prometheus.Collector {
 	return append(b.redis.Collectors(), b.Guard.Collectors()...)
 }
 func (b *redisBackend) restore(func(key []byte) bool) {}
+func (b *redisBackend) misconfigured() error          { return b.Misconfigured() }
 func (b *redisBackend) close()                        { b.Guard.Close(); b.redis.Close() }
 func (b *redisBackend) String() string                { return b.name }
 

@@ -18,6 +18,14 @@
 // remote, alone: its success closes the breaker, its failure opens it
 // again. A ping's success never closes it.
 //
+// A remote that refuses the daemon for its configuration (a *ConfigError:
+// an ACL without a command, a wrong password) is not an outage, though
+// Apply decides its requests by the failure mode all the same: the Guard
+// is misconfigured (Misconfigured, Healthy say why), logs it as an error,
+// and stays so until Remote.Check succeeds, which Run tries instead of its
+// ping while it lasts; a request or ping that succeeds meanwhile does not
+// end it (it may not use what is refused).
+//
 // The deny cache (Config.DenyCache above 0) remembers, per bucket, a
 // denial of a non-shadow charge until its RetryAfter has passed, counted on
 // Config.Clock from when the request was sent; a request that charges such
@@ -42,8 +50,8 @@ import (
 )
 
 // Remote is a store that can fail: Apply returns an error when the store
-// failed (see DeniedElsewhere and SharedFailure for the errors that say
-// more), and Ping and Probe ask whether it answers.
+// failed (see DeniedElsewhere, SharedFailure and ConfigError for the
+// errors that say more), and Ping, Probe and Check ask whether it answers.
 type Remote interface {
 	store.Store
 	// Ping asks the remote whether it answers, cheaply, within the
@@ -52,6 +60,24 @@ type Remote interface {
 	// Probe asks the remote to do what a request does, charging nothing:
 	// its success shows that requests would succeed.
 	Probe(ctx context.Context) error
+	// Check does everything a request may do, on data of its own, and
+	// returns a *ConfigError if the remote refuses any of it for the
+	// configuration.
+	Check(ctx context.Context) error
+}
+
+// ConfigError is a remote's error when it refuses the daemon for its
+// configuration (permissions, credentials, a missing command): waiting
+// does not mend it, an operator must.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// IsConfigError reports whether err is, or wraps, a *ConfigError.
+func IsConfigError(err error) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce)
 }
 
 // DeniedElsewhere is a remote's Apply error when part of a request failed
@@ -121,12 +147,15 @@ type Guard struct {
 	cache   *denyCache // nil without
 	breaker *breaker
 
-	health   chan struct{} // one slot: the health changed since reportHealth looked
-	up       atomic.Bool
-	lastErr  atomic.Pointer[error] // the last failure
-	onHealth func(bool, error)
-	done     chan struct{}
-	closing  sync.Once
+	health  chan struct{} // one slot: the health changed since reportHealth looked
+	up      atomic.Bool
+	lastErr atomic.Pointer[error] // the last failure
+	misconf atomic.Pointer[error] // the refusal, while the remote refuses the daemon
+	// misconfLogged is when the refusal was last logged (Config.Clock).
+	misconfLogged atomic.Int64
+	onHealth      func(bool, error)
+	done          chan struct{}
+	closing       sync.Once
 
 	fallbacks atomic.Uint64 // requests decided, wholly or in part, by the failure mode
 	cacheHits atomic.Uint64 // requests denied from the deny cache
@@ -241,9 +270,9 @@ func (g *Guard) Apply(ctx context.Context, charges []store.Charge, decisions []a
 	return nil
 }
 
-// Healthy reports whether the last exchange with the remote succeeded, and
-// if not, how it failed (and the circuit breaker's state, when not
-// closed).
+// Healthy reports whether the last exchange with the remote succeeded and
+// the remote does not refuse the daemon, and if not, why (and the circuit
+// breaker's state, when not closed).
 func (g *Guard) Healthy() (bool, string) {
 	if g.up.Load() {
 		return true, ""
@@ -251,6 +280,9 @@ func (g *Guard) Healthy() (bool, string) {
 	why := "unreachable"
 	if e := g.lastErr.Load(); e != nil {
 		why = (*e).Error()
+	}
+	if e := g.misconf.Load(); e != nil {
+		why = "misconfigured: " + (*e).Error()
 	}
 	if st := g.breaker.State(); st != BreakerClosed {
 		why = "circuit breaker " + st.String() + ": " + why
@@ -261,11 +293,24 @@ func (g *Guard) Healthy() (bool, string) {
 // Breaker returns the circuit breaker's state.
 func (g *Guard) Breaker() BreakerState { return g.breaker.State() }
 
+// Misconfigured returns the remote's refusal of the daemon (a
+// *ConfigError), or nil while it has none.
+func (g *Guard) Misconfigured() error {
+	if e := g.misconf.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
 // setHealth records how an exchange went (err nil: it succeeded) and, if
-// that changed the health, wakes reportHealth.
+// that changed the health, wakes reportHealth. A *ConfigError makes the
+// Guard misconfigured until misconfigured(nil).
 func (g *Guard) setHealth(err error) {
-	up := err == nil
-	if !up {
+	if IsConfigError(err) {
+		g.misconfigured(err)
+	}
+	up := err == nil && g.misconf.Load() == nil
+	if err != nil {
 		last := err // a copy of its own, so that a success allocates nothing
 		g.lastErr.Store(&last)
 	}
@@ -276,6 +321,26 @@ func (g *Guard) setHealth(err error) {
 	case g.health <- struct{}{}:
 	default: // a wake-up is pending: reportHealth will read the health then
 	}
+}
+
+// misconfigured records the remote's refusal of the daemon (err a
+// *ConfigError) or its end (err nil), and logs the change: a refusal as an
+// error, again at most once a minute while it lasts.
+func (g *Guard) misconfigured(err error) {
+	if err == nil {
+		if g.misconf.Swap(nil) != nil {
+			g.log.Info(g.name + " accepts the daemon's configuration again")
+		}
+		return
+	}
+	was := g.misconf.Swap(&err)
+	now := g.clock.Now()
+	if was != nil && now-g.misconfLogged.Load() < int64(time.Minute) {
+		return
+	}
+	g.misconfLogged.Store(now)
+	g.log.Error(g.name+" refuses the daemon: a configuration error, not an outage; not ready, deciding by the failure mode until it is mended",
+		"failure_mode", g.mode.String(), "err", err)
 }
 
 // reportHealth logs the health changes and tells OnHealth, one call at a
@@ -312,13 +377,17 @@ func (g *Guard) reportHealth() {
 }
 
 // Ping asks the remote whether it answers (Remote.Ping), and marks the
-// Guard up or down by the answer. While the circuit breaker is open, it
+// Guard up or down by the answer. While the remote refuses the daemon, it
+// checks instead (Check). While the circuit breaker is open, it
 // probes instead (Remote.Probe), once the cool-off has passed, so that
 // the Guard recovers without traffic; the probe's success closes the
 // breaker and marks the Guard up. Before the cool-off has passed it
 // returns an error at once, asking nothing. When ctx ends first, it
 // returns ctx's error and leaves the health as it was.
 func (g *Guard) Ping(ctx context.Context) error {
+	if g.misconf.Load() != nil {
+		return g.Check(ctx)
+	}
 	if g.breaker.State() != BreakerClosed {
 		return g.probe(ctx)
 	}
@@ -328,6 +397,23 @@ func (g *Guard) Ping(ctx context.Context) error {
 	}
 	if err == nil && g.breaker.State() != BreakerClosed {
 		return nil // the breaker opened meanwhile: only a probe closes it
+	}
+	g.breaker.done(false, err, 0, g.clock.Now())
+	g.setHealth(err)
+	return err
+}
+
+// Check runs Remote.Check: its success ends a misconfiguration, closes the
+// breaker and marks the Guard up; its failure is a failure as a request's
+// (a *ConfigError makes the Guard misconfigured). When ctx ends first, it
+// returns ctx's error and leaves the health as it was.
+func (g *Guard) Check(ctx context.Context) error {
+	err := g.remote.Check(ctx)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil {
+		g.misconfigured(nil)
 	}
 	g.breaker.done(false, err, 0, g.clock.Now())
 	g.setHealth(err)
@@ -353,9 +439,10 @@ func (g *Guard) probe(ctx context.Context) error {
 	return err
 }
 
-// Run pings the remote at once and then every interval until ctx is done,
-// so that health follows the remote even without traffic, and drops
-// expired deny-cache entries.
+// Run pings the remote at once and then every interval until ctx is done
+// (checks it, while it refuses the daemon: see Ping), so that health
+// follows the remote even without traffic, and drops expired deny-cache
+// entries.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -15,9 +15,11 @@
 // admitted only if every share admitted, and the shares charged are undone
 // (best effort) when another denied or failed.
 //
-// Apply returns an error when Redis fails or answers after Config.Timeout:
-// the Store is meant to be wrapped by internal/store/guard, which then
-// decides by the failure mode.
+// Apply returns an error when Redis fails, answers after Config.Timeout,
+// or refuses the daemon for its configuration (a *guard.ConfigError: an
+// ACL without a command the store uses, a wrong password; Check finds
+// them before any request does): the Store is meant to be wrapped by
+// internal/store/guard, which then decides by the failure mode.
 // A script is never sent twice: a request whose exchange failed may have
 // been charged.
 //
@@ -234,8 +236,9 @@ func (s *Store) Close() error {
 // an error when Redis fails or answers after Config.Timeout (a
 // *guard.SharedFailure when the exchange carried other requests too, a
 // *guard.DeniedElsewhere when a failed slot's share did not matter to a
-// request another slot denied), and the caller's context's error when it
-// ends first. A failure caused by a connection that could not be made
+// request another slot denied, wrapped in a *guard.ConfigError when Redis
+// refused the daemon for its configuration: see Check), and the caller's
+// context's error when it ends first. A failure caused by a connection that could not be made
 // says why it could not (say, connection refused) rather than that the
 // deadline passed.
 func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
@@ -247,7 +250,7 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return s.explain(err)
+	return configError(s.explain(err))
 }
 
 // redisTimeArgs is Store.scriptTime in production: the scripts read Redis
@@ -513,7 +516,7 @@ func (s *Store) eachNode(ctx context.Context, timeout time.Duration, f func(cont
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return s.explain(err)
+	return configError(s.explain(err))
 }
 
 // roundTripHook counts the round trips of requests to Redis nodes: each

@@ -359,31 +359,6 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// TestACL: a Redis user with exactly the permissions docs/redis.md lists
-// can run the store.
-func TestACL(t *testing.T) {
-	srv := redistest.Start(t)
-	reply, err := srv.Command("ACL", "SETUSER", "ratelimitd", "on", ">secret", "~ratelimitd:*",
-		"+@connection", "+evalsha", "+eval", "+cluster|slots", "+get", "+set", "+del", "+time")
-	if err != nil || reply != "+OK" {
-		t.Fatalf("ACL SETUSER: %q %v", reply, err)
-	}
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), Username: "ratelimitd", Password: "secret", KeyPrefix: redis.DefaultKeyPrefix}, nil)
-	l := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
-	key := engineKey("shop", "user", "dave")
-	for i, want := range []algorithms.Code{algorithms.Allowed, algorithms.Denied} {
-		if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1}); d[0].Code != want {
-			t.Fatalf("charge %d: %+v, want %v", i, d[0], want)
-		}
-	}
-	if up, why := s.Healthy(); !up {
-		t.Fatalf("unhealthy as the ACL user: %s", why)
-	}
-	if err := s.Ping(context.Background()); err != nil {
-		t.Fatalf("PING as the ACL user: %v", err)
-	}
-}
-
 // TestBatching: requests that arrive while a round trip is in flight share
 // the next one (here Redis's replies are held 5ms each, so that they pile
 // up), each still atomic and all or nothing on its own: of 48 callers ×
