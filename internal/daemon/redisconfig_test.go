@@ -3,8 +3,6 @@ package daemon_test
 import (
 	"context"
 	"net/http"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -23,15 +21,7 @@ import (
 // had before).
 func aclUser(t *testing.T, srv *redistest.Server, drop ...string) {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/redis.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := regexp.MustCompile(`(?m)^\s*ACL SETUSER ratelimitd .*$`).Find(doc)
-	if line == nil {
-		t.Fatal("docs/redis.md recommends no ACL SETUSER ratelimitd line")
-	}
-	fields := strings.Fields(string(line))
+	fields := redistest.RecommendedACL(t)
 	args := append([]string{}, fields[:3]...) // ACL SETUSER ratelimitd
 	args = append(args, "reset")
 	for _, a := range fields[3:] {

@@ -3,8 +3,6 @@ package redis_test
 import (
 	"context"
 	"log/slog"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,21 +15,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
-
-// recommendedACL returns the arguments of the ACL SETUSER line that
-// docs/redis.md recommends.
-func recommendedACL(t *testing.T) []string {
-	t.Helper()
-	doc, err := os.ReadFile("../../../docs/redis.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := regexp.MustCompile(`(?m)^\s*ACL SETUSER ratelimitd .*$`).Find(doc)
-	if line == nil {
-		t.Fatal("docs/redis.md recommends no ACL SETUSER ratelimitd line")
-	}
-	return strings.Fields(string(line))
-}
 
 // setUser runs ACL SETUSER with args (the ACL keyword first).
 func setUser(t *testing.T, srv *redistest.Server, args ...string) {
@@ -95,7 +78,7 @@ func everyOperation(t *testing.T, s *testStore, user string) {
 // undo of a spread request included) and runs every store operation.
 func TestACL(t *testing.T) {
 	srv := redistest.Start(t)
-	setUser(t, srv, recommendedACL(t)...)
+	setUser(t, srv, redistest.RecommendedACL(t)...)
 	s := aclStore(t, srv, "ratelimitd", guard.Config{})
 	if err := s.Check(context.Background()); err != nil {
 		t.Fatalf("Check as the recommended ACL user: %v", err)
@@ -112,7 +95,7 @@ func TestACL(t *testing.T) {
 // what Redis refused.
 func TestConfigErrors(t *testing.T) {
 	srv := redistest.Start(t)
-	acl := recommendedACL(t)
+	acl := redistest.RecommendedACL(t)
 	without := func(user, drop string) []string {
 		args := []string{"ACL", "SETUSER", user}
 		for _, a := range acl[3:] {
@@ -173,7 +156,7 @@ func TestACLChangedAtRuntime(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			setUser(t, srv, recommendedACL(t)...)
+			setUser(t, srv, redistest.RecommendedACL(t)...)
 			var logs logtest.Buffer
 			s := newGuardedStore(t, redis.Config{Addr: srv.Addr(), Username: "ratelimitd", Password: "secret", KeyPrefix: redis.DefaultKeyPrefix,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, guard.Config{FailureMode: tt.mode}, nil)
