@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -96,11 +95,8 @@ Flags:
 	fs.BoolVar(&jsonOut, "json", false, "write the report as JSON")
 	fs.BoolVar(&progress, "progress", true, "write a progress line to stderr once a second (--progress=false to stop)")
 	fs.StringVar(&serveEmpty, "serve-empty", "", "serve the empty baseline server on `ADDR` until SIGINT/SIGTERM instead of loading anything")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ratelimitd bench: "+format+"\n", a...)

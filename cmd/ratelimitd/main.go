@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +28,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	"github.com/ratelimitd/ratelimitd/internal/upstreamenv"
 )
 
 // memoryHeadroom is what the daemon's soft memory limit allows above
@@ -77,7 +77,7 @@ Flags:
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("RATELIMITD_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen `address`; 0.0.0.0:8081 or :8081 for every interface ($RATELIMITD_GRPC_ADDR, when set, is the default: the container image sets :8081)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("RATELIMITD_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, the decision APIs as JSON: docs/http.md; /debug/pprof/ with --pprof); 0.0.0.0:8080 or :8080 for every interface ($RATELIMITD_HTTP_ADDR, when set, is the default: the container image sets :8080)")
 	maxMemory := byteSize(memory.DefaultMaxBytes)
-	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (KiB, MiB, GiB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
+	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (a number with KiB, MiB, GiB, or KB, MB, GB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory")
 	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
 	fs.StringVar(&cfg.StateFile, "state-file", "", "keep the memory store's buckets across restarts in this `file`: loaded before serving, written every --snapshot-interval and on SIGTERM/SIGINT (default: off; give a path on a volume that outlives the process, one file per daemon)")
@@ -101,16 +101,32 @@ Flags:
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	redisFlags := addRedisFlags(fs, &cfg)
+	xdsFlags := addXDSFlags(fs, &cfg)
+	fs.BoolVar(&cfg.HealthcheckNeedsPolicy, "healthcheck-needs-policy", false, "GET /healthcheck (envoyproxy/ratelimit's probe) fails until a policy is in force, not only while the daemon starts or stops")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve the metrics on this listen `address` (as envoyproxy/ratelimit's PROMETHEUS_ADDR), besides --http-addr's /metrics")
+	fs.StringVar(&cfg.MetricsPath, "metrics-path", "/metrics", "`path` of the metrics on --metrics-addr")
+	fs.BoolVar(&cfg.UpstreamMetricNames, "upstream-metric-names", false, "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_total_hits{domain,key1,key2}, ...), which its dashboards read (docs/envoy-gateway.md)")
+	logLevel := fs.String("log-level", "info", "least `level` logged: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log `format`: text or json")
+	fs.Bool("upstream-env", false, "read envoyproxy/ratelimit's environment variables (as when started as ratelimit; docs/envoy-gateway.md); flags win over them")
 	version := fs.Bool("version", false, "print the version, commit and commit time of this build, and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	var (
+		upstream    upstreamenv.Translation
+		upstreamErr error
+	)
+	if wantsUpstreamEnv(args) {
+		upstream, upstreamErr = applyUpstreamEnv(fs)
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return 0
+	}
+	if upstreamErr != nil { // reported once --help and --version are answered
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", upstreamErr)
+		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ratelimitd: unexpected argument %q (see --help)\n", fs.Arg(0))
@@ -134,6 +150,7 @@ Flags:
 		fmt.Fprintf(stderr, "ratelimitd: --snapshot-interval %v: want a positive duration\n", cfg.SnapshotInterval)
 		return 2
 	}
+	redisFlags.fallbackPassword = upstream.RedisPassword
 	if err := redisFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
@@ -145,7 +162,19 @@ Flags:
 		// instead of letting the heap grow to twice what is live.
 		debug.SetMemoryLimit(cfg.MaxMemory + memoryHeadroom)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	if err := xdsFlags.apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
+	logger, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
+	cfg.Logger = logger
+	for _, w := range upstream.Warnings {
+		cfg.Logger.Warn("envoyproxy/ratelimit setting ignored: " + w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -199,6 +228,23 @@ func checkPolicyLimits(l config.Limits) error {
 	return nil
 }
 
+// newLogger returns the daemon's logger, writing to w at level and above,
+// as text or JSON.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
 // envOr returns the environment variable name's value, or def when it is
 // unset or empty.
 func envOr(name, def string) string {
@@ -209,7 +255,7 @@ func envOr(name, def string) string {
 }
 
 func checkConfig(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs := flag.NewFlagSet("ratelimitd check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
@@ -217,14 +263,12 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	var limits config.Limits
 	addPolicyLimitFlags(fs, &limits)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
+		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
+		fmt.Fprintln(stderr, "PATH is one policy file, or a directory of them; run 'ratelimitd check-config --help' for the flags")
 		return 2
 	}
 	if err := checkPolicyLimits(limits); err != nil {

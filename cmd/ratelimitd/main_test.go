@@ -275,10 +275,15 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-policy-descriptors", "-1"}, "--max-policy-descriptors -1: want at least 1"},
 		{[]string{"check-config", "--max-policy-bytes", "0", "p.yaml"}, "--max-policy-bytes 0: want at least 1"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
-		{[]string{"--max-memory", "256MB"}, "max-memory"},
+		{[]string{"--max-memory", "256M"}, "--max-memory \"256M\""}, // M alone: neither MB nor Mi
 		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--snapshot-interval", "0s"}, "--snapshot-interval"},
+		{[]string{"--xds-tls"}, "give --xds-server"},
+		{[]string{"--xds-server", "127.0.0.1:1", "--xds-headers", "no-colon"}, `--xds-headers: "no-colon" is not key:value`},
+		{[]string{"--xds-server", "127.0.0.1:1", "--xds-tls-ca", "/no/such/ca.pem"}, "xds server CA"},
+		{[]string{"--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
 	}
 	for _, tt := range tests {
 		var stderr strings.Builder

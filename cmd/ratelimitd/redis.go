@@ -17,6 +17,10 @@ type redisFlags struct {
 	passwordFile           string
 	tls                    bool
 	tlsCA, tlsCert, tlsKey string
+	// fallbackPassword is the password when neither --redis-password-file
+	// nor $RATELIMITD_REDIS_PASSWORD gives one: REDIS_AUTH's, under
+	// envoyproxy/ratelimit's environment.
+	fallbackPassword string
 }
 
 func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
@@ -55,6 +59,9 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 	password, err := secret("redis-password-file", f.passwordFile, "RATELIMITD_REDIS_PASSWORD")
 	if err != nil {
 		return err
+	}
+	if password == "" {
+		password = f.fallbackPassword
 	}
 	cfg.Redis.Password = password
 	if f.cluster != "" {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,11 +53,8 @@ Flags:
 	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
 	fs.DurationVar(&t.Every, "every", 30*time.Second, "time between bursts, for bursts")
 	fs.Uint64Var(&t.Seed, "seed", 1, "random seed, for poisson")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ratelimitd simulate: unexpected argument %q (see --help)\n", fs.Arg(0))

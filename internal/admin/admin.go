@@ -16,14 +16,17 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
 )
 
 // Loaded is the policy in force, and where and when it was loaded.
 type Loaded struct {
 	Policy *config.Policy
 	// Path is the --config path it was loaded from; "" for the embedded
-	// default policy.
+	// default policy; for a policy over xDS, "xds://SERVER (node ID)".
 	Path string
+	// Version is the xDS version_info of a policy over xDS; "" otherwise.
+	Version string
 	// At is when it was loaded: at start, or by the last successful
 	// reload.
 	At time.Time
@@ -34,6 +37,9 @@ type Options struct {
 	// Policy returns the policy in force; it is called for each request
 	// to /policies.
 	Policy func() Loaded
+	// XDS, when not nil, returns the xDS client's status (nil when the
+	// policy does not come over xDS), shown as the "xds" field.
+	XDS func() *xdspolicy.Status
 	// Pprof serves /debug/pprof/: the index, every runtime profile by
 	// name (heap, goroutine, ...), profile (CPU), symbol and trace; never
 	// cmdline. Profiles show the daemon's internals (goroutine stacks
@@ -46,7 +52,10 @@ type Options struct {
 func Register(mux *http.ServeMux, o Options) {
 	mux.HandleFunc("GET /policies", func(w http.ResponseWriter, _ *http.Request) {
 		l := o.Policy()
-		body := Policies{Config: l.Path, LoadedAt: l.At.UTC(), PolicyView: l.Policy.View()}
+		body := Policies{Config: l.Path, Version: l.Version, LoadedAt: l.At.UTC(), PolicyView: l.Policy.View()}
+		if o.XDS != nil {
+			body.XDS = o.XDS()
+		}
 		if body.Config == "" {
 			body.Config = "embedded default"
 		}
@@ -68,6 +77,13 @@ func Register(mux *http.ServeMux, o Options) {
 type Policies struct {
 	// Config is the --config path, or "embedded default".
 	Config string `json:"config"`
+	// Version is the xDS version of the policy in force, when it came
+	// over xDS.
+	Version string `json:"version,omitempty"`
+	// XDS is the xDS subscription: server, node id, whether connected,
+	// the version in force, and the last refused update (NACK) since the
+	// last applied one.
+	XDS *xdspolicy.Status `json:"xds,omitempty"`
 	// LoadedAt is when the policy was loaded, in UTC.
 	LoadedAt time.Time `json:"loaded_at"`
 	// The domains, each with its source file and rule tree.

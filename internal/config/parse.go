@@ -158,8 +158,25 @@ func tooLarge(file string, size, max int64) *FieldError {
 	return &FieldError{File: file, Problem: fmt.Sprintf("%d bytes, more than the limit of %d (--max-policy-bytes); not parsed", size, max)}
 }
 
-// policyFiles returns the paths of dir's policy files in name order.
+// policyFiles returns the paths of dir's policy files in name order; none
+// is an error, which points at a directory below that has some (where
+// envoyproxy/ratelimit keeps them).
 func policyFiles(dir string) ([]string, error) {
+	files, err := listPolicyFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		if below := policyDirBelow(dir, 2); below != "" {
+			return nil, fmt.Errorf("%s: no policy files (*.yaml, *.yml), but %s has some: envoyproxy/ratelimit keeps them one level down, in RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config; give that directory", dir, below)
+		}
+		return nil, fmt.Errorf("%s: no policy files (*.yaml, *.yml)", dir)
+	}
+	return files, nil
+}
+
+// listPolicyFiles returns the paths of dir's policy files in name order.
+func listPolicyFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -177,10 +194,32 @@ func policyFiles(dir string) ([]string, error) {
 		}
 		files = append(files, file)
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no policy files (*.yaml, *.yml)", dir)
-	}
 	return files, nil
+}
+
+// policyDirBelow returns the first directory (in name order, depth first)
+// at most depth levels below dir that holds a policy file, or "".
+func policyDirBelow(dir string, depth int) string {
+	if depth == 0 {
+		return ""
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		sub := filepath.Join(dir, e.Name())
+		if files, _ := listPolicyFiles(sub); len(files) > 0 {
+			return sub
+		}
+		if found := policyDirBelow(sub, depth-1); found != "" {
+			return found
+		}
+	}
+	return ""
 }
 
 // Parse returns the policy in data, one policy file's contents, or every

@@ -399,6 +399,12 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load(empty); err == nil || !strings.Contains(err.Error(), "no policy files") {
 		t.Errorf("Load(directory without policy files) = %v", err)
 	}
+	// envoyproxy/ratelimit's runtime root: the files are two levels down.
+	upstream := writeFiles(t, map[string]string{"ratelimit/": "", "ratelimit/config/": "", "ratelimit/config/shop.yaml": "domain: shop\n"})
+	want := filepath.Join(upstream, "ratelimit", "config") + " has some"
+	if _, err := Load(upstream); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Load(upstream runtime root) = %v, want it to point at %s", err, want)
+	}
 	missing := filepath.Join(empty, "missing")
 	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load(missing) = %v, want os.ErrNotExist", err)

@@ -123,7 +123,7 @@ func (c *Console) policy(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"unchanged": true, "reload": reload})
 		return
 	}
-	body := policyBody{Policies: admin.Policies{Config: l.Path, LoadedAt: l.At.UTC(), PolicyView: l.Policy.View()}}
+	body := policyBody{Policies: admin.Policies{Config: l.Path, Version: l.Version, LoadedAt: l.At.UTC(), PolicyView: l.Policy.View()}}
 	if body.Config == "" {
 		body.Config = "embedded default"
 	}

@@ -33,11 +33,15 @@ func (d *Daemon) loadAuthz() (err error) {
 // ownInterceptors returns the daemon's unary interceptors, outermost
 // first: metrics (so that refused calls are counted with their codes),
 // the check that the request decoded (decoded: the transport's, gRPC's
-// grpcdecode or httpapi.CheckDecoded), then authorization when it is on.
+// grpcdecode or httpapi.CheckDecoded), then authorization when it is on,
+// then, with an xDS policy not yet in, the refusal of decision calls.
 func (d *Daemon) ownInterceptors(decoded grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
 	own := []grpc.UnaryServerInterceptor{d.metrics.UnaryServerInterceptor(), decoded}
 	if d.authz != nil {
 		own = append(own, d.authz.UnaryServerInterceptor())
+	}
+	if d.xds != nil && !d.cfg.StartWithoutPolicy {
+		own = append(own, d.refuseWithoutPolicy)
 	}
 	return own
 }

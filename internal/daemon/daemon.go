@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,13 +45,34 @@ import (
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
+	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
 )
 
 // Config is what the daemon is started with.
 type Config struct {
 	// ConfigPath is a policy file or a directory of them; empty for the
-	// embedded default policy.
+	// embedded default policy (or with XDS).
 	ConfigPath string
+	// XDS, when XDS.Server is set, takes the policy from an xDS control
+	// plane instead (internal/xdspolicy; see xds.go): not with ConfigPath
+	// or StateFile. Its Logger is the daemon's.
+	XDS xdspolicy.Config
+	// StartWithoutPolicy, with XDS, decides calls before the first policy
+	// arrives, every domain unknown (allowed, unmatched), as upstream's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG; otherwise decision calls are
+	// refused (Unavailable) until then. Readiness (/readyz, gRPC health)
+	// waits for the first policy either way.
+	StartWithoutPolicy bool
+	// HealthcheckNeedsPolicy makes /healthcheck fail until a policy is in
+	// force (upstream's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthcheckNeedsPolicy bool
+	// MetricsAddr, when set, also serves the metrics on a listener of
+	// their own, at MetricsPath (default /metrics), as upstream's
+	// PROMETHEUS_ADDR does.
+	MetricsAddr, MetricsPath string
+	// UpstreamMetricNames adds envoyproxy/ratelimit's series
+	// (metrics.WithUpstreamNames) to ratelimitd's own.
+	UpstreamMetricNames bool
 	// GRPCAddr and HTTPAddr are listen addresses; port 0 picks a free one.
 	GRPCAddr string
 	HTTPAddr string
@@ -157,6 +179,11 @@ type Daemon struct {
 	authz       *authz.Authorizer // nil without Config.AuthzPolicy
 	policyWatch *reload.Watcher   // nil with the embedded default policy
 	tlsWatch    *reload.Watcher   // nil without TLS
+	xds         *xdspolicy.Client // nil without Config.XDS
+	policyIn    chan struct{}     // closed once a policy is in force
+	draining    atomic.Bool       // set as Shutdown starts
+	metricsLis  net.Listener      // nil without Config.MetricsAddr
+	metricsHTTP *http.Server
 	loaded      atomic.Pointer[admin.Loaded]
 	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
 	reloading   sync.Mutex                           // held by Reload
@@ -179,11 +206,12 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		health:    health.NewServer(),
-		served:    make(chan error, 2),
-		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries)),
+		served:    make(chan error, 3),
+		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries), metrics.WithUpstreamNames(cfg.UpstreamMetricNames)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
 		ready:     make(chan struct{}),
 		drain:     make(chan struct{}),
+		policyIn:  make(chan struct{}),
 	}
 	// Each step opens what it names; should a later one fail, abort closes
 	// what the earlier ones opened.
@@ -211,11 +239,13 @@ func Start(cfg Config) (*Daemon, error) {
 	d.serveHTTP()
 	d.restoreBuckets()
 	close(d.ready)
-	d.setServing(healthpb.HealthCheckResponse_SERVING)
+	if d.hasPolicy() { // with XDS, once the first policy is in (applyXDS)
+		d.setServing(healthpb.HealthCheckResponse_SERVING)
+	}
 	d.serve()
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
-		"policy", policySource(cfg.ConfigPath), "domains", len(d.loadedPolicy().Policy.Domains()),
+		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String())
 	return d, nil
@@ -267,6 +297,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
 	}
+	if err := cfg.checkXDS(); err != nil {
+		return cfg, err
+	}
 	if cfg.StateFile != "" && cfg.Store == "redis" {
 		return cfg, errors.New("a state file keeps the memory store's buckets; Redis keeps its own")
 	}
@@ -301,10 +334,18 @@ func (d *Daemon) watchFiles() (err error) {
 // loadPolicy reads the policy at Config.ConfigPath (or takes the embedded
 // default) and puts it in force.
 func (d *Daemon) loadPolicy() error {
+	if d.cfg.XDS.Server != "" {
+		return d.awaitXDS()
+	}
+	defer close(d.policyIn)
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
 		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) && pe.Path == d.cfg.ConfigPath {
+				return fmt.Errorf("--config %s: %w", pe.Path, pe.Err)
+			}
 			return err
 		}
 	}
@@ -361,6 +402,11 @@ func (d *Daemon) listen() (err error) {
 	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("http listener: %w", err)
 	}
+	if d.cfg.MetricsAddr != "" {
+		if d.metricsLis, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -374,7 +420,7 @@ func (d *Daemon) abort() {
 	if d.store != nil {
 		d.store.close()
 	}
-	for _, l := range []net.Listener{d.grpcLis, d.httpLis} {
+	for _, l := range []net.Listener{d.grpcLis, d.httpLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -420,9 +466,10 @@ func (d *Daemon) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.HandleFunc("GET /healthcheck", d.healthcheck)
 	d.store.routes(mux)
 	mux.Handle("GET /metrics", d.metrics.Handler())
-	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, Pprof: d.cfg.Pprof})
+	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, XDS: d.xdsStatus, Pprof: d.cfg.Pprof})
 	if !d.cfg.NoConsole {
 		console.New(console.Options{
 			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
@@ -489,6 +536,10 @@ func (d *Daemon) serve() {
 	if d.authz != nil {
 		go d.authz.Run(jobs)
 	}
+	if d.xds != nil {
+		go d.xds.Run(jobs)
+	}
+	d.serveMetrics()
 	go func() { d.served <- d.grpc.Serve(d.grpcLis) }()
 }
 
@@ -516,11 +567,15 @@ func tlsMode(s *tlsconfig.Server) string {
 	return "on"
 }
 
-func policySource(path string) string {
-	if path == "" {
+// policySource names where the policy comes from, for the logs.
+func (d *Daemon) policySource() string {
+	switch {
+	case d.xds != nil:
+		return xdsSource(d.cfg.XDS)
+	case d.cfg.ConfigPath == "":
 		return "embedded default"
 	}
-	return path
+	return d.cfg.ConfigPath
 }
 
 // setServing sets the health of the server as a whole and of each service.
@@ -579,6 +634,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 }
 
 func (d *Daemon) drainAndStop(ctx context.Context) {
+	d.draining.Store(true)
 	d.health.Shutdown()
 	d.log.Info("draining: health is NOT_SERVING", "delay", d.cfg.ShutdownDelay, "grace", d.cfg.ShutdownGrace)
 	if d.cfg.ShutdownDelay > 0 {
@@ -605,8 +661,10 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 		d.grpc.Stop()
 		<-stopped
 	}
-	if err := d.http.Shutdown(ctx); err != nil {
-		d.http.Close()
+	for _, s := range []*http.Server{d.http, d.metricsHTTP} {
+		if s != nil && s.Shutdown(ctx) != nil {
+			s.Close()
+		}
 	}
 	d.stopJobs()
 	d.store.close()

@@ -23,6 +23,10 @@ import (
 // Reloads never run concurrently.
 func (d *Daemon) Reload() error {
 	path := d.cfg.ConfigPath
+	if d.xds != nil {
+		d.log.Info("policy reload asked for; the policy comes from xDS, which pushes its updates")
+		return nil
+	}
 	if path == "" {
 		d.log.Info("policy reload asked for; the embedded default policy has nothing to reload")
 		return nil

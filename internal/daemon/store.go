@@ -3,11 +3,9 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +19,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
 
 // RedisHealthService is the gRPC health service that says whether the Redis
@@ -230,13 +229,9 @@ func (b *redisBackend) routes(mux *http.ServeMux) {
 func RedisTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
+		var err error
+		if c.RootCAs, err = tlsconfig.CertPool(caFile); err != nil {
 			return nil, fmt.Errorf("redis TLS CA: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate in it", caFile)
 		}
 	}
 	if (certFile == "") != (keyFile == "") {

@@ -135,6 +135,9 @@ type Metrics struct {
 	certExpiry   prometheus.Gauge
 	grpc         *grpcprom.ServerMetrics
 	tlsOnce      sync.Once
+
+	upstreamNames     bool          // WithUpstreamNames
+	loads, loadErrors atomic.Uint64 // policies put in force, and refused
 }
 
 // Option configures Metrics.
@@ -214,6 +217,9 @@ func New(opts ...Option) *Metrics {
 	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.latency, decisions,
 		m.reloads, m.lastReload, m.lastReloadOK, m.grpc, buildInfo(buildinfo.Read()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if m.upstreamNames {
+		m.reg.MustRegister(newUpstreamCollector(m))
+	}
 	return m
 }
 
@@ -278,6 +284,7 @@ func MemoryStoreCollectors(s Store) []prometheus.Collector {
 // detailed_metric rules, which exist per request value), so that they are
 // there before the first hit.
 func (m *Metrics) PolicyLoaded(p *config.Policy, at time.Time) {
+	m.loads.Add(1)
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
 	m.lastReloadOK.Set(1)
 	for l := range plainRules(p) {
@@ -317,6 +324,7 @@ func plainRules(p *config.Policy) map[ruleLabels]struct{} {
 // path, not detailed_metric) counts on in its series.
 func (m *Metrics) PolicyReloaded(p *config.Policy, at time.Time, err error) {
 	if err != nil {
+		m.loadErrors.Add(1)
 		m.reloads.WithLabelValues("failure").Inc()
 		m.lastReloadOK.Set(0)
 		return

@@ -89,17 +89,27 @@ func load(f Files) (*loaded, error) {
 		NextProtos: []string{"h2"},
 	}
 	if f.ClientCA != "" {
-		pem, err := os.ReadFile(f.ClientCA)
+		pool, err := CertPool(f.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("tls: client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: client CA %s: no PEM certificate in it", f.ClientCA)
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return &loaded{config: c, notAfter: cert.Leaf.NotAfter}, nil
+}
+
+// CertPool returns a pool of the CA certificates in the PEM file at path;
+// a file without one is an error.
+func CertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", path)
+	}
+	return pool, nil
 }
 
 // Config returns a configuration for a TLS listener (or gRPC's

@@ -89,7 +89,7 @@ async function loadPolicy() {
   }
   const r = $("#reload");
   r.replaceChildren(
-    el("div", {}, "Policy from ", el("code", {}, policy.config), " loaded ", new Date(policy.loaded_at).toLocaleString()));
+    el("div", {}, "Policy from ", el("code", {}, policy.config), ...(policy.version ? [" version ", el("code", {}, policy.version)] : []), " loaded ", new Date(policy.loaded_at).toLocaleString()));
   if (policy.reload.last_error) {
     r.append(el("div", { class: "error" }, `Last reload failed ${new Date(policy.reload.last_error_at).toLocaleString()} — the policy above goes on serving:`),
       el("pre", { class: "mono error" }, policy.reload.last_error));

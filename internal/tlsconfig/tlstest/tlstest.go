@@ -78,6 +78,20 @@ func (ca *CA) Server(t testing.TB, name string, notAfter time.Time) Pair {
 	})
 }
 
+// Peer issues a certificate named name for 127.0.0.1 and localhost that
+// serves and identifies a client both, as Envoy Gateway's rate limit
+// deployment uses one certificate for its gRPC server and as the client of
+// the xDS server.
+func (ca *CA) Peer(t testing.TB, name string) Pair {
+	return ca.issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		NotAfter:    time.Now().Add(24 * time.Hour),
+	})
+}
+
 // Client issues a client certificate named name.
 func (ca *CA) Client(t testing.TB, name string) Pair {
 	return ca.issue(t, &x509.Certificate{

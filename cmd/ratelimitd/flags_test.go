@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A mistake on the command line is told in two lines — the mistake, naming
+// the flag (and a near one for a typo), then where the help is — never
+// followed by every flag's description; --help still prints them all.
+func TestFlagMistakesAreShort(t *testing.T) {
+	tests := []struct {
+		args      []string
+		code      int
+		firstLine string
+	}{
+		{[]string{"--max-memroy", "1GiB"}, 2, "ratelimitd: unknown flag --max-memroy (did you mean --max-memory?)"},
+		{[]string{"--max-memory", "256M"}, 2, `ratelimitd: --max-memory "256M": want a positive whole number of bytes`},
+		{[]string{"--shadow-mode=maybe"}, 2, `ratelimitd: --shadow-mode "maybe": want true or false`},
+		{[]string{"--no-such-thing"}, 2, "ratelimitd: unknown flag --no-such-thing\n"},
+		{[]string{"simulate", "--pattrn", "steady"}, 2, "ratelimitd simulate: unknown flag --pattrn (did you mean --pattern?)"},
+		{[]string{"bench", "--targt", "x:1"}, 2, "ratelimitd bench: unknown flag --targt (did you mean --target?)"},
+		{[]string{"check-config", "--max-policy-byte", "1", "p"}, 2, "ratelimitd check-config: unknown flag --max-policy-byte (did you mean --max-policy-bytes?)"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run(tt.args, &stdout, &stderr)
+		out := stderr.String()
+		if code != tt.code || !strings.HasPrefix(out, tt.firstLine) {
+			t.Errorf("%q: exit %d, stderr:\n%s\nwant exit %d, starting %q", tt.args, code, out, tt.code, tt.firstLine)
+			continue
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[1], "run 'ratelimitd") || !strings.HasSuffix(lines[1], "--help' for every flag") {
+			t.Errorf("%q: stderr has %d lines, want the mistake and a pointer to --help:\n%s", tt.args, len(lines), out)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "-max-memory") || !strings.Contains(stderr.String(), "-state-file") {
+		t.Errorf("--help: exit %d, want 0 and every flag described; got:\n%s", code, stderr.String())
+	}
+}
+
+// A policy path that is not there names --config; one that holds
+// envoyproxy/ratelimit's runtime root names the directory to give instead.
+func TestConfigPathMistakes(t *testing.T) {
+	root := t.TempDir()
+	policies := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(policies, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(policies, "shop.yaml"), []byte("domain: shop\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(root, "missing")
+	tests := []struct {
+		config string
+		want   string
+	}{
+		{missing, "ratelimitd: --config " + missing + ": no such file or directory\n"},
+		{root, "ratelimitd: " + root + ": no policy files (*.yaml, *.yml), but " + policies + " has some: envoyproxy/ratelimit keeps them one level down, in RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config; give that directory\n"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"--config", tt.config, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, &stdout, &stderr)
+		if code != 1 || !strings.HasSuffix(stderr.String(), tt.want) {
+			t.Errorf("--config %s: exit %d, stderr:\n%s\nwant exit 1, ending %q", tt.config, code, stderr.String(), tt.want)
+		}
+	}
+}

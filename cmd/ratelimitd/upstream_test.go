@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+// TestUpstreamEnvFileConfigAndFlagsWin: under upstream's environment
+// (--upstream-env), the policy is read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
+// and the command line wins over the environment: PORT and GRPC_PORT
+// name ports that cannot be bound, BACKEND_TYPE says Redis, and the flags
+// of startProcess and --store memory decide.
+func TestUpstreamEnvFileConfigAndFlagsWin(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "shop.yaml"), []byte("domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false", "LOG_LEVEL": "info",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:1", "PORT": "1", "GRPC_PORT": "1", "TRACING_ENABLED": "true",
+	} {
+		t.Setenv(k, v)
+	}
+	p := startProcess(t, "--upstream-env", "--store", "memory")
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rl.NewRateLimitServiceClient(conn)
+	var got []string
+	for range 2 {
+		resp, err := c.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: "shop", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.OverallCode.String())
+	}
+	if strings.Join(got, " ") != "CODE_OK CODE_OVER_LIMIT" {
+		t.Errorf("decisions %v, want the file's 1 an hour", got)
+	}
+	if !strings.Contains(p.logs.String(), `TRACING_ENABLED=true is ignored`) {
+		t.Errorf("no warning for TRACING_ENABLED in the logs:\n%s", p.logs)
+	}
+}
+
+// TestRatelimitNameReadsUpstreamEnv: started as ratelimit, the binary reads
+// upstream's environment; an environment it refuses stops it with status
+// 2 and the variable named, but --version still answers.
+func TestRatelimitNameReadsUpstreamEnv(t *testing.T) {
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratelimit := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.Link(bin, ratelimit); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(ratelimit)
+	cmd.Env = []string{"MERGE_DOMAIN_CONFIG=true", "REDIS_SOCKET_TYPE=tcp"}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "MERGE_DOMAIN_CONFIG=true") {
+		t.Errorf("ratelimit with MERGE_DOMAIN_CONFIG=true: %v\n%s\nwant exit 2 naming it", err, out)
+	}
+	cmd = exec.Command(ratelimit, "--version")
+	cmd.Env = []string{} // upstream's defaults: refused (a Redis unix socket), yet --version answers
+	if out, err := cmd.Output(); err != nil || !strings.HasPrefix(string(out), "ratelimitd ") {
+		t.Errorf("ratelimit --version: %v %q", err, out)
+	}
+}

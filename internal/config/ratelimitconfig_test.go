@@ -1,0 +1,167 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// gatewayConfig is a resource shaped as Envoy Gateway sends them: one per
+// listener, a generic_key descriptor per rule with a nested header match.
+func gatewayConfig() *rlsconfv3.RateLimitConfig {
+	return &rlsconfv3.RateLimitConfig{
+		Name:   "default/eg/http",
+		Domain: "default/eg/http",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key:   "httproute/default/r/rule/0/match/0/example",
+			Value: "httproute/default/r/rule/0/match/0/example",
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key:       "rule-0-match-0",
+				Value:     "rule-0-match-0",
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 3, Name: "per_rule"},
+			}, {
+				Key:       "user",
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, Unit: rlsconfv3.RateLimitUnit_UNKNOWN},
+			}},
+		}},
+	}
+}
+
+// The same policy as a file says it.
+const gatewayYAML = `
+domain: default/eg/http
+descriptors:
+  - key: httproute/default/r/rule/0/match/0/example
+    value: httproute/default/r/rule/0/match/0/example
+    descriptors:
+      - key: rule-0-match-0
+        value: rule-0-match-0
+        rate_limit: {unit: hour, requests_per_unit: 3, name: per_rule}
+      - key: user
+        rate_limit: {unlimited: true}
+`
+
+func viewJSON(t *testing.T, p *Policy) string {
+	t.Helper()
+	v := p.View()
+	for i := range v.Domains {
+		v.Domains[i].Source = ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestFromRateLimitConfigsEqualsTheFile(t *testing.T) {
+	got, err := FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig()}}, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Parse("gateway.yaml", []byte(gatewayYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := viewJSON(t, got), viewJSON(t, want); g != w {
+		t.Errorf("policy from xDS:\n%s\nfrom the file:\n%s", g, w)
+	}
+	if src := got.Domain("default/eg/http").Source; src != "xds:default/eg/http" {
+		t.Errorf("source %q, want xds:default/eg/http", src)
+	}
+}
+
+func TestFromRateLimitConfigsEmptyIsEmptyPolicy(t *testing.T) {
+	p, err := FromRateLimitConfigs(nil, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Domains()) != 0 || p.Domain("anything") != nil {
+		t.Errorf("domains %v, want none", p.Domains())
+	}
+}
+
+func TestFromRateLimitConfigsExtensions(t *testing.T) {
+	ext, err := structpb.NewStruct(map[string]any{"limits": map[string]any{
+		"per_rule": map[string]any{"algorithm": "token_bucket", "burst": 20},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig(), Extensions: ext}}, DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Domain("default/eg/http").Match([]Entry{
+		{"httproute/default/r/rule/0/match/0/example", "httproute/default/r/rule/0/match/0/example"},
+		{"rule-0-match-0", "rule-0-match-0"},
+	})
+	if r == nil {
+		t.Fatal("no rule matched")
+	}
+	rate := r.Limits[0].Rate
+	if rate.Algorithm().String() != "token_bucket" || rate.Burst() != 20 {
+		t.Errorf("limit %v burst %d, want token_bucket burst 20", rate.Algorithm(), rate.Burst())
+	}
+}
+
+func TestFromRateLimitConfigsProblems(t *testing.T) {
+	ext := func(m map[string]any) *structpb.Struct {
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	unknownUnit := gatewayConfig()
+	unknownUnit.Descriptors[0].Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
+	noKey := gatewayConfig()
+	noKey.Descriptors[0].Key = ""
+	for _, tc := range []struct {
+		name    string
+		configs []RateLimitConfig
+		want    string
+	}{
+		{"unit UNKNOWN", []RateLimitConfig{{Config: unknownUnit}},
+			"xds:default/eg/http: descriptors[0].descriptors[0].rate_limit.unit: missing"},
+		{"empty key", []RateLimitConfig{{Config: noKey}},
+			"xds:default/eg/http: descriptors[0].key: empty"},
+		{"the same domain twice", []RateLimitConfig{{Config: gatewayConfig()}, {Config: &rlsconfv3.RateLimitConfig{Name: "again", Domain: "default/eg/http"}}},
+			`xds:again: domain: domain "default/eg/http" is already defined in xds:default/eg/http`},
+		{"extension of no limit", []RateLimitConfig{{Config: gatewayConfig(), Extensions: ext(map[string]any{"limits": map[string]any{"nope": map[string]any{"burst": 2}}})}},
+			`xds:default/eg/http: extensions: limits.nope: no limit of this resource is named "nope"`},
+		{"burst on a window", []RateLimitConfig{{Config: gatewayConfig(), Extensions: ext(map[string]any{"limits": map[string]any{"per_rule": map[string]any{"burst": 2}}})}},
+			"xds:default/eg/http: descriptors[0].descriptors[0].rate_limit.burst: not allowed with algorithm fixed_window"},
+		{"unknown extension field", []RateLimitConfig{{Config: gatewayConfig(), Extensions: ext(map[string]any{"limits": map[string]any{"per_rule": map[string]any{"colour": "red"}}})}},
+			"descriptors[0].descriptors[0].rate_limit.colour: unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := FromRateLimitConfigs(tc.configs, DefaultLimits)
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error:\n%v\nwant it to contain %q", err, tc.want)
+			}
+			for _, fe := range errs {
+				if fe.Line != 0 {
+					t.Errorf("%v: line %d, want 0 (no line of the sender's)", fe, fe.Line)
+				}
+			}
+		})
+	}
+}
+
+func TestFromRateLimitConfigsCountsDescriptorsTogether(t *testing.T) {
+	a, b := gatewayConfig(), gatewayConfig()
+	b.Name, b.Domain = "other", "other"
+	_, err := FromRateLimitConfigs([]RateLimitConfig{{Config: a}, {Config: b}}, Limits{MaxBytes: 1 << 20, MaxDescriptors: 4})
+	if err == nil || !strings.Contains(err.Error(), "more than 4 descriptors") {
+		t.Errorf("error %v, want more than 4 descriptors", err)
+	}
+}
