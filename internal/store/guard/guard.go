@@ -215,9 +215,6 @@ func New(remote Remote, cfg Config) (*Guard, error) {
 	return g, nil
 }
 
-// Remote returns the guarded store.
-func (g *Guard) Remote() Remote { return g.remote }
-
 // Close stops the Guard's goroutine. It does not close the remote.
 func (g *Guard) Close() {
 	g.closing.Do(func() { close(g.done) })

@@ -221,9 +221,9 @@ func (s *Store) warm() {
 	})
 }
 
-// Close cuts short every exchange with Redis in flight (their requests
-// are decided by the failure mode, or end with their caller's context)
-// and closes the connections to Redis.
+// Close cuts short every exchange with Redis in flight (their Apply calls
+// fail, or end with their caller's context) and closes the connections to
+// Redis.
 func (s *Store) Close() error {
 	s.closing.Do(func() {
 		close(s.done)
@@ -557,6 +557,5 @@ func (h roundTripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 // requests have made (see roundTripHook).
 func (s *Store) RoundTrips() uint64 { return s.stats.roundTrips.Load() }
 
-// Applies returns how many Apply calls asked Redis (those answered from the
-// deny cache do not).
+// Applies returns how many Apply calls asked Redis (with charges).
 func (s *Store) Applies() uint64 { return s.stats.applies.Load() }
