@@ -274,6 +274,18 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("the recommended ACL, spread keys", func(t *testing.T) {
+		for _, n := range cluster.Nodes {
+			setUser(t, n, redistest.RecommendedACL(t)...)
+		}
+		s := newTestStore(t, redis.Config{ClusterAddrs: cluster.Addrs(), SpreadKeys: true,
+			Username: "ratelimitd", Password: "secret", KeyPrefix: redis.DefaultKeyPrefix}, nil)
+		if err := s.Check(context.Background()); err != nil {
+			t.Fatalf("Check as the recommended ACL user: %v", err)
+		}
+		everyOperation(t, s, "ratelimitd")
+	})
 }
 
 // onDistinctNodes returns n bucket keys of the domain "shop" whose Redis
