@@ -279,6 +279,12 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--snapshot-interval", "0s"}, "--snapshot-interval"},
+		{[]string{"--max-connections", "0"}, "--max-connections 0: want at least 1"},
+		{[]string{"--grpc-max-streams", "0"}, "grpc-max-streams"},
+		{[]string{"--grpc-max-waiting", "-1"}, "--grpc-max-waiting -1: want at least 1"},
+		{[]string{"--message-timeout", "0s"}, "--message-timeout 0s: want a positive duration"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
+		{[]string{"--max-header-bytes", "0"}, "max-header-bytes"},
 		{[]string{"--xds-tls"}, "give --xds-server"},
 		{[]string{"--xds-server", "127.0.0.1:1", "--xds-headers", "no-colon"}, `--xds-headers: "no-colon" is not key:value`},
 		{[]string{"--xds-server", "127.0.0.1:1", "--xds-tls-ca", "/no/such/ca.pem"}, "xds server CA"},
@@ -332,7 +338,7 @@ func TestBadAuthzPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr strings.Builder
-	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
+	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
 	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {
@@ -377,11 +383,16 @@ func TestCheckConfigLimits(t *testing.T) {
 	if err := os.WriteFile(open, []byte("domain: open\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	budget := filepath.Join(dir, "ai.yaml")
+	if err := os.WriteFile(budget, []byte("domain: ai\ndescriptors:\n  - {key: tenant, rate_limit: {unit: hour, requests_per_unit: 1000, overdraft: true}}\n  - {key: user, rate_limit: {unit: hour, requests_per_unit: 10}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args           []string
 		code           int
 		stdout, stderr string
 	}{
+		{[]string{"check-config", budget}, 0, "ok: domain \"ai\" from " + budget + "\noverdraft: ai.tenant takes charges in full, into debt if need be\n", ""},
 		{[]string{"check-config", "--max-policy-bytes", "1000", big}, 1, "", big + ": 3026 bytes, more than the limit of 1000 (--max-policy-bytes); not parsed\n"},
 		{[]string{"check-config", open}, 0, "ok: domain \"open\" from " + open + "\nwarning: domain \"open\" has no rate limits: it admits every request\n", ""},
 		{[]string{"check-config"}, 2, "", "usage: ratelimitd check-config"},

@@ -6,14 +6,16 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 )
 
 // Ask returns what a rate limit request asks for: its domain, and Peek
-// when it charges nothing (every descriptor's cost is 0, by engine.Cost)
-// or Charge. ok is false for a message that is no rate limit request. It
+// when it charges nothing (every descriptor a check, or of cost 0 by
+// engine.Cost) or Charge. A refund or an overdraft charge of cost > 0 is a
+// Charge: it changes what others may take. ok is false for a message that is no rate limit request. It
 // knows ratelimit.v1's ShouldRateLimitRequest and Envoy v3's
 // RateLimitRequest; an HTTP/JSON adapter that decodes into either, or into
 // an engine.Request (AccessOf), asks the same question.
@@ -22,6 +24,9 @@ func Ask(req any) (domain string, access Access, ok bool) {
 	case *ratelimitv1.ShouldRateLimitRequest:
 		access = Peek
 		for _, d := range r.GetDescriptors() {
+			if d.GetOperation() == ratelimitv1.Operation_OPERATION_CHECK {
+				continue
+			}
 			if engine.Cost(uint64(r.GetHits()), ownHits(d.Hits != nil, uint64(d.GetHits()))) > 0 {
 				access = Charge
 				break
@@ -49,14 +54,14 @@ func Ask(req any) (domain string, access Access, ok bool) {
 }
 
 // AccessOf returns Peek when the engine request charges nothing (every
-// descriptor's cost 0, by engine.Cost), else Charge; a request without
-// descriptors is a Charge.
+// descriptor a check, or of cost 0 by engine.Cost), else Charge; a request
+// without descriptors is a Charge.
 func AccessOf(r *engine.Request) Access {
 	if len(r.Descriptors) == 0 {
 		return Charge
 	}
 	for i := range r.Descriptors {
-		if engine.Cost(r.Hits, r.Descriptors[i].Hits) > 0 {
+		if r.Descriptors[i].Op != engine.OpCheck && engine.Cost(r.Hits, r.Descriptors[i].Hits) > 0 {
 			return Charge
 		}
 	}
@@ -73,6 +78,29 @@ func ownHits(set bool, v uint64) *uint64 {
 // healthPrefix is the gRPC health service's methods, which stay open:
 // load balancers and probes call them without credentials.
 const healthPrefix = "/grpc.health.v1.Health/"
+
+// reflectionPrefix is gRPC reflection's services (v1 and v1alpha), whose
+// streams stay open: they reveal no bucket and charge nothing.
+const reflectionPrefix = "/grpc.reflection."
+
+// Tap is a tap.ServerInHandle (grpc.InTapHandle) that refuses, on its
+// headers alone and before its message is read, a call whose caller no
+// grant can allow: a malformed authorization header or an unknown token, or
+// a caller that matches no client where the policy has no anonymous grants
+// (Unauthenticated, counted by reason as Authorize counts). The health
+// service and reflection stay open, as they are to the interceptor. The
+// interceptor still decides each call that passes, by its domain and
+// access; the tap only spares the server the message of a caller that
+// would be refused anyway.
+func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if strings.HasPrefix(info.FullMethodName, healthPrefix) || strings.HasPrefix(info.FullMethodName, reflectionPrefix) {
+		return ctx, nil
+	}
+	if e := a.policy.Load().identify(FromGRPC(ctx)); e != nil {
+		return ctx, a.refuse(e)
+	}
+	return ctx, nil
+}
 
 // UnaryServerInterceptor authorizes every unary call before its handler
 // runs: a rate limit request (Ask) is decided by Authorize, with the

@@ -8,7 +8,15 @@
 //	GET /console/api/top?n=&format=   the most denied descriptors lately (format=text for terminals)
 //	GET /console/api/inspect?domain=&entry=k=v&entry=…
 //	                                  what each bucket along a descriptor holds now, charging nothing
-//	GET /console/api/simulate?…       a simulation of traffic against limits, as SVG and totals
+//	POST /console/api/simulate        a simulation of traffic against limits, as SVG and totals
+//	                                  (a JSON object of the parameters; Content-Type application/json)
+//
+// Every endpoint but simulate only reads; simulate costs CPU, so it takes
+// a POST with a JSON body, which a web page of another origin cannot send
+// without a CORS preflight that is never answered (a form, an image or a
+// text/plain fetch cannot run it), runs one at a time (a second one
+// meanwhile is answered 429), and stops when its request is cancelled
+// or after SimulateTimeout.
 //
 // The console decides nothing: it reads the policy, the metrics' per-rule
 // counters and the top-denied tracker, peeks through the engine (hits 0, which
@@ -17,11 +25,15 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
+	"math/big"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,13 +77,22 @@ type Options struct {
 
 // Console serves the page and its endpoints.
 type Console struct {
-	o    Options
-	live *live
+	o         Options
+	live      *live
+	simulator chan struct{} // holds a token while a simulation runs
 }
+
+// SimulateTimeout is the longest a simulation runs: longer, it is stopped
+// and answered 503.
+const SimulateTimeout = 5 * time.Second
+
+// maxSimulateBody bounds the body of a simulation request (recorded times
+// included).
+const maxSimulateBody = 1 << 20
 
 // New returns a console reading what o names.
 func New(o Options) *Console {
-	return &Console{o: o, live: newLive(o.RuleTotals)}
+	return &Console{o: o, live: newLive(o.RuleTotals), simulator: make(chan struct{}, 1)}
 }
 
 // Register adds the console's endpoints to mux.
@@ -87,7 +108,7 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /console/api/live", c.liveView)
 	mux.HandleFunc("GET /console/api/top", c.top)
 	mux.HandleFunc("GET /console/api/inspect", c.inspect)
-	mux.HandleFunc("GET /console/api/simulate", c.simulate)
+	mux.HandleFunc("POST /console/api/simulate", c.simulate)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -97,9 +118,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 // badRequest answers 400 with a JSON body {"error": msg}.
-func badRequest(w http.ResponseWriter, msg string) {
+func badRequest(w http.ResponseWriter, msg string) { writeError(w, http.StatusBadRequest, msg) }
+
+// writeError answers code with a JSON body {"error": msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
+	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
@@ -168,8 +192,35 @@ type Bucket struct {
 	Unlimited  bool   `json:"unlimited,omitempty"`
 	Shadow     bool   `json:"shadow,omitempty"`
 	Remaining  int64  `json:"remaining"`
-	// ResetAfter is how long until the bucket is back at rest.
+	// ResetAfter is how long until the bucket is back at rest, its debt
+	// included.
 	ResetAfter string `json:"reset_after"`
+	// Debt is how many units a token or leaky bucket owes beyond empty,
+	// after overdraft charges took more than was left: checks and charges
+	// are denied until its refill has paid them back. A window's debt does
+	// not show apart from Remaining 0: the window's end clears it.
+	Debt int64 `json:"debt,omitempty"`
+}
+
+// bucketDebt returns the units a bucket of l owes beyond empty, given the
+// ResetAfter of a peek at it: a token or leaky bucket's ResetAfter is its
+// backlog, resetAfter × requests / period units, of which capacity are a
+// full bucket's worth. 0 for the windows, and for a bucket not in debt.
+func bucketDebt(l *algorithms.Limit, resetAfter time.Duration) int64 {
+	if l.Algorithm() == algorithms.FixedWindow || l.Algorithm() == algorithms.SlidingWindow || resetAfter <= 0 {
+		return 0
+	}
+	units := new(big.Int).Mul(big.NewInt(int64(resetAfter)), big.NewInt(l.Requests()))
+	period := big.NewInt(int64(l.Period()))
+	units.Add(units, period).Sub(units, big.NewInt(1)).Quo(units, period) // rounded up
+	debt := units.Sub(units, big.NewInt(l.Capacity()))
+	if debt.Sign() <= 0 {
+		return 0
+	}
+	if !debt.IsInt64() {
+		return math.MaxInt64
+	}
+	return debt.Int64()
 }
 
 // inspect peeks at the buckets of a descriptor and of each of its
@@ -212,6 +263,9 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 		if st.Rule != nil {
 			row.Rule = st.Rule.StatKey
 		}
+		if l := st.Limit; l != nil && !l.Unlimited && !l.DenyAll {
+			row.Debt = bucketDebt(&l.Rate, st.ResetAfter)
+		}
 		if l := st.Limit; l != nil {
 			row.Unlimited = l.Unlimited
 			if l.Name != "" {
@@ -241,24 +295,49 @@ func entriesText(entries []config.Entry) string {
 	return strings.Join(parts, ", ")
 }
 
-// simulate runs a simulation from the query: the lanes are either a rule
-// of the policy (domain and stat_key) or the algorithms named by alg with
-// requests, period and burst; the traffic is pattern with its parameters
-// (rate, size, every, seed, times as durations separated by commas) over
-// duration.
+// simulate runs a simulation from the parameters of the JSON body (an
+// object of strings): the lanes are either a rule of the policy (domain
+// and stat_key) or the algorithms named by alg with requests, period,
+// burst and overdraft ("true": a token budget charged after the fact; a
+// rule's limits say it themselves, or the daemon's --overdraft-by-default
+// for those that do not); the traffic is pattern with its parameters
+// (rate, size, every, seed, times as durations separated by commas, cost)
+// over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	lanes, period, err := c.lanes(q.Get)
+	if t, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); t != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "Content-Type: want application/json")
+		return
+	}
+	var params map[string]string
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSimulateBody)).Decode(&params); err != nil {
+		badRequest(w, "body: want a JSON object of parameters (strings): "+err.Error())
+		return
+	}
+	get := func(k string) string { return params[k] }
+	lanes, period, err := c.lanes(get)
 	if err != nil {
 		badRequest(w, err.Error())
 		return
 	}
-	tr, err := trafficFrom(q.Get, period)
+	tr, err := trafficFrom(get, period)
 	if err != nil {
 		badRequest(w, err.Error())
 		return
 	}
-	res, err := simulate.Run(tr, lanes, 0, period)
+	select {
+	case c.simulator <- struct{}{}:
+		defer func() { <-c.simulator }()
+	default:
+		writeError(w, http.StatusTooManyRequests, "another simulation is running; try again when it is done")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), SimulateTimeout)
+	defer cancel()
+	res, err := simulate.Run(ctx, tr, lanes, 0, period)
+	if err != nil && ctx.Err() != nil { // its request was cancelled (nobody reads this), or the timeout
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the simulation stopped (%v): it may run for %v; shorten the duration or lower the rate", ctx.Err(), SimulateTimeout))
+		return
+	}
 	if err != nil {
 		badRequest(w, err.Error())
 		return
@@ -297,7 +376,11 @@ func (c *Console) lanes(get func(string) string) ([]simulate.Lane, time.Duration
 		}
 	}
 	var lanes []simulate.Lane
-	for _, name := range strings.Split(get("alg"), ",") {
+	algs := strings.Split(get("alg"), ",")
+	if len(algs) > simulate.MaxLanes {
+		return nil, 0, fmt.Errorf("alg: %d algorithms; at most %d", len(algs), simulate.MaxLanes)
+	}
+	for _, name := range algs {
 		alg, err := algorithms.ParseAlgorithm(strings.TrimSpace(name))
 		if err != nil {
 			return nil, 0, fmt.Errorf("alg: %v", err)
@@ -310,6 +393,7 @@ func (c *Console) lanes(get func(string) string) ([]simulate.Lane, time.Duration
 		if err != nil {
 			return nil, 0, err
 		}
+		lane.Overdraft = get("overdraft") == "true"
 		lanes = append(lanes, lane)
 	}
 	return lanes, period, nil
@@ -357,6 +441,11 @@ func (c *Console) ruleLanes(domain, statKey string) ([]simulate.Lane, time.Durat
 		if lv.Name != "" {
 			lane.Name = lv.Name + " (" + lane.Name + ")"
 		}
+		if lv.Overdraft != nil {
+			lane.Overdraft = *lv.Overdraft
+		} else {
+			lane.Overdraft = c.o.Engine != nil && c.o.Engine.OverdraftByDefault()
+		}
 		if period == 0 {
 			period = p
 		}
@@ -402,6 +491,11 @@ func trafficFrom(get func(string) string, period time.Duration) (simulate.Traffi
 	if s := get("seed"); s != "" {
 		if t.Seed, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return t, errors.New("seed: want a whole number")
+		}
+	}
+	if s := get("cost"); s != "" {
+		if t.Cost, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return t, errors.New("cost: want a whole number of units each request uses")
 		}
 	}
 	if s := get("times"); s != "" {

@@ -61,7 +61,7 @@ func TestDaemon(t *testing.T) {
 	if fromHTTP.GetStatuses()[0].GetRemaining() != 1 || fromHTTP.GetOverallCode() != ratelimitv1.Code_CODE_OK {
 		t.Errorf("HTTP answer %s, want CODE_OK with 1 remaining", overHTTP.body)
 	}
-	check(t, "json over limit", post(t, base+"/json", "", orders), 429,
+	check(t, "json over limit", post(t, base+"/json", "application/json", orders), 429,
 		`{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"name":"orders","requestsPerUnit":2,"unit":"MINUTE"},"durationUntilReset":"60s"}]}`)
 	check(t, "bounds of the daemon", post(t, base+v3Path, jsonType, `{"domain":"`+strings.Repeat("d", 257)+`","descriptors":[{"entries":[{"key":"k"}]}]}`), 400,
 		`{"code":"invalid_argument","message":"domain: is 257 bytes; the limit is 256"}`)
@@ -109,7 +109,7 @@ func TestDaemonDraining(t *testing.T) {
 	}()
 	<-held
 	check(t, "before", post(t, base+v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,
+		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE",
 		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}]}`)
 	stopped := make(chan struct{})
 	go func() { d.Stop(); close(stopped) }()

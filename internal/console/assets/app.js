@@ -20,6 +20,15 @@ async function getJSON(url) {
   return body;
 }
 
+// postJSON sends body as JSON: a request another origin's page cannot make
+// without a CORS preflight, which the daemon never answers.
+async function postJSON(url, body) {
+  const r = await fetch(url, { method: "POST", cache: "no-store", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const out = await r.json();
+  if (!r.ok) throw new Error(out.error || r.statusText);
+  return out;
+}
+
 // ---- tabs ----
 let active = "policies";
 const refreshers = {};
@@ -40,6 +49,7 @@ function limitBadges(l) {
   else {
     let text = `${l.algorithm} · ${l.requests_per_unit} per ${l.period}`;
     if (l.burst && l.burst !== l.requests_per_unit) text += ` · burst ${l.burst}`;
+    if (l.overdraft) text += " · overdraft";
     out.push(el("span", { class: "badge" }, text));
   }
   if (l.name) out.push(el("span", { class: "badge" }, l.name));
@@ -190,7 +200,7 @@ async function inspect(ev) {
     el("td", {}, el("code", {}, b.descriptor)),
     el("td", {}, b.matched ? (b.rule || "") : el("span", { class: "muted" }, "no rule matches")),
     el("td", {}, b.unlimited ? "unlimited" : (b.limit ? `${b.algorithm ? b.algorithm + " · " : ""}${b.limit}` : "")),
-    el("td", { class: "num" }, b.matched && !b.unlimited ? b.remaining : ""),
+    el("td", { class: "num" }, b.matched && !b.unlimited ? (b.debt ? `0 (in debt: ${b.debt} owed)` : b.remaining) : ""),
     el("td", {}, b.matched && !b.unlimited ? b.reset_after : ""))));
 }
 
@@ -222,10 +232,11 @@ async function runSimulation(ev) {
     q.set("alg", f.getAll("alg").join(","));
     for (const k of ["requests", "period", "burst"]) q.set(k, f.get(k));
   }
-  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times"]) if (f.get(k)) q.set(k, f.get(k));
+  if (!f.get("rule") && f.get("overdraft")) q.set("overdraft", "true");
+  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times", "cost"]) if (f.get(k)) q.set(k, f.get(k));
   $("#sim-error").textContent = "";
   let v;
-  try { v = await getJSON("/console/api/simulate?" + q); } catch (e) { $("#sim-error").textContent = e.message; return; }
+  try { v = await postJSON("/console/api/simulate", Object.fromEntries(q)); } catch (e) { $("#sim-error").textContent = e.message; return; }
   $("#sim-totals").replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, el("th", {}, "lane"), el("th", { class: "num" }, "admitted"), el("th", { class: "num" }, "denied"), el("th", { class: "num" }, `most admitted within ${v.period}`))),
     el("tbody", {}, ...v.lanes.map(l => el("tr", { "data-lane": l.lane }, el("td", {}, l.lane), el("td", { class: "num" }, l.admitted), el("td", { class: "num" }, l.denied), el("td", { class: "num" }, l.max_admitted_in_period))))));

@@ -14,11 +14,12 @@ type FailureMode uint8
 const (
 	// FailOpen decides every charge as if its bucket were at rest: the
 	// request is admitted unless a cost exceeds a capacity, and nothing is
-	// charged anywhere.
+	// charged anywhere (an overdraft charge or a refund is not recorded).
 	FailOpen FailureMode = iota
-	// FailClosed denies every charge of cost above 0, with RetryAfter
-	// FailClosedRetryAfter (a cost over capacity is still OverCapacity);
-	// peeks report 0 remaining.
+	// FailClosed denies every charge of cost above 0 and every check, with
+	// RetryAfter FailClosedRetryAfter (an admit over capacity is still
+	// OverCapacity); peeks and refunds are allowed and report 0 remaining.
+	// Nothing is recorded.
 	FailClosed
 )
 
@@ -74,9 +75,11 @@ func (m FailureMode) decideDenied(charges []store.Charge, idx []int, now int64, 
 func (FailureMode) decideClosed(charges []store.Charge, i int, decisions []algorithms.Decision) {
 	c := &charges[i]
 	switch {
-	case c.Cost <= 0:
+	case c.Kind == store.Check:
+		decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}
+	case c.Cost <= 0 || c.Kind == store.Refund:
 		decisions[i] = algorithms.Decision{}
-	case c.Cost > c.Limit.Capacity():
+	case c.Cost > c.Limit.Capacity() && c.Kind != store.Overdraft:
 		decisions[i] = algorithms.Decision{Code: algorithms.OverCapacity}
 	default:
 		decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}
