@@ -43,6 +43,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
@@ -99,6 +100,10 @@ type Config struct {
 	// Redis configures the Redis store (Store "redis"). It decides on Redis
 	// TIME, not Clock; its Logger is the daemon's.
 	Redis redisstore.Config
+	// RedisGuard says how the daemon decides while Redis fails: failure
+	// mode, circuit breaker, deny cache (internal/store/guard). Its Name
+	// and Logger are set by the daemon.
+	RedisGuard guard.Config
 	// MaxBuckets bounds the memory store's buckets (0 for
 	// memory.DefaultMaxBuckets).
 	MaxBuckets int
@@ -652,6 +657,10 @@ func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := d.store.misconfigured(); err != nil {
+		http.Error(w, "not ready: the store refuses the daemon's configuration: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	resp, err := d.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
