@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,4 +313,28 @@ func TestLongKeysAreDistinct(t *testing.T) {
 	if s.Len() != len(keys) || s.Bytes() != int64(len(keys))*BucketBytes(DigestSize) {
 		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), int64(len(keys))*BucketBytes(DigestSize))
 	}
+}
+
+// BenchmarkInsert measures the insertion of new buckets into a full store
+// of busy buckets (room for 100,000 of them), where every insertion evicts
+// one: the path a flood of unique keys takes. Each goroutine charges keys
+// of its own in one of four domains.
+func BenchmarkInsert(b *testing.B) {
+	const room = 100_000
+	s := New(clock.NewFake(t0), WithMaxBuckets(room))
+	l := mustLimit(b, algorithms.TokenBucket, 1, time.Hour, 10)
+	fill(s, l, 24, 0, room)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		g := next.Add(1)
+		charges := []store.Charge{{Domain: fmt.Sprint("domain-", g%4), Limit: l, Cost: 1}}
+		d := make([]algorithms.Decision, 1)
+		key := []byte(fmt.Sprintf("g%03d-kkkkkkkkkkkkkkkkkkkk", g))
+		for i := 0; pb.Next(); i++ {
+			strconv.AppendInt(key[:5], int64(i), 10)
+			charges[0].Key = key[:5+len(strconv.AppendInt(nil, int64(i), 10))]
+			s.Apply(context.Background(), charges, d)
+		}
+	})
 }
