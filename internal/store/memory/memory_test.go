@@ -332,8 +332,7 @@ func BenchmarkInsert(b *testing.B) {
 		d := make([]algorithms.Decision, 1)
 		key := []byte(fmt.Sprintf("g%03d-kkkkkkkkkkkkkkkkkkkk", g))
 		for i := 0; pb.Next(); i++ {
-			strconv.AppendInt(key[:5], int64(i), 10)
-			charges[0].Key = key[:5+len(strconv.AppendInt(nil, int64(i), 10))]
+			charges[0].Key = strconv.AppendInt(key[:5], int64(i), 10)
 			s.Apply(context.Background(), charges, d)
 		}
 	})
