@@ -41,8 +41,10 @@
 //
 // # Crash safety
 //
-// Create writes to PATH.tmp in the same directory; Commit writes the
-// trailer, fsyncs the file, renames it over PATH and fsyncs the directory.
+// Create writes to PATH.tmp in the same directory, a file it creates
+// itself with mode 0600 (never one already there, nor through a symlink);
+// Commit writes the trailer, fsyncs the file, renames it over PATH and
+// fsyncs the directory.
 // A crash at any point leaves PATH either as the previous snapshot or as
 // the new one, whole. A file that is torn or truncated anyway (a disk or
 // filesystem that does not keep its promises, a copy cut short) lacks its
@@ -58,6 +60,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"iter"
 	"os"
 	"path/filepath"
@@ -204,12 +207,18 @@ type Writer struct {
 }
 
 // Create starts a snapshot that Commit will put at path, writing its
-// header now to path + ".tmp" (created with mode 0600, or truncated).
-// Nothing happens to path itself until Commit. Only one Writer may write
-// a given path at a time.
+// header now to path + ".tmp": a new file of mode 0600 that Create makes
+// itself, after removing whatever had that name (a file left by a crash,
+// or a symlink, which is removed, never followed: the file is created with
+// O_EXCL, so nothing already there is ever written through). Nothing
+// happens to path itself until Commit. Only one Writer may write a given
+// path at a time.
 func Create(path string, h Header) (*Writer, error) {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}

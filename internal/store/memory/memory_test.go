@@ -337,3 +337,37 @@ func BenchmarkInsert(b *testing.B) {
 		}
 	})
 }
+
+// TestAtRestPastMaxTime: past algorithms.MaxTime the clock stands still
+// for Decide, and so it must for reclaiming: a bucket charged at MaxTime
+// is not at rest 2ms later by the raw clock's reading, as Decide would
+// still count its charge (a token bucket of 1 per millisecond, burst 1).
+// Deleting it would admit a second charge that the Redis store denies.
+func TestAtRestPastMaxTime(t *testing.T) {
+	for _, reclaim := range []struct {
+		name string
+		run  func(s *Store)
+	}{
+		{"Sweep", func(s *Store) { s.Sweep() }},
+		// An insertion into a full store evicts and reclaims.
+		{"insertion", func(s *Store) {
+			l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1)
+			apply(t, s, store.Charge{Domain: storetest.Domain, Key: []byte("other"), Limit: l, Cost: 1})
+		}},
+	} {
+		t.Run(reclaim.name, func(t *testing.T) {
+			c := clock.NewFake(algorithms.MaxTime)
+			s := New(c, WithShards(1), WithMaxBuckets(2))
+			l := mustLimit(t, algorithms.TokenBucket, 1, time.Millisecond, 1)
+			k := store.Charge{Domain: storetest.Domain, Key: []byte("k"), Limit: l, Cost: 1}
+			if d := apply(t, s, k)[0]; d.Code != algorithms.Allowed {
+				t.Fatalf("first charge at MaxTime: %+v", d)
+			}
+			c.Advance(2 * time.Millisecond)
+			reclaim.run(s)
+			if d := apply(t, s, k)[0]; d.Code != algorithms.Denied {
+				t.Fatalf("second charge at MaxTime+2ms, after %s: %v, want denied (Decide's clock stands at MaxTime)", reclaim.name, d.Code)
+			}
+		})
+	}
+}
