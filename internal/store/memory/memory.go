@@ -69,6 +69,7 @@ import (
 	"hash/maphash"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,9 +150,31 @@ type Store struct {
 	maxBytes   int64
 
 	buckets   atomic.Int64 // buckets held, across shards
-	bytes     atomic.Int64 // their BucketBytes, summed
+	bytes     atomic.Int64 // their BucketBytes and the domains' domainBytes, summed
 	evictions atomic.Uint64
+
+	domains sync.Map     // domain name -> *domain, for every domain holding a bucket
+	active  atomic.Int64 // domains holding a bucket
 }
+
+// domain counts what one domain holds, for its fair share of the bounds.
+type domain struct {
+	name string
+	// buckets is the number of buckets the domain holds, and -1 once it
+	// has held none and is no longer in Store.domains: an entry that
+	// reaches -1 is never used again.
+	buckets atomic.Int64
+	bytes   atomic.Int64 // their BucketBytes, summed, and its own domainBytes
+}
+
+// domainOverhead is what a domain holding buckets costs beyond its name's
+// bytes: its domain struct (32 bytes) and its entry in the sync.Map (an
+// entry and its share of the trie's nodes, about 100 bytes), rounded up.
+const domainOverhead = 192
+
+// domainBytes returns the bytes accounted for a domain whose name is n
+// bytes long, held while the domain holds a bucket.
+func domainBytes(n int) int64 { return domainOverhead + int64(n+15)&^15 }
 
 // shard keeps its buckets' states in a slab indexed by a map, so that
 // charging an existing bucket writes the slab and allocates nothing (a Go
@@ -160,8 +183,9 @@ type shard struct {
 	mu     sync.Mutex
 	index  map[string]uint32 // stored key -> position in states
 	states []algorithms.State
-	free   []uint32 // positions in states no key uses
-	_      [24]byte // keep hot shards on separate cache lines
+	owners []*domain // the domain of the bucket at each position of states
+	free   []uint32  // positions in states no key uses
+	_      [40]byte  // keep hot shards on separate cache lines
 }
 
 // Option configures a Store.
@@ -304,7 +328,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		for _, inserting := range [2]bool{false, true} {
 			for i := range charges {
 				if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed && (pos[i] == absent) == inserting {
-					s.put(&s.shards[shardOf[i]], key(i), pos[i], states[i], now)
+					s.put(&s.shards[shardOf[i]], key(i), charges[i].Domain, pos[i], states[i], now)
 				}
 			}
 		}
@@ -327,59 +351,122 @@ func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
 	next, dec := c.Limit.Decide(st, now, c.Cost)
 	*d = dec
 	if c.Cost != 0 && dec.Code == algorithms.Allowed {
-		s.put(sh, key, p, next, now)
+		s.put(sh, key, c.Domain, p, next, now)
 	}
 	sh.mu.Unlock()
 }
 
 // put stores a charged state at position p, or inserts the bucket of
-// stored key key when p is absent. The shard's lock must be held.
-func (s *Store) put(sh *shard, key []byte, p uint32, st algorithms.State, now int64) {
+// stored key key, of domain dom, when p is absent. It reports whether the
+// state is kept: false when the store, full, gave the new bucket no room
+// (see the package doc). The shard's lock must be held.
+func (s *Store) put(sh *shard, key []byte, dom string, p uint32, st algorithms.State, now int64) bool {
 	if p != absent {
 		sh.states[p] = st
-		return
+		return true
 	}
 	size := BucketBytes(len(key))
-	s.makeRoom(sh, now, size)
-	if n := len(sh.free); n > 0 {
-		p, sh.free = sh.free[n-1], sh.free[:n-1]
-		sh.states[p] = st
-	} else {
-		p = uint32(len(sh.states))
-		sh.states = append(sh.states, st)
-	}
-	sh.index[string(key)] = p
+	// The new bucket is counted from here on, so that makeRoom sees the
+	// bounds and its domain's share as they would be with it.
+	d := s.acquire(dom)
+	d.bytes.Add(size)
 	s.buckets.Add(1)
 	s.bytes.Add(size)
+	if !s.makeRoom(sh, now, d) {
+		s.uncount(d, size)
+		s.evictions.Add(1)
+		return false
+	}
+	if n := len(sh.free); n > 0 {
+		p, sh.free = sh.free[n-1], sh.free[:n-1]
+		sh.states[p], sh.owners[p] = st, d
+	} else {
+		p = uint32(len(sh.states))
+		sh.states, sh.owners = append(sh.states, st), append(sh.owners, d)
+	}
+	sh.index[string(key)] = p
+	return true
+}
+
+// acquire counts one more bucket of the domain named dom and returns its
+// entry, made (and its domainBytes counted) if the domain held none.
+func (s *Store) acquire(dom string) *domain {
+	for {
+		v, ok := s.domains.Load(dom)
+		if !ok {
+			fresh := &domain{name: strings.Clone(dom)}
+			fresh.bytes.Store(domainBytes(len(dom)))
+			if v, ok = s.domains.LoadOrStore(fresh.name, fresh); !ok {
+				s.bytes.Add(domainBytes(len(dom)))
+			}
+		}
+		d := v.(*domain)
+		for n := d.buckets.Load(); n >= 0; n = d.buckets.Load() {
+			if d.buckets.CompareAndSwap(n, n+1) {
+				if n == 0 {
+					s.active.Add(1)
+				}
+				return d
+			}
+		}
+		// d was retired after the Load: it is gone from the map, or about to be.
+		s.domains.CompareAndDelete(dom, d)
+	}
+}
+
+// uncount takes a bucket of size bytes of domain d off the counts, and
+// retires d when it was its last.
+func (s *Store) uncount(d *domain, size int64) {
+	s.buckets.Add(-1)
+	s.bytes.Add(-size)
+	d.bytes.Add(-size)
+	if d.buckets.Add(-1) != 0 {
+		return
+	}
+	s.active.Add(-1)
+	if d.buckets.CompareAndSwap(0, -1) { // else acquired again meanwhile
+		s.domains.CompareAndDelete(d.name, d)
+		s.bytes.Add(-domainBytes(len(d.name)))
+	}
 }
 
 // remove deletes a bucket. The shard's lock must be held.
 func (s *Store) remove(sh *shard, key string, p uint32) {
+	d := sh.owners[p]
 	delete(sh.index, key)
-	sh.states[p] = algorithms.State{}
+	sh.states[p], sh.owners[p] = algorithms.State{}, nil
 	sh.free = append(sh.free, p)
-	s.buckets.Add(-1)
-	s.bytes.Add(-BucketBytes(len(key)))
+	s.uncount(d, BucketBytes(len(key)))
 }
 
-// full reports whether a new bucket of size bytes would pass a bound.
-func (s *Store) full(size int64) bool {
-	return s.buckets.Load() >= s.maxBuckets || s.bytes.Load()+size > s.maxBytes
+// over reports whether the buckets held pass a bound.
+func (s *Store) over() bool {
+	return s.buckets.Load() > s.maxBuckets || s.bytes.Load() > s.maxBytes
 }
 
-// makeRoom reclaims buckets at rest among a few of the shard's others
-// before the insertion of a bucket of size bytes and, while that bucket
-// would pass a bound, evicts sampled buckets nearest rest first. The
-// shard's lock must be held.
-func (s *Store) makeRoom(sh *shard, now int64, size int64) {
+// overShare reports whether domain d holds more than its fair share of a
+// bound: the bound divided by the number of domains holding buckets.
+func (s *Store) overShare(d *domain) bool {
+	a := max(s.active.Load(), 1)
+	return d.buckets.Load() > s.maxBuckets/a || d.bytes.Load() > s.maxBytes/a
+}
+
+// makeRoom runs before a bucket of domain d is inserted into sh, with the
+// new bucket already counted: it reclaims buckets at rest among a few of
+// the shard's others and, while the store is over a bound, evicts sampled
+// buckets of domains over their fair share, d's own first, nearest rest
+// first. It reports whether the new bucket is to be kept (see the package
+// doc). The shard's lock must be held.
+func (s *Store) makeRoom(sh *shard, now int64, d *domain) bool {
 	sample := insertReclaim
-	if s.full(size) {
+	if s.over() {
 		sample = evictSample
 	}
 	type candidate struct {
 		key    string
 		pos    uint32
 		restAt int64
+		owner  *domain
 	}
 	var buf [evictSample]candidate
 	busy := buf[:0]
@@ -388,23 +475,38 @@ func (s *Store) makeRoom(sh *shard, now int64, size int64) {
 		if st := sh.states[p]; st.AtRest(now) {
 			s.remove(sh, k, p)
 		} else {
-			busy = append(busy, candidate{k, p, st.RestAt()})
+			busy = append(busy, candidate{k, p, st.RestAt(), sh.owners[p]})
 		}
 		if seen++; seen >= sample {
 			break
 		}
 	}
-	if !s.full(size) {
-		return
+	if !s.over() {
+		return true
 	}
-	slices.SortFunc(busy, func(a, b candidate) int { return cmp.Compare(a.restAt, b.restAt) })
+	slices.SortFunc(busy, func(a, b candidate) int {
+		if own := cmp.Compare(b2i(a.owner != d), b2i(b.owner != d)); own != 0 {
+			return own
+		}
+		return cmp.Compare(a.restAt, b.restAt)
+	})
 	for _, c := range busy {
-		s.remove(sh, c.key, c.pos)
-		s.evictions.Add(1)
-		if !s.full(size) {
-			return
+		if s.overShare(c.owner) {
+			s.remove(sh, c.key, c.pos)
+			s.evictions.Add(1)
+			if !s.over() {
+				return true
+			}
 		}
 	}
+	return seen < evictSample && !s.overShare(d)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Sweep deletes every bucket at rest, and compacts shards that hold under
@@ -423,11 +525,12 @@ func (s *Store) Sweep() {
 		if n := len(sh.index); len(sh.states) > 64 && n < len(sh.states)/4 {
 			index := make(map[string]uint32, n)
 			states := make([]algorithms.State, 0, n)
+			owners := make([]*domain, 0, n)
 			for k, p := range sh.index {
 				index[k] = uint32(len(states))
-				states = append(states, sh.states[p])
+				states, owners = append(states, sh.states[p]), append(owners, sh.owners[p])
 			}
-			sh.index, sh.states, sh.free = index, states, nil
+			sh.index, sh.states, sh.owners, sh.free = index, states, owners, nil
 		}
 		sh.mu.Unlock()
 	}

@@ -233,14 +233,15 @@ func TestBoundInBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			const room = 200
 			perBucket := BucketBytes(tt.stored)
-			s := New(clock.NewFake(t0), WithShards(1), WithMaxBytes(room*perBucket))
+			dom := domainBytes(len(storetest.Domain)) // the buckets' one domain
+			s := New(clock.NewFake(t0), WithShards(1), WithMaxBytes(room*perBucket+dom))
 			l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
 			fill(s, l, tt.keyLen, 0, 1000)
 			if s.Len() != room {
 				t.Errorf("holds %d buckets of %d-byte keys, want %d (the bound's room)", s.Len(), tt.keyLen, room)
 			}
-			if s.Bytes() != int64(s.Len())*perBucket {
-				t.Errorf("accounts %d bytes for %d buckets, want %d each", s.Bytes(), s.Len(), perBucket)
+			if s.Bytes() != int64(s.Len())*perBucket+dom {
+				t.Errorf("accounts %d bytes for %d buckets of one domain, want %d each and %d for the domain", s.Bytes(), s.Len(), perBucket, dom)
 			}
 			if s.Bytes() > s.MaxBytes() {
 				t.Errorf("accounts %d bytes, past the bound of %d", s.Bytes(), s.MaxBytes())
@@ -258,7 +259,7 @@ func TestBoundInBytes(t *testing.T) {
 func TestEvictsNearestRestByBytes(t *testing.T) {
 	c := clock.NewFake(t0)
 	short := BucketBytes(8)
-	s := New(c, WithShards(1), WithMaxBytes(3*short))
+	s := New(c, WithShards(1), WithMaxBytes(3*short+domainBytes(len(storetest.Domain))))
 	l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
 	// Costs 3, 1, 2: "key-b" rests first, then "key-c", then "key-a".
 	for _, k := range []struct {
@@ -310,8 +311,9 @@ func TestLongKeysAreDistinct(t *testing.T) {
 			}
 		}
 	}
-	if s.Len() != len(keys) || s.Bytes() != int64(len(keys))*BucketBytes(DigestSize) {
-		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), int64(len(keys))*BucketBytes(DigestSize))
+	want := int64(len(keys))*BucketBytes(DigestSize) + domainBytes(len(storetest.Domain))
+	if s.Len() != len(keys) || s.Bytes() != want {
+		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), want)
 	}
 }
 
@@ -369,5 +371,58 @@ func TestAtRestPastMaxTime(t *testing.T) {
 				t.Fatalf("second charge at MaxTime+2ms, after %s: %v, want denied (Decide's clock stands at MaxTime)", reclaim.name, d.Code)
 			}
 		})
+	}
+}
+
+// TestFairShare: in a full store, a new bucket evicts only buckets of
+// domains over their fair share (the bound over the domains holding
+// buckets), its own domain's first, busy or not; a domain within its
+// share keeps every bucket whatever another inserts.
+func TestFairShare(t *testing.T) {
+	c := clock.NewFake(t0)
+	s := New(c, WithShards(1), WithMaxBuckets(10))
+	l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1) // busy for an hour once charged
+	charge := func(dom, key string) {
+		t.Helper()
+		apply(t, s, store.Charge{Domain: dom, Key: []byte(dom + "/" + key), Limit: l, Cost: 1})
+	}
+	held := func(dom, key string) bool {
+		t.Helper()
+		return apply(t, s, store.Charge{Domain: dom, Key: []byte(dom + "/" + key), Limit: l})[0].Remaining == 0
+	}
+	for i := range 3 {
+		charge("small", fmt.Sprint(i)) // within its share of 5
+	}
+	for i := range 100 {
+		charge("flood", fmt.Sprint(i))
+	}
+	for i := range 3 {
+		if !held("small", fmt.Sprint(i)) {
+			t.Errorf("small's bucket %d was evicted by flood's insertions", i)
+		}
+	}
+	if s.Len() != 10 || !held("flood", "99") {
+		t.Errorf("holds %d buckets (want the bound, 10), flood's newest held: %v", s.Len(), held("flood", "99"))
+	}
+
+	// Two domains at their share of 5 each: a new bucket of one evicts
+	// its own domain's, never the other's.
+	for i := range 2 {
+		charge("small", fmt.Sprint("more-", i))
+	}
+	for i := range 20 {
+		charge("small", fmt.Sprint("over-", i))
+		if !held("small", fmt.Sprint("over-", i)) {
+			t.Errorf("small's newest bucket over-%d was not kept", i)
+		}
+	}
+	flood := 0
+	for i := range 100 {
+		if held("flood", fmt.Sprint(i)) {
+			flood++
+		}
+	}
+	if flood != 5 || s.Len() != 10 {
+		t.Errorf("flood holds %d buckets of 10 (want its share, 5)", flood)
 	}
 }

@@ -134,7 +134,10 @@ type Restored struct {
 // key (the engine's InPolicy: its limit no longer exists with the same
 // parameters), when the store already holds the key (its own state is
 // newer), or when it does not fit under the store's bounds. keep is called
-// without any lock held.
+// without any lock held; it returns the bucket's domain too, which the
+// file does not hold, for the domain's fair share of the bounds. A bucket
+// keep is not asked about (a digested one, or with keep nil) counts as of
+// the domain "", which no request has.
 //
 // A bucket kept under the digest of a long key (see the package doc) can
 // be matched only with the seed that made the digest: an empty store takes
@@ -148,7 +151,7 @@ type Restored struct {
 // this store no longer computes, so no key would ever match them (their
 // keys start over, as after a restart without a file); its other buckets
 // are restored as a version 2 file's.
-func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []byte) bool) Restored {
+func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []byte) (domain string, ok bool)) Restored {
 	now := s.clock.Now()
 	lag := snap.Lag(now, wallNow)
 	r := Restored{Lag: time.Duration(lag)}
@@ -167,19 +170,27 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 			continue
 		}
 		digest := len(key) == DigestSize // a verbatim key never is
-		if digest && !sameSeed || !digest && keep != nil && !keep(key) {
+		dom := ""
+		if digest && !sameSeed {
 			r.Dropped++
 			continue
+		}
+		if !digest && keep != nil {
+			var ok bool
+			if dom, ok = keep(key); !ok {
+				r.Dropped++
+				continue
+			}
 		}
 		sh := &s.shards[s.shardOf(key)]
 		sh.mu.Lock()
 		switch _, p := sh.lookup(key); {
 		case p != absent:
 			r.Present++
-		case s.full(BucketBytes(len(key))):
+		case s.buckets.Load() >= s.maxBuckets || s.bytes.Load()+BucketBytes(len(key)) > s.maxBytes,
+			!s.put(sh, key, dom, absent, st, now):
 			r.Full++
 		default:
-			s.put(sh, key, absent, st, now)
 			r.Buckets++
 		}
 		sh.mu.Unlock()

@@ -160,9 +160,9 @@ func TestRestoreSkips(t *testing.T) {
 	storetest.Apply(t, s, charge("held", slow, 0)) // a peek stores nothing
 	storetest.Apply(t, s, charge("held", fast, 1)) // the store's own, newer state
 	var asked []string
-	r := s.Restore(snap, later, func(key []byte) bool {
+	r := s.Restore(snap, later, func(key []byte) (string, bool) {
 		asked = append(asked, string(key))
-		return string(key) != "gone"
+		return storetest.Domain, string(key) != "gone"
 	})
 	want := Restored{Buckets: 1, AtRest: 1, Dropped: 1, Present: 1}
 	if r != want {
@@ -323,7 +323,7 @@ func TestRestoreDigestedKeys(t *testing.T) {
 
 	var asked []string
 	s := New(clock.NewFake(snapT0))
-	r := s.Restore(snap, snapT0, func(key []byte) bool { asked = append(asked, string(key)); return true })
+	r := s.Restore(snap, snapT0, func(key []byte) (string, bool) { asked = append(asked, string(key)); return storetest.Domain, true })
 	if r.Buckets != 2 {
 		t.Fatalf("Restore = %+v, want both buckets", r)
 	}
