@@ -48,17 +48,57 @@
 //
 // Each bucket is accounted BucketBytes(len(stored key)) bytes: its stored
 // key as allocated, its map entry and its slab slot, both with the slack
-// the map and the slab keep for growth. The store holds at most MaxBytes
-// accounted bytes and at most MaxBuckets buckets. When a new bucket would
-// pass either bound, the store samples up to 16 of the buckets in the new
-// one's shard and deletes those at rest; while the new bucket still does
-// not fit, it evicts the sampled bucket that would come to rest soonest,
-// then the next soonest. (Only when the sample runs out does the insertion
-// go ahead without room, so each bound can be passed by at most one bucket
-// per shard.) An evicted bucket starts over at rest, so its key may briefly
-// be admitted more than its limit: the bound trades that, for keys that
-// have nearly recovered anyway, against a flood of unique keys exhausting
-// memory. Evictions counts them.
+// the map and the slab keep for growth; each domain holding buckets
+// (store.Charge.Domain) is accounted 192 bytes and its name besides. The
+// store holds at most MaxBytes accounted bytes and at most MaxBuckets
+// buckets.
+//
+// # Fair shares
+//
+// The bounds are shared between domains, so that one tenant flooding the
+// store with new keys cannot push out another's buckets. A domain's fair
+// share of a bound is the bound divided by the number of domains holding
+// buckets at the moment; a domain is over its share when its buckets, or
+// its accounted bytes, pass its share of either bound. The store is not
+// partitioned: a domain alone may fill it, and what one domain leaves
+// unused another may take.
+//
+// When a new bucket would pass a bound, the store samples up to 16 of the
+// buckets in the new one's shard and deletes those at rest; while the new
+// bucket still does not fit, it evicts sampled buckets of domains over
+// their fair share — the new bucket's own domain's first (counting the new
+// bucket), then others', each group nearest rest first — busy or not. If
+// that leaves no room, the new bucket is not kept (its charge is decided,
+// then forgotten; counted as an eviction), unless its domain is within
+// its share and the shard held fewer than 16 buckets: then it is kept past
+// the bound, so that a nearly empty shard does not refuse a domain within
+// its share. So:
+//
+//   - A bucket of a domain within its fair share is never evicted to make
+//     room for another domain's bucket: only buckets at rest (which lose
+//     nothing) and buckets of domains over their share give way.
+//   - Buckets that never come to rest (a limit of 1 a day, say) cannot pin
+//     memory: a domain over its share gives up its own buckets, busy or
+//     not, or its new ones are not kept.
+//   - Each bound is passed by at most 16 buckets per shard, and only by
+//     domains within their share.
+//   - A domain within its share that inserts into a full store keeps its
+//     new bucket when the sample holds a bucket at rest or one of a domain
+//     over its share (while one domain floods, nearly every sampled bucket
+//     is the flood's); it is not guaranteed room otherwise.
+//
+// The counts are per domain and read without a lock, so a share is judged
+// as of the moment of eviction while other shards insert. A domain is a
+// string the caller sends: a caller that may use any domain (no
+// authorization policy, or a grant of "*") can spread its buckets over
+// many domains and so hold many shares; with an authorization policy that
+// names each caller's domains, a caller's buckets hold at most the shares
+// of those domains.
+//
+// An evicted bucket starts over at rest, so its key may briefly be
+// admitted more than its limit: the bound trades that, for keys of a
+// domain that holds more than its share, against a flood of unique keys
+// exhausting memory. Evictions counts them.
 package memory
 
 import (
@@ -575,5 +615,5 @@ func (s *Store) MaxBuckets() int { return int(s.maxBuckets) }
 func (s *Store) MaxBytes() int64 { return s.maxBytes }
 
 // Evictions returns how many buckets not yet at rest were evicted to keep
-// the store within its bounds.
+// the store within its bounds, new buckets not kept included.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
