@@ -92,7 +92,7 @@ func (s *snapshots) collectors() []prometheus.Collector {
 // keeping only those for which keep is true. It never fails: a missing
 // file starts the store empty (a first start); a refused one is logged,
 // counted, renamed aside (snapshot.SetAside) and the store starts empty.
-func (s *snapshots) load(keep func(key []byte) (domain string, ok bool)) {
+func (s *snapshots) load(keep func(key []byte) bool) {
 	defer s.loaded.Store(true)
 	start := time.Now()
 	snap, err := snapshot.Read(s.path)

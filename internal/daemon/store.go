@@ -47,7 +47,7 @@ type storeBackend interface {
 	// restore brings back the buckets kept across restarts (the memory
 	// store with Config.StateFile), those that keep accepts, before the
 	// daemon serves; a store that keeps none does nothing.
-	restore(keep func(key []byte) (domain string, ok bool))
+	restore(keep func(key []byte) bool)
 	// close releases what the store holds, once no call is deciding.
 	close()
 	// String names the store in the start log line.
@@ -126,7 +126,7 @@ func (b *memoryBackend) collectors() []prometheus.Collector {
 	return c
 }
 func (b *memoryBackend) routes(*http.ServeMux) {}
-func (b *memoryBackend) restore(keep func(key []byte) (domain string, ok bool)) {
+func (b *memoryBackend) restore(keep func(key []byte) bool) {
 	if b.snapshots != nil {
 		b.snapshots.load(keep)
 	}
@@ -174,11 +174,11 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	return &redisBackend{Store: rs, name: name}, nil
 }
 
-func (b *redisBackend) run(ctx context.Context)                 { b.Run(ctx, time.Second) }
-func (b *redisBackend) collectors() []prometheus.Collector      { return b.Collectors() }
-func (b *redisBackend) restore(func(key []byte) (string, bool)) {}
-func (b *redisBackend) close()                                  { b.Close() }
-func (b *redisBackend) String() string                          { return b.name }
+func (b *redisBackend) run(ctx context.Context)            { b.Run(ctx, time.Second) }
+func (b *redisBackend) collectors() []prometheus.Collector { return b.Collectors() }
+func (b *redisBackend) restore(func(key []byte) bool)      {}
+func (b *redisBackend) close()                             { b.Close() }
+func (b *redisBackend) String() string                     { return b.name }
 
 // routes serves GET /healthz/redis: 200 "ok" while the store reaches
 // Redis, 503 with the failure while it does not.

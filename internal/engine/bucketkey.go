@@ -102,7 +102,7 @@ func ParseBucketKey(key []byte) (BucketKey, bool) {
 }
 
 // InPolicy reports whether the policy in force would charge the bucket
-// whose store key is key, and returns the bucket's domain: its domain is
+// whose store key is key: its domain is
 // in the policy, its entries match a rule there, the rule shares its
 // buckets (share_threshold) exactly where the key does, and the rule has a
 // limit with the key's config.Limit.Key — so the same domain, descriptor
@@ -113,31 +113,31 @@ func ParseBucketKey(key []byte) (BucketKey, bool) {
 // A snapshot's buckets are restored only when InPolicy: a bucket of a limit
 // removed or changed while the daemon was down would never be charged
 // again, and would only hold memory until it came to rest.
-func (e *Engine) InPolicy(key []byte) (domain string, ok bool) {
+func (e *Engine) InPolicy(key []byte) bool {
 	k, ok := ParseBucketKey(key)
 	if !ok {
-		return "", false
+		return false
 	}
 	if config.IsInlineKey(k.Limit) {
-		return k.Domain, !k.Shared
+		return !k.Shared
 	}
 	dom := e.policy.Load().Domain(k.Domain)
 	if dom == nil {
-		return "", false
+		return false
 	}
 	rule := dom.Match(k.Entries)
 	if rule == nil || k.Shared != (rule.Shared != nil) {
-		return "", false
+		return false
 	}
 	for i, pattern := range rule.Shared {
 		if pattern != "" && (i >= len(k.Entries) || k.Entries[i].Value != pattern) {
-			return "", false
+			return false
 		}
 	}
 	for _, l := range rule.Limits {
 		if l.Key == k.Limit {
-			return k.Domain, true
+			return true
 		}
 	}
-	return "", false
+	return false
 }
