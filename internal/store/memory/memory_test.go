@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -424,5 +425,46 @@ func TestFairShare(t *testing.T) {
 	}
 	if flood != 5 || s.Len() != 10 {
 		t.Errorf("flood holds %d buckets of 10 (want its share, 5)", flood)
+	}
+}
+
+// TestDomainCountsAddUp: under concurrent insertions, evictions and sweeps
+// across domains that come and go, the per-domain counts always add up to
+// the store's, and once everything is back at rest and swept, nothing is
+// counted: no domain, no bucket, no byte.
+func TestDomainCountsAddUp(t *testing.T) {
+	c := clock.NewFake(t0)
+	s := New(c, WithShards(4), WithMaxBuckets(64))
+	l := mustLimit(t, algorithms.TokenBucket, 1, time.Second, 1)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				dom := fmt.Sprint("d", (g+i)%5)
+				apply(t, s, store.Charge{Domain: dom, Key: fmt.Appendf(nil, "%d-%d", g, i), Limit: l, Cost: 1})
+				if i%100 == 0 {
+					s.Sweep()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var buckets, bytes, domains int64
+	s.domains.Range(func(_, v any) bool {
+		d := v.(*domain)
+		buckets, bytes, domains = buckets+d.buckets.Load(), bytes+d.bytes.Load(), domains+1
+		return true
+	})
+	if buckets != int64(s.Len()) || bytes != s.Bytes() || domains != s.active.Load() {
+		t.Errorf("domains count %d buckets, %d bytes, %d domains; the store %d, %d, %d",
+			buckets, bytes, domains, s.Len(), s.Bytes(), s.active.Load())
+	}
+	c.Advance(time.Second)
+	s.Sweep()
+	s.domains.Range(func(k, _ any) bool { t.Errorf("domain %q still held", k); return true })
+	if s.Len() != 0 || s.Bytes() != 0 || s.active.Load() != 0 {
+		t.Errorf("after everything came to rest: %d buckets, %d bytes, %d domains", s.Len(), s.Bytes(), s.active.Load())
 	}
 }
