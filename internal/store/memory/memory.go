@@ -367,8 +367,12 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		// the ground under a later write by place).
 		for _, inserting := range [2]bool{false, true} {
 			for i := range charges {
-				if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed && (pos[i] == absent) == inserting {
-					s.put(&s.shards[shardOf[i]], key(i), charges[i].Domain, pos[i], states[i], now)
+				switch {
+				case charges[i].Cost == 0 || decisions[i].Code != algorithms.Allowed || (pos[i] == absent) != inserting:
+				case inserting:
+					s.insert(&s.shards[shardOf[i]], key(i), charges[i].Domain, states[i], now)
+				default:
+					s.shards[shardOf[i]].states[pos[i]] = states[i]
 				}
 			}
 		}
@@ -391,20 +395,20 @@ func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
 	next, dec := c.Limit.Decide(st, now, c.Cost)
 	*d = dec
 	if c.Cost != 0 && dec.Code == algorithms.Allowed {
-		s.put(sh, key, c.Domain, p, next, now)
+		if p != absent {
+			sh.states[p] = next
+		} else {
+			s.insert(sh, key, c.Domain, next, now)
+		}
 	}
 	sh.mu.Unlock()
 }
 
-// put stores a charged state at position p, or inserts the bucket of
-// stored key key, of domain dom, when p is absent. It reports whether the
-// state is kept: false when the store, full, gave the new bucket no room
-// (see the package doc). The shard's lock must be held.
-func (s *Store) put(sh *shard, key []byte, dom string, p uint32, st algorithms.State, now int64) bool {
-	if p != absent {
-		sh.states[p] = st
-		return true
-	}
+// insert inserts the bucket of stored key key, of domain dom, with state
+// st. It reports whether the bucket is kept: false when the store, full,
+// gave it no room (see the package doc). The shard's lock must be held,
+// and the shard must not hold key.
+func (s *Store) insert(sh *shard, key []byte, dom string, st algorithms.State, now int64) bool {
 	size := BucketBytes(len(key))
 	// The new bucket is counted from here on, so that makeRoom sees the
 	// bounds and its domain's share as they would be with it.
@@ -417,6 +421,7 @@ func (s *Store) put(sh *shard, key []byte, dom string, p uint32, st algorithms.S
 		s.evictions.Add(1)
 		return false
 	}
+	var p uint32
 	if n := len(sh.free); n > 0 {
 		p, sh.free = sh.free[n-1], sh.free[:n-1]
 		sh.states[p], sh.owners[p] = st, d
@@ -484,11 +489,18 @@ func (s *Store) over() bool {
 	return s.buckets.Load() > s.maxBuckets || s.bytes.Load() > s.maxBytes
 }
 
-// overShare reports whether domain d holds more than its fair share of a
-// bound: the bound divided by the number of domains holding buckets.
-func (s *Store) overShare(d *domain) bool {
+// fairShare is a domain's fair share of the bounds: each bound divided by
+// the number of domains holding buckets.
+type fairShare struct{ buckets, bytes int64 }
+
+func (s *Store) fairShare() fairShare {
 	a := max(s.active.Load(), 1)
-	return d.buckets.Load() > s.maxBuckets/a || d.bytes.Load() > s.maxBytes/a
+	return fairShare{s.maxBuckets / a, s.maxBytes / a}
+}
+
+// heldOverBy reports whether domain d holds more than f of either bound.
+func (f fairShare) heldOverBy(d *domain) bool {
+	return d.buckets.Load() > f.buckets || d.bytes.Load() > f.bytes
 }
 
 // makeRoom runs before a bucket of domain d is inserted into sh, with the
@@ -524,29 +536,21 @@ func (s *Store) makeRoom(sh *shard, now int64, d *domain) bool {
 	if !s.over() {
 		return true
 	}
-	slices.SortFunc(busy, func(a, b candidate) int {
-		if own := cmp.Compare(b2i(a.owner != d), b2i(b.owner != d)); own != 0 {
-			return own
-		}
-		return cmp.Compare(a.restAt, b.restAt)
-	})
-	for _, c := range busy {
-		if s.overShare(c.owner) {
-			s.remove(sh, c.key, c.pos)
-			s.evictions.Add(1)
-			if !s.over() {
-				return true
+	slices.SortFunc(busy, func(a, b candidate) int { return cmp.Compare(a.restAt, b.restAt) })
+	share := s.fairShare()
+	for _, own := range [2]bool{true, false} { // d's own buckets first
+		for _, c := range busy {
+			if (c.owner == d) == own && share.heldOverBy(c.owner) {
+				s.remove(sh, c.key, c.pos)
+				s.evictions.Add(1)
+				if !s.over() {
+					return true
+				}
+				share = s.fairShare() // c may have been its domain's last
 			}
 		}
 	}
-	return seen < evictSample && !s.overShare(d)
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	return seen < evictSample && !share.heldOverBy(d)
 }
 
 // Sweep deletes every bucket at rest, and compacts shards that hold under

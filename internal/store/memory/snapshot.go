@@ -182,7 +182,7 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 		case p != absent:
 			r.Present++
 		case s.buckets.Load() >= s.maxBuckets || s.bytes.Load()+BucketBytes(len(key)) > s.maxBytes,
-			!s.put(sh, key, string(b.Domain), absent, st, now):
+			!s.insert(sh, key, string(b.Domain), st, now):
 			r.Full++
 		default:
 			r.Buckets++
