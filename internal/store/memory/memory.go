@@ -10,10 +10,11 @@
 //
 // # Layout
 //
-// A bucket is a stored key and an algorithms.State. Each shard keeps its
-// buckets' states in a slab (a slice) and maps each stored key to its
-// position there; positions no bucket uses are listed for reuse. A bucket
-// lives in the shard its stored key hashes to.
+// A bucket is a stored key, an algorithms.State and the domain it belongs
+// to (store.Charge.Domain). Each shard keeps its buckets' states and
+// domains in a slab (a slice) and maps each stored key to its position
+// there; positions no bucket uses are listed for reuse. A bucket lives in
+// the shard its stored key hashes to.
 //
 // The stored key is the charge's key itself when that is at most
 // MaxVerbatimKey bytes long and not exactly DigestSize bytes long;
@@ -140,7 +141,7 @@ const DigestSize = 16
 // bucketOverhead is what a bucket costs beyond its key's bytes: a
 // map[string]uint32 entry (a 24-byte slot and a control byte, at a load
 // factor that falls to 7/16 right after the map grows: up to 57 bytes), a
-// 24-byte slab slot (up to 48 with append's doubling), 4 for the free
+// 32-byte slab slot (up to 64 with append's doubling), 4 for the free
 // list, and what a store that evicts as fast as it inserts leaves unused
 // in the heap's pages. In such a store, BenchmarkBucketBytes measures
 // 130 to 165 bytes of heap a bucket beyond twice its key; this rounds
@@ -216,16 +217,21 @@ const domainOverhead = 192
 // bytes long, held while the domain holds a bucket.
 func domainBytes(n int) int64 { return domainOverhead + int64(n+15)&^15 }
 
-// shard keeps its buckets' states in a slab indexed by a map, so that
-// charging an existing bucket writes the slab and allocates nothing (a Go
-// map re-stores a string key on every assignment).
+// shard keeps its buckets in a slab indexed by a map, so that charging an
+// existing bucket writes the slab and allocates nothing (a Go map re-stores
+// a string key on every assignment).
 type shard struct {
-	mu     sync.Mutex
-	index  map[string]uint32 // stored key -> position in states
-	states []algorithms.State
-	owners []*domain // the domain of the bucket at each position of states
-	free   []uint32  // positions in states no key uses
-	_      [40]byte  // keep hot shards on separate cache lines
+	mu    sync.Mutex
+	index map[string]uint32 // stored key -> position in slots
+	slots []slot
+	free  []uint32 // positions in slots no key uses
+	_     [64]byte // keep hot shards on separate cache lines
+}
+
+// slot is one bucket's place in its shard's slab.
+type slot struct {
+	state algorithms.State
+	owner *domain // the bucket's domain; nil for a free slot
 }
 
 // Option configures a Store.
@@ -314,7 +320,7 @@ const absent = ^uint32(0)
 
 func (sh *shard) lookup(key []byte) (algorithms.State, uint32) {
 	if i, ok := sh.index[string(key)]; ok {
-		return sh.states[i], i
+		return sh.slots[i].state, i
 	}
 	return algorithms.State{}, absent
 }
@@ -372,7 +378,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 				case inserting:
 					s.insert(&s.shards[shardOf[i]], key(i), charges[i].Domain, states[i], now)
 				default:
-					s.shards[shardOf[i]].states[pos[i]] = states[i]
+					s.shards[shardOf[i]].slots[pos[i]].state = states[i]
 				}
 			}
 		}
@@ -396,7 +402,7 @@ func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
 	*d = dec
 	if c.Cost != 0 && dec.Code == algorithms.Allowed {
 		if p != absent {
-			sh.states[p] = next
+			sh.slots[p].state = next
 		} else {
 			s.insert(sh, key, c.Domain, next, now)
 		}
@@ -424,10 +430,10 @@ func (s *Store) insert(sh *shard, key []byte, dom string, st algorithms.State, n
 	var p uint32
 	if n := len(sh.free); n > 0 {
 		p, sh.free = sh.free[n-1], sh.free[:n-1]
-		sh.states[p], sh.owners[p] = st, d
+		sh.slots[p] = slot{st, d}
 	} else {
-		p = uint32(len(sh.states))
-		sh.states, sh.owners = append(sh.states, st), append(sh.owners, d)
+		p = uint32(len(sh.slots))
+		sh.slots = append(sh.slots, slot{st, d})
 	}
 	sh.index[string(key)] = p
 	return true
@@ -477,9 +483,9 @@ func (s *Store) uncount(d *domain, size int64) {
 
 // remove deletes a bucket. The shard's lock must be held.
 func (s *Store) remove(sh *shard, key string, p uint32) {
-	d := sh.owners[p]
+	d := sh.slots[p].owner
 	delete(sh.index, key)
-	sh.states[p], sh.owners[p] = algorithms.State{}, nil
+	sh.slots[p] = slot{}
 	sh.free = append(sh.free, p)
 	s.uncount(d, BucketBytes(len(key)))
 }
@@ -524,10 +530,10 @@ func (s *Store) makeRoom(sh *shard, now int64, d *domain) bool {
 	busy := buf[:0]
 	seen := 0
 	for k, p := range sh.index {
-		if st := sh.states[p]; st.AtRest(now) {
+		if sl := &sh.slots[p]; sl.state.AtRest(now) {
 			s.remove(sh, k, p)
 		} else {
-			busy = append(busy, candidate{k, p, st.RestAt(), sh.owners[p]})
+			busy = append(busy, candidate{k, p, sl.state.RestAt(), sl.owner})
 		}
 		if seen++; seen >= sample {
 			break
@@ -562,19 +568,18 @@ func (s *Store) Sweep() {
 		sh.mu.Lock()
 		now := s.clock.Now()
 		for k, p := range sh.index {
-			if sh.states[p].AtRest(now) {
+			if sh.slots[p].state.AtRest(now) {
 				s.remove(sh, k, p)
 			}
 		}
-		if n := len(sh.index); len(sh.states) > 64 && n < len(sh.states)/4 {
+		if n := len(sh.index); len(sh.slots) > 64 && n < len(sh.slots)/4 {
 			index := make(map[string]uint32, n)
-			states := make([]algorithms.State, 0, n)
-			owners := make([]*domain, 0, n)
+			slots := make([]slot, 0, n)
 			for k, p := range sh.index {
-				index[k] = uint32(len(states))
-				states, owners = append(states, sh.states[p]), append(owners, sh.owners[p])
+				index[k] = uint32(len(slots))
+				slots = append(slots, sh.slots[p])
 			}
-			sh.index, sh.states, sh.owners, sh.free = index, states, owners, nil
+			sh.index, sh.slots, sh.free = index, slots, nil
 		}
 		sh.mu.Unlock()
 	}

@@ -60,10 +60,10 @@ func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
 		sh.mu.Lock()
 		now := s.clock.Now()
 		for k, p := range sh.index {
-			if st := sh.states[p]; !st.AtRest(now) {
+			if sl := &sh.slots[p]; !sl.state.AtRest(now) {
 				keys = append(keys, k)
-				domains = append(domains, sh.owners[p].name)
-				states = append(states, st)
+				domains = append(domains, sl.owner.name)
+				states = append(states, sl.state)
 			}
 		}
 		sh.mu.Unlock()
