@@ -225,7 +225,8 @@ type shard struct {
 	index map[string]uint32 // stored key -> position in slots
 	slots []slot
 	free  []uint32 // positions in slots no key uses
-	_     [64]byte // keep hot shards on separate cache lines
+	last  *domain  // of the last bucket inserted (Store.acquire)
+	_     [56]byte // keep hot shards on separate cache lines
 }
 
 // slot is one bucket's place in its shard's slab.
@@ -418,7 +419,7 @@ func (s *Store) insert(sh *shard, key []byte, dom string, st algorithms.State, n
 	size := BucketBytes(len(key))
 	// The new bucket is counted from here on, so that makeRoom sees the
 	// bounds and its domain's share as they would be with it.
-	d := s.acquire(dom)
+	d := s.acquire(sh, dom)
 	d.bytes.Add(size)
 	s.buckets.Add(1)
 	s.bytes.Add(size)
@@ -440,8 +441,14 @@ func (s *Store) insert(sh *shard, key []byte, dom string, st algorithms.State, n
 }
 
 // acquire counts one more bucket of the domain named dom and returns its
-// entry, made (and its domainBytes counted) if the domain held none.
-func (s *Store) acquire(dom string) *domain {
+// entry, made (and its domainBytes counted) if the domain held none. The
+// shard remembers the last domain it counted a bucket for, so that a run
+// of insertions of one domain looks it up once. The shard's lock must be
+// held.
+func (s *Store) acquire(sh *shard, dom string) *domain {
+	if d := sh.last; d != nil && d.name == dom && s.hold(d) {
+		return d
+	}
 	for {
 		v, ok := s.domains.Load(dom)
 		if !ok {
@@ -452,17 +459,28 @@ func (s *Store) acquire(dom string) *domain {
 			}
 		}
 		d := v.(*domain)
-		for n := d.buckets.Load(); n >= 0; n = d.buckets.Load() {
-			if d.buckets.CompareAndSwap(n, n+1) {
-				if n == 0 {
-					s.active.Add(1)
-				}
-				return d
-			}
+		if s.hold(d) {
+			sh.last = d
+			return d
 		}
-		// d was retired after the Load: it is gone from the map, or about to be.
+		// d was retired after the Load: it is gone from the map, or about
+		// to be.
 		s.domains.CompareAndDelete(dom, d)
 	}
+}
+
+// hold counts one more bucket of d and reports true, or reports false when
+// d is retired.
+func (s *Store) hold(d *domain) bool {
+	for n := d.buckets.Load(); n >= 0; n = d.buckets.Load() {
+		if d.buckets.CompareAndSwap(n, n+1) {
+			if n == 0 {
+				s.active.Add(1)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // uncount takes a bucket of size bytes of domain d off the counts, and

@@ -468,3 +468,28 @@ func TestDomainCountsAddUp(t *testing.T) {
 		t.Errorf("after everything came to rest: %d buckets, %d bytes, %d domains", s.Len(), s.Bytes(), s.active.Load())
 	}
 }
+
+// BenchmarkApplyHeld measures one charge on one of 1024 buckets that stay
+// held (a window of a billion an hour: none comes to rest while the
+// benchmark runs), so that every charge finds its bucket: the hot path,
+// without the insertions and reclaims of BenchmarkApply, whose buckets
+// come back to rest between two charges.
+func BenchmarkApplyHeld(b *testing.B) {
+	s := New(clock.NewMonotonic())
+	l := mustLimit(b, algorithms.FixedWindow, 1_000_000_000, time.Hour, 0)
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "%026d", i)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+		d := make([]algorithms.Decision, 1)
+		i := 0
+		for pb.Next() {
+			charges[0].Key = keys[i%len(keys)]
+			s.Apply(context.Background(), charges, d)
+			i++
+		}
+	})
+}
