@@ -191,7 +191,7 @@ type Store struct {
 	maxBytes   int64
 
 	buckets   atomic.Int64 // buckets held, across shards
-	bytes     atomic.Int64 // their BucketBytes and the domains' domainBytes, summed
+	bytes     atomic.Int64 // their BucketBytes and the domains' DomainBytes, summed
 	evictions atomic.Uint64
 
 	domains sync.Map     // domain name -> *domain, for every domain holding a bucket
@@ -205,7 +205,7 @@ type domain struct {
 	// has held none and is no longer in Store.domains: an entry that
 	// reaches -1 is never used again.
 	buckets atomic.Int64
-	bytes   atomic.Int64 // their BucketBytes, summed, and its own domainBytes
+	bytes   atomic.Int64 // their BucketBytes, summed, and its own DomainBytes
 }
 
 // domainOverhead is what a domain holding buckets costs beyond its name's
@@ -213,9 +213,10 @@ type domain struct {
 // entry and its share of the trie's nodes, about 100 bytes), rounded up.
 const domainOverhead = 192
 
-// domainBytes returns the bytes accounted for a domain whose name is n
-// bytes long, held while the domain holds a bucket.
-func domainBytes(n int) int64 { return domainOverhead + int64(n+15)&^15 }
+// DomainBytes returns the bytes accounted for a domain whose name is n
+// bytes long, while the domain holds a bucket: domainOverhead and the name
+// rounded up to 16 bytes.
+func DomainBytes(n int) int64 { return domainOverhead + int64(n+15)&^15 }
 
 // shard keeps its buckets in a slab indexed by a map, so that charging an
 // existing bucket writes the slab and allocates nothing (a Go map re-stores
@@ -441,7 +442,7 @@ func (s *Store) insert(sh *shard, key []byte, dom string, st algorithms.State, n
 }
 
 // acquire counts one more bucket of the domain named dom and returns its
-// entry, made (and its domainBytes counted) if the domain held none. The
+// entry, made (and its DomainBytes counted) if the domain held none. The
 // shard remembers the last domain it counted a bucket for, so that a run
 // of insertions of one domain looks it up once. The shard's lock must be
 // held.
@@ -453,9 +454,9 @@ func (s *Store) acquire(sh *shard, dom string) *domain {
 		v, ok := s.domains.Load(dom)
 		if !ok {
 			fresh := &domain{name: strings.Clone(dom)}
-			fresh.bytes.Store(domainBytes(len(dom)))
+			fresh.bytes.Store(DomainBytes(len(dom)))
 			if v, ok = s.domains.LoadOrStore(fresh.name, fresh); !ok {
-				s.bytes.Add(domainBytes(len(dom)))
+				s.bytes.Add(DomainBytes(len(dom)))
 			}
 		}
 		d := v.(*domain)
@@ -495,7 +496,7 @@ func (s *Store) uncount(d *domain, size int64) {
 	s.active.Add(-1)
 	if d.buckets.CompareAndSwap(0, -1) { // else acquired again meanwhile
 		s.domains.CompareAndDelete(d.name, d)
-		s.bytes.Add(-domainBytes(len(d.name)))
+		s.bytes.Add(-DomainBytes(len(d.name)))
 	}
 }
 

@@ -234,7 +234,7 @@ func TestBoundInBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			const room = 200
 			perBucket := BucketBytes(tt.stored)
-			dom := domainBytes(len(storetest.Domain)) // the buckets' one domain
+			dom := DomainBytes(len(storetest.Domain)) // the buckets' one domain
 			s := New(clock.NewFake(t0), WithShards(1), WithMaxBytes(room*perBucket+dom))
 			l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
 			fill(s, l, tt.keyLen, 0, 1000)
@@ -260,7 +260,7 @@ func TestBoundInBytes(t *testing.T) {
 func TestEvictsNearestRestByBytes(t *testing.T) {
 	c := clock.NewFake(t0)
 	short := BucketBytes(8)
-	s := New(c, WithShards(1), WithMaxBytes(3*short+domainBytes(len(storetest.Domain))))
+	s := New(c, WithShards(1), WithMaxBytes(3*short+DomainBytes(len(storetest.Domain))))
 	l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
 	// Costs 3, 1, 2: "key-b" rests first, then "key-c", then "key-a".
 	for _, k := range []struct {
@@ -312,7 +312,7 @@ func TestLongKeysAreDistinct(t *testing.T) {
 			}
 		}
 	}
-	want := int64(len(keys))*BucketBytes(DigestSize) + domainBytes(len(storetest.Domain))
+	want := int64(len(keys))*BucketBytes(DigestSize) + DomainBytes(len(storetest.Domain))
 	if s.Len() != len(keys) || s.Bytes() != want {
 		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), want)
 	}
