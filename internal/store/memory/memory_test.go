@@ -96,25 +96,30 @@ func TestPeekCreatesNoBucket(t *testing.T) {
 func BenchmarkApply(b *testing.B) {
 	for _, keyLen := range []int{32, 96, 1024} {
 		b.Run(fmt.Sprintf("key=%dB", keyLen), func(b *testing.B) {
-			s := New(clock.NewMonotonic())
-			l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
 			keys := make([][]byte, 1024)
 			for i := range keys {
 				keys[i] = fmt.Appendf(bytes.Repeat([]byte("v"), keyLen-6), "%06d", i)
 			}
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
-				d := make([]algorithms.Decision, 1)
-				i := 0
-				for pb.Next() {
-					charges[0].Key = keys[i%len(keys)]
-					s.Apply(context.Background(), charges, d)
-					i++
-				}
-			})
+			chargeKeys(b, mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0), keys)
 		})
 	}
+}
+
+// chargeKeys charges keys in turn, from every goroutine of RunParallel, in
+// a new store.
+func chargeKeys(b *testing.B, l *algorithms.Limit, keys [][]byte) {
+	s := New(clock.NewMonotonic())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+		d := make([]algorithms.Decision, 1)
+		i := 0
+		for pb.Next() {
+			charges[0].Key = keys[i%len(keys)]
+			s.Apply(context.Background(), charges, d)
+			i++
+		}
+	})
 }
 
 // BenchmarkBucketBytes reports the heap a store holds per bucket
@@ -475,21 +480,9 @@ func TestDomainCountsAddUp(t *testing.T) {
 // without the insertions and reclaims of BenchmarkApply, whose buckets
 // come back to rest between two charges.
 func BenchmarkApplyHeld(b *testing.B) {
-	s := New(clock.NewMonotonic())
-	l := mustLimit(b, algorithms.FixedWindow, 1_000_000_000, time.Hour, 0)
 	keys := make([][]byte, 1024)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "%026d", i)
 	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
-		d := make([]algorithms.Decision, 1)
-		i := 0
-		for pb.Next() {
-			charges[0].Key = keys[i%len(keys)]
-			s.Apply(context.Background(), charges, d)
-			i++
-		}
-	})
+	chargeKeys(b, mustLimit(b, algorithms.FixedWindow, 1_000_000_000, time.Hour, 0), keys)
 }
