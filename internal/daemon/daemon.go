@@ -44,6 +44,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
@@ -100,6 +101,10 @@ type Config struct {
 	// Redis configures the Redis store (Store "redis"). It decides on Redis
 	// TIME, not Clock; its Logger is the daemon's.
 	Redis redisstore.Config
+	// RedisGuard says how the daemon decides while Redis fails: failure
+	// mode, circuit breaker, deny cache (internal/store/guard). Its Name
+	// and Logger are set by the daemon.
+	RedisGuard guard.Config
 	// MaxBuckets bounds the memory store's buckets (0 for
 	// memory.DefaultMaxBuckets).
 	MaxBuckets int
@@ -175,6 +180,10 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives the daemon's logs (nil: slog.Default()).
 	Logger *slog.Logger
+
+	// restoring, when set (by tests, through export_test.go), is called as
+	// the restore of the state file starts, and waited for.
+	restoring func()
 }
 
 // Daemon is a running ratelimitd.
@@ -419,14 +428,11 @@ func (d *Daemon) openStore() (err error) {
 // NOT_SERVING and decision calls refused. It cannot fail (a bad file
 // starts the store empty).
 func (d *Daemon) restoreBuckets() {
-	if restoring != nil {
-		restoring()
+	if d.cfg.restoring != nil {
+		d.cfg.restoring()
 	}
 	d.store.restore(d.engine.InPolicy)
 }
-
-// restoring, when set (by tests), is called as the restore starts.
-var restoring func()
 
 // listen binds the gRPC, HTTP, admin and metrics listeners, each holding
 // at most Limits.MaxConnections.
@@ -658,6 +664,10 @@ func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := d.store.misconfigured(); err != nil {
+		http.Error(w, "not ready: the store refuses the daemon's configuration: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	resp, err := d.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
