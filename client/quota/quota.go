@@ -51,6 +51,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimitd/ratelimitd/client"
 )
 
 // Fallback is what a bucket does without an assignment in force.
@@ -192,6 +194,22 @@ func bucketKey(id map[string]string) string {
 		b.WriteByte(0)
 	}
 	return b.String()
+}
+
+// Admit decides a request named by descriptors locally, as httplimit and
+// grpclimit do with WithQuota: each descriptor is the bucket of its
+// entries' pairs (Descriptor.Pairs; a key given twice keeps its last
+// value), and the request is admitted when each bucket, asked in order,
+// admits it. Unlike the service's all-or-nothing charge, the buckets asked
+// before one that denies have spent their token. It returns the index of
+// the descriptor that denied (-1 when admitted).
+func (c *Client) Admit(ctx context.Context, descriptors ...client.Descriptor) (ok bool, denied int) {
+	for i, d := range descriptors {
+		if !c.Bucket(d.Pairs()...).Allow(ctx) {
+			return false, i
+		}
+	}
+	return true, -1
 }
 
 // Bucket is one quota bucket: its assignment and its usage since the last
