@@ -1,6 +1,9 @@
 package quota
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // MaxMinFair divides capacity among demands, max-min fairly, in whole
 // units: no one gets more than its demand, the sum never exceeds capacity,
@@ -18,15 +21,7 @@ func MaxMinFair(capacity int64, demands []int64) []int64 {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case demands[a] < demands[b]:
-			return -1
-		case demands[a] > demands[b]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
 	left := max(capacity, 0)
 	for k, i := range order {
 		d := max(demands[i], 0)

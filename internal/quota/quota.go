@@ -62,6 +62,7 @@ package quota
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -392,15 +393,7 @@ func (a *Allocator) View(now int64) []BucketView {
 				Burst: c.assignment(b.limit).Burst, Interval: c.interval, Live: c.live(now),
 			})
 		}
-		slices.SortFunc(v.Clients, func(x, y ClientView) int {
-			switch {
-			case x.Client < y.Client:
-				return -1
-			case x.Client > y.Client:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(v.Clients, func(x, y ClientView) int { return strings.Compare(x.Client, y.Client) })
 		views = append(views, v)
 	}
 	return views

@@ -40,6 +40,7 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -291,15 +292,7 @@ func Entries(id map[string]string) []config.Entry {
 	for k, v := range id {
 		entries = append(entries, config.Entry{Key: k, Value: v})
 	}
-	slices.SortFunc(entries, func(a, b config.Entry) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(entries, func(a, b config.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return entries
 }
 
