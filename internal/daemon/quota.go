@@ -14,7 +14,7 @@ const quotaTick = 100 * time.Millisecond
 // newQuota returns the quota service (Envoy's RLQS) on the policy in force.
 func (d *Daemon) newQuota() *rlqsapi.Server {
 	return rlqsapi.New(func() *config.Policy { return d.loadedPolicy().Policy }, d.cfg.Clock,
-		rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds))
+		rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds), rlqsapi.WithDrain(d.drain))
 }
 
 // Quota returns the daemon's quota service.

@@ -76,6 +76,7 @@ type Server struct {
 	bounds   engine.Bounds
 	interval time.Duration
 	metrics  *metrics.Quota
+	drain    <-chan struct{} // closed when streams are to end
 
 	mu      sync.Mutex // guards alloc, streams and buckets
 	alloc   *quota.Allocator
@@ -100,6 +101,10 @@ func WithMetrics(q *metrics.Quota) Option { return func(s *Server) { s.metrics =
 // WithBounds bounds BucketIds as requests' descriptors are bounded: entries
 // per BucketId, key and value bytes (zero value: engine.DefaultBounds).
 func WithBounds(b engine.Bounds) Option { return func(s *Server) { s.bounds = b } }
+
+// WithDrain ends every stream, with Unavailable, once drain is closed (a
+// daemon shutting down), so that clients reconnect elsewhere at once.
+func WithDrain(drain <-chan struct{}) Option { return func(s *Server) { s.drain = drain } }
 
 // WithInterval sets the report interval assumed for a client until its
 // reports say (0: DefaultInterval).
@@ -226,20 +231,42 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 		}
 	}()
 
+	// Recv in a goroutine of its own, so that draining can end the stream.
+	type received struct {
+		msg *rlqsv3.RateLimitQuotaUsageReports
+		err error
+	}
+	recv := make(chan received)
+	go func() {
+		for {
+			msg, err := ss.Recv()
+			select {
+			case recv <- received{msg, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	var domain string
 	for first := true; ; first = false {
-		msg, err := ss.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+		var r received
 		select {
+		case r = <-recv:
 		case err := <-sendErr:
 			return err
-		default:
+		case <-s.drain:
+			return status.Error(codes.Unavailable, "ratelimitd is shutting down: reconnect to report again")
 		}
+		if r.err == io.EOF {
+			return nil
+		}
+		if r.err != nil {
+			return r.err
+		}
+		msg := r.msg
 		if first {
 			if msg.GetDomain() == "" {
 				return status.Error(codes.InvalidArgument, "domain: empty in the stream's first report (a stream serves the domain its first report names)")
@@ -254,7 +281,9 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 		if err := s.checkUsages(msg.GetBucketQuotaUsages()); err != nil {
 			return err
 		}
-		s.report(st, domain, msg.GetBucketQuotaUsages())
+		if err := s.report(st, domain, msg.GetBucketQuotaUsages()); err != nil {
+			return err
+		}
 	}
 }
 
@@ -297,7 +326,7 @@ func Entries(id map[string]string) []config.Entry {
 }
 
 // report applies a report's usages and queues the replies and pushes.
-func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) {
+func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
 	var d *config.Domain
 	if policy := s.policy(); policy != nil { // nil before an xDS policy arrives
 		d = policy.Domain(domain)
@@ -310,7 +339,7 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.domain = known
-	for _, u := range usages {
+	for i, u := range usages {
 		s.metrics.Reported(known)
 		id := u.GetBucketId()
 		entries := Entries(id.GetBucket())
@@ -326,12 +355,45 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 			continue
 		}
 		key := bucketKey(domain, entries, rule, limit)
+		if err := s.room(st, key, i); err != nil {
+			return err
+		}
 		s.buckets[key] = bucketInfo{domain: domain, id: id.GetBucket(), rule: rule.StatKey}
 		ql := quota.Limit{Requests: limit.Rate.Requests(), Period: limit.Rate.Period()}
 		a, pushes := s.alloc.Report(key, ql, st.id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
 		s.send(st, key, id, shareAction(id, a))
 		s.push(pushes)
 	}
+	return nil
+}
+
+// Bounds on what quota clients make the server keep.
+const (
+	// MaxStreamBuckets is how many buckets served by quota one stream may
+	// report.
+	MaxStreamBuckets = 1024
+	// MaxBuckets is how many buckets served by quota the server keeps, for
+	// all streams together.
+	MaxBuckets = 1 << 16
+)
+
+// room refuses a bucket new to the stream, or to the server, beyond the
+// bounds, with ResourceExhausted. s.mu is held.
+func (s *Server) room(st *stream, key string, i int) error {
+	st.mu.Lock()
+	_, known := st.buckets[key]
+	n := len(st.buckets)
+	st.mu.Unlock()
+	if known {
+		return nil
+	}
+	if n >= MaxStreamBuckets {
+		return status.Errorf(codes.ResourceExhausted, "bucket_quota_usages[%d]: this stream already reports %d buckets, the most one stream may", i, n)
+	}
+	if _, ok := s.buckets[key]; !ok && len(s.buckets) >= MaxBuckets {
+		return status.Errorf(codes.ResourceExhausted, "bucket_quota_usages[%d]: the server already serves %d buckets by quota, the most it keeps", i, len(s.buckets))
+	}
+	return nil
 }
 
 // push sends each push to its stream, if it is still open. s.mu is held.

@@ -339,3 +339,40 @@ func TestConsoleView(t *testing.T) {
 		t.Errorf("clients: %s", body)
 	}
 }
+
+// TestStreamBounds: a stream may report at most MaxStreamBuckets buckets
+// served by quota; one more is ResourceExhausted naming the usage.
+func TestStreamBounds(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	e := open(t, d)
+	var usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range rlqsapi.MaxStreamBuckets + 1 {
+		usages = append(usages, usage(1, 0, "name", "api", "user", "u"+strconv.Itoa(i)))
+	}
+	e.report("shop", usages...)
+	for {
+		_, err := e.stream.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "bucket_quota_usages[1024]: this stream already reports 1024 buckets") {
+			t.Fatalf("got %v, want ResourceExhausted at bucket_quota_usages[1024]", err)
+		}
+		return
+	}
+}
+
+// TestDrainEndsStreams: as the daemon shuts down, quota streams end with
+// Unavailable (clients reconnect elsewhere), rather than holding the
+// shutdown until its grace is over.
+func TestDrainEndsStreams(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	e := open(t, d)
+	e.report("shop", usage(1, 0, "plan", "gold"))
+	e.recv(1)
+	go d.Shutdown(context.Background())
+	_, err := e.stream.Recv()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("got %v, want Unavailable: shutting down", err)
+	}
+}
