@@ -351,7 +351,7 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 			if elapsed > 0 {
 				ttl = elapsed
 			}
-			s.send(st, "", id, blanketAction(id, blanket, ttl*quota.TTLNum/quota.TTLDen))
+			s.send(st, "", blanketAction(id, blanket, ttl*quota.TTLNum/quota.TTLDen))
 			continue
 		}
 		key := bucketKey(domain, entries, rule, limit)
@@ -361,7 +361,7 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 		s.buckets[key] = bucketInfo{domain: domain, id: id.GetBucket(), rule: rule.StatKey}
 		ql := quota.Limit{Requests: limit.Rate.Requests(), Period: limit.Rate.Period()}
 		a, pushes := s.alloc.Report(key, ql, st.id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
-		s.send(st, key, id, shareAction(id, a))
+		s.send(st, key, shareAction(id, a))
 		s.push(pushes)
 	}
 	return nil
@@ -407,15 +407,20 @@ func (s *Server) push(pushes []quota.Push) {
 		id := st.buckets[p.Bucket]
 		st.mu.Unlock()
 		if id != nil {
-			s.send(st, p.Bucket, id, shareAction(id, p.Assignment))
+			s.send(st, p.Bucket, shareAction(id, p.Assignment))
 		}
 	}
 }
 
-func (s *Server) send(st *stream, key string, id *rlqsv3.BucketId, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+// send queues an action for st (key: its allocator key, "" for a blanket
+// rule that no share stands behind) and counts it.
+func (s *Server) send(st *stream, key string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	action := "share"
 	if b := a.GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() == nil {
-		action = map[typev3.RateLimitStrategy_BlanketRule]string{typev3.RateLimitStrategy_ALLOW_ALL: "allow_all", typev3.RateLimitStrategy_DENY_ALL: "deny_all"}[b.GetBlanketRule()]
+		action = "allow_all"
+		if b.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
+			action = "deny_all"
+		}
 	}
 	s.metrics.Assigned(st.domain, action)
 	st.queue(key, a)
