@@ -27,8 +27,10 @@
 //
 // Before a bucket's first assignment, and once its last one has expired
 // (the stream broke and was not restored in time), the bucket applies the
-// fallback (WithFallback): allow all, as Envoy's filter does by default,
-// deny all, or ask the server per request. When the stream breaks, the
+// fallback: allow all, as Envoy's filter does by default, deny all, or ask
+// the server per request — the domain's quota_fallback in ratelimitd's
+// policy, learnt with the stream's first response, unless WithFallback or
+// WithAsk says otherwise. When the stream breaks, the
 // client reconnects with backoff and goes on applying each bucket's last
 // assignment until it expires.
 //
@@ -50,9 +52,11 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/client"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
 // Fallback is what a bucket does without an assignment in force.
@@ -72,7 +76,8 @@ type Client struct {
 	domain   string
 	conn     *grpc.ClientConn
 	interval time.Duration
-	fallback Fallback
+	fallback atomic.Int32 // a Fallback
+	explicit bool         // set by an option: the policy's does not replace it
 	ask      func(ctx context.Context, bucket []string) bool
 	start    time.Time // monotonic origin of now
 	dialOpts []grpc.DialOption
@@ -92,16 +97,21 @@ type Option func(*Client)
 // 1s; Envoy's filter calls it reporting_interval).
 func WithInterval(d time.Duration) Option { return func(c *Client) { c.interval = d } }
 
-// WithFallback sets what a bucket does without an assignment in force
-// (default AllowAll).
-func WithFallback(f Fallback) Option { return func(c *Client) { c.fallback = f } }
+// WithFallback sets what a bucket does without an assignment in force.
+// Without it (and without WithAsk) the client takes the domain's
+// quota_fallback from ratelimitd's policy once the stream is up, and
+// allows all until then, as Envoy's filter does by default.
+func WithFallback(f Fallback) Option {
+	return func(c *Client) { c.fallback.Store(int32(f)); c.explicit = true }
+}
 
 // WithAsk sets the fallback to AskPerRequest: ask decides each request
-// without an assignment in force, given the bucket's key/value pairs (for
-// instance through the client package's Check, with the pairs as one
-// descriptor).
+// without an assignment in force, given the bucket's key/value pairs
+// sorted by key. Without it, AskPerRequest (set by WithFallback or by the
+// policy) asks ratelimitd's ratelimit.v1 ShouldRateLimit on the same
+// connection, the pairs as one descriptor, allowing when it cannot answer.
 func WithAsk(ask func(ctx context.Context, bucket []string) bool) Option {
-	return func(c *Client) { c.fallback, c.ask = AskPerRequest, ask }
+	return func(c *Client) { c.fallback.Store(int32(AskPerRequest)); c.explicit, c.ask = true, ask }
 }
 
 // WithDialOptions adds gRPC dial options (the default is plaintext).
@@ -125,14 +135,14 @@ func New(target, domain string, opts ...Option) (*Client, error) {
 	if c.interval <= 0 {
 		return nil, errors.New("quota: the report interval must be positive")
 	}
-	if c.fallback == AskPerRequest && c.ask == nil {
-		return nil, errors.New("quota: AskPerRequest needs WithAsk")
-	}
 	conn, err := grpc.NewClient(target, c.dialOpts...)
 	if err != nil {
 		return nil, err
 	}
 	c.conn = conn
+	if c.ask == nil {
+		c.ask = c.askService
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.run(ctx)
@@ -277,7 +287,7 @@ func (b *Bucket) count(ok bool) bool {
 }
 
 func (b *Bucket) fallback(ctx context.Context) bool {
-	switch b.c.fallback {
+	switch Fallback(b.c.fallback.Load()) {
 	case DenyAll:
 		return false
 	case AskPerRequest:
@@ -285,6 +295,35 @@ func (b *Bucket) fallback(ctx context.Context) bool {
 	}
 	return true
 }
+
+// askService asks ratelimitd whether one request of the bucket may go
+// through, charging it; it allows when the service cannot answer.
+func (c *Client) askService(ctx context.Context, pairs []string) bool {
+	d := &ratelimitv1.Descriptor{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv1.Entry{Key: pairs[i], Value: pairs[i+1]})
+	}
+	resp, err := ratelimitv1.NewRateLimitServiceClient(c.conn).ShouldRateLimit(ctx,
+		&ratelimitv1.ShouldRateLimitRequest{Domain: c.domain, Descriptors: []*ratelimitv1.Descriptor{d}})
+	return err != nil || resp.GetOverallCode() != ratelimitv1.Code_CODE_OVER_LIMIT
+}
+
+// takeFallback adopts the policy's quota_fallback from the stream's
+// header, unless an option set one.
+func (c *Client) takeFallback(md metadata.MD) {
+	if c.explicit {
+		return
+	}
+	if v := md.Get(fallbackHeader); len(v) == 1 {
+		if f, ok := map[string]Fallback{"allow": AllowAll, "deny": DenyAll, "ask": AskPerRequest}[v[0]]; ok {
+			c.fallback.Store(int32(f))
+		}
+	}
+}
+
+// fallbackHeader is the stream's response header in which ratelimitd names
+// the domain's quota_fallback.
+const fallbackHeader = "ratelimitd-quota-fallback"
 
 // apply puts a new assignment in force at now, carrying the tokens left
 // over (up to the new burst).
@@ -406,10 +445,15 @@ func (c *Client) stream(ctx context.Context) {
 	broke := make(chan struct{})
 	go func() {
 		defer close(broke)
-		for {
+		for first := true; ; first = false {
 			resp, err := s.Recv()
 			if err != nil {
 				return
+			}
+			if first {
+				if md, err := s.Header(); err == nil {
+					c.takeFallback(md)
+				}
 			}
 			now := c.now()
 			c.mu.Lock()

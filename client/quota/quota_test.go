@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/client/quota"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 )
 
@@ -200,5 +201,48 @@ func TestAsk(t *testing.T) {
 	}
 	if want := []string{"route", "checkout", "user", "alice"}; len(got) != 4 || got[0] != want[0] || got[3] != want[3] {
 		t.Fatalf("asked with %v, want %v", got, want)
+	}
+}
+
+// TestPolicyFallback: without WithFallback, the client takes the domain's
+// quota_fallback from the policy with the stream's first response, and a
+// bucket with no assignment yet then allows, denies, or asks the service
+// (which charges the per-request bucket: here already spent, so denied);
+// an option overrides the policy.
+func TestPolicyFallback(t *testing.T) {
+	for _, tc := range []struct {
+		fallback string
+		opts     []quota.Option
+		want     bool
+	}{
+		{"allow", nil, true},
+		{"deny", nil, false},
+		{"ask", nil, false},
+		{"deny", []quota.Option{quota.WithFallback(quota.AllowAll)}, true},
+	} {
+		t.Run(tc.fallback, func(t *testing.T) {
+			d := daemontest.Start(t, "domain: shop\nquota_fallback: "+tc.fallback+`
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+			// Spend route=checkout's per-request bucket.
+			rl := ratelimitv1.NewRateLimitServiceClient(d.Dial(t))
+			if _, err := rl.ShouldRateLimit(context.Background(), &ratelimitv1.ShouldRateLimitRequest{Domain: "shop",
+				Descriptors: []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{{Key: "route", Value: "checkout"}}}}}); err != nil {
+				t.Fatal(err)
+			}
+			q, err := quota.New(d.GRPCAddr(), "shop", tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			warm := q.Bucket("route", "warmup")
+			warm.Allow(context.Background())
+			waitFor(t, func() bool { _, _, _, _, ok := warm.Assignment(); return ok }, "the first assignment")
+			if got := q.Bucket("route", "checkout").Allow(context.Background()); got != tc.want {
+				t.Fatalf("a bucket without an assignment, quota_fallback %s: allowed %v, want %v", tc.fallback, got, tc.want)
+			}
+		})
 	}
 }

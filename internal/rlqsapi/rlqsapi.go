@@ -27,6 +27,10 @@
 // BucketId, except that values a share_threshold wildcard matches share
 // one bucket.
 //
+// The domain's quota_fallback (allow, the default; deny; ask) is sent as
+// the stream's response header FallbackHeader, for the Go client; Envoy's
+// filter takes its own (no_assignment_behavior, expired_assignment_behavior).
+//
 // Every assignment has a time to live of 1.5 report intervals (the time
 // the client says elapsed between its reports; Interval until it says),
 // and is renewed in the reply to each report. When shares change, the
@@ -49,6 +53,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -275,6 +280,9 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 				return status.Errorf(codes.InvalidArgument, "domain: %d bytes, more than %d", len(msg.GetDomain()), s.bounds.MaxKeyBytes)
 			}
 			domain = msg.GetDomain()
+			// The policy's quota_fallback, for clients that take it (the Go
+			// client); sent with the first response. Envoy ignores it.
+			_ = ss.SetHeader(metadata.Pairs(FallbackHeader, s.fallback(domain).String()))
 		} else if d := msg.GetDomain(); d != "" && d != domain {
 			return status.Errorf(codes.InvalidArgument, "domain: %q, but this stream serves %q (open a stream per domain)", d, domain)
 		}
@@ -285,6 +293,21 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 			return err
 		}
 	}
+}
+
+// FallbackHeader is the stream's response header that names the domain's
+// quota_fallback: "allow", "deny" or "ask".
+const FallbackHeader = "ratelimitd-quota-fallback"
+
+// fallback returns the domain's quota_fallback (allow for a domain the
+// policy does not have).
+func (s *Server) fallback(domain string) config.QuotaFallback {
+	if policy := s.policy(); policy != nil {
+		if d := policy.Domain(domain); d != nil {
+			return d.QuotaFallback
+		}
+	}
+	return config.QuotaAllow
 }
 
 // checkUsages checks every usage of a report before any is applied.
