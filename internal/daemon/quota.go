@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"context"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/authz"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 )
@@ -12,9 +14,16 @@ import (
 const quotaTick = 100 * time.Millisecond
 
 // newQuota returns the quota service (Envoy's RLQS) on the policy in force.
+// With an authorization policy, taking shares of a domain's limits is a
+// charge of that domain.
 func (d *Daemon) newQuota() *rlqsapi.Server {
-	return rlqsapi.New(func() *config.Policy { return d.loadedPolicy().Policy }, d.cfg.Clock,
-		rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds), rlqsapi.WithDrain(d.drain))
+	opts := []rlqsapi.Option{rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds), rlqsapi.WithDrain(d.drain)}
+	if d.authz != nil {
+		opts = append(opts, rlqsapi.WithAuthorize(func(ctx context.Context, domain string) error {
+			return d.authz.Authorize(authz.FromGRPC(ctx), domain, authz.Charge)
+		}))
+	}
+	return rlqsapi.New(func() *config.Policy { return d.loadedPolicy().Policy }, d.cfg.Clock, opts...)
 }
 
 // Quota returns the daemon's quota service.

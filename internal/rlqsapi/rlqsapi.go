@@ -39,6 +39,7 @@
 package rlqsapi
 
 import (
+	"context"
 	"io"
 	"math"
 	"math/bits"
@@ -82,6 +83,7 @@ type Server struct {
 	interval time.Duration
 	metrics  *metrics.Quota
 	drain    <-chan struct{} // closed when streams are to end
+	authz    func(ctx context.Context, domain string) error
 
 	mu      sync.Mutex // guards alloc, streams and buckets
 	alloc   *quota.Allocator
@@ -110,6 +112,13 @@ func WithBounds(b engine.Bounds) Option { return func(s *Server) { s.bounds = b 
 // WithDrain ends every stream, with Unavailable, once drain is closed (a
 // daemon shutting down), so that clients reconnect elsewhere at once.
 func WithDrain(drain <-chan struct{}) Option { return func(s *Server) { s.drain = drain } }
+
+// WithAuthorize has authorize decide, at a stream's first report, whether
+// its caller may take shares of domain's limits; its error (a gRPC status)
+// ends the stream.
+func WithAuthorize(authorize func(ctx context.Context, domain string) error) Option {
+	return func(s *Server) { s.authz = authorize }
+}
 
 // WithInterval sets the report interval assumed for a client until its
 // reports say (0: DefaultInterval).
@@ -280,6 +289,11 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 				return status.Errorf(codes.InvalidArgument, "domain: %d bytes, more than %d", len(msg.GetDomain()), s.bounds.MaxKeyBytes)
 			}
 			domain = msg.GetDomain()
+			if s.authz != nil {
+				if err := s.authz(ctx, domain); err != nil {
+					return err
+				}
+			}
 			// The policy's quota_fallback, for clients that take it (the Go
 			// client); sent with the first response. Envoy ignores it.
 			_ = ss.SetHeader(metadata.Pairs(FallbackHeader, s.fallback(domain).String()))
