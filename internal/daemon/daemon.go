@@ -162,6 +162,10 @@ type Config struct {
 	// overdraft: an overdraft limit (engine.WithOverdraftByDefault), for
 	// token budgets in policies that cannot say it, as over xDS.
 	OverdraftByDefault bool
+	// QuotaDaemons is how many daemons serve quota (RLQS) streams for the
+	// same limits, sharing them (several daemons on one Redis): each hands
+	// out shares of limit / QuotaDaemons, rounded down (0: 1).
+	QuotaDaemons int
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
@@ -330,6 +334,9 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.QuotaDaemons < 0 {
+		return cfg, fmt.Errorf("quota daemons %d: want 1 or more", cfg.QuotaDaemons)
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval

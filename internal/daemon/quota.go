@@ -17,7 +17,8 @@ const quotaTick = 100 * time.Millisecond
 // With an authorization policy, taking shares of a domain's limits is a
 // charge of that domain.
 func (d *Daemon) newQuota() *rlqsapi.Server {
-	opts := []rlqsapi.Option{rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds), rlqsapi.WithDrain(d.drain)}
+	opts := []rlqsapi.Option{rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds),
+		rlqsapi.WithDrain(d.drain), rlqsapi.WithDaemons(d.cfg.QuotaDaemons)}
 	if d.authz != nil {
 		opts = append(opts, rlqsapi.WithAuthorize(func(ctx context.Context, domain string) error {
 			return d.authz.Authorize(authz.FromGRPC(ctx), domain, authz.Charge)

@@ -84,6 +84,7 @@ type Server struct {
 	metrics  *metrics.Quota
 	drain    <-chan struct{} // closed when streams are to end
 	authz    func(ctx context.Context, domain string) error
+	daemons  int64 // each limit is divided by it
 
 	mu      sync.Mutex // guards alloc, streams and buckets
 	alloc   *quota.Allocator
@@ -120,6 +121,13 @@ func WithAuthorize(authorize func(ctx context.Context, domain string) error) Opt
 	return func(s *Server) { s.authz = authorize }
 }
 
+// WithDaemons divides every limit by n, rounded down, for n daemons that
+// serve quota streams for the same limits (n <= 1: the whole limit): the
+// shares of all of them together never exceed it, however the streams are
+// spread among them, but a daemon whose streams ask for more than its
+// part cannot borrow another's unused part.
+func WithDaemons(n int) Option { return func(s *Server) { s.daemons = int64(max(n, 1)) } }
+
 // WithInterval sets the report interval assumed for a client until its
 // reports say (0: DefaultInterval).
 func WithInterval(d time.Duration) Option { return func(s *Server) { s.interval = d } }
@@ -127,7 +135,7 @@ func WithInterval(d time.Duration) Option { return func(s *Server) { s.interval 
 // New returns a server that maps reports to the policy that policy returns
 // (the one in force, read at each report), on clock's time.
 func New(policy func() *config.Policy, clk clock.Clock, opts ...Option) *Server {
-	s := &Server{policy: policy, clock: clk, bounds: engine.DefaultBounds, interval: DefaultInterval,
+	s := &Server{policy: policy, clock: clk, bounds: engine.DefaultBounds, interval: DefaultInterval, daemons: 1,
 		streams: map[string]*stream{}, buckets: map[string]bucketInfo{}}
 	for _, o := range opts {
 		o(s)
@@ -396,7 +404,7 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 			return err
 		}
 		s.buckets[key] = bucketInfo{domain: domain, id: id.GetBucket(), rule: rule.StatKey}
-		ql := quota.Limit{Requests: limit.Rate.Requests(), Period: limit.Rate.Period()}
+		ql := quota.Limit{Requests: limit.Rate.Requests() / s.daemons, Period: limit.Rate.Period()}
 		a, pushes := s.alloc.Report(key, ql, st.id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
 		s.send(st, key, shareAction(id, a))
 		s.push(pushes)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 )
@@ -374,5 +375,16 @@ func TestDrainEndsStreams(t *testing.T) {
 	_, err := e.stream.Recv()
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
 		t.Fatalf("got %v, want Unavailable: shutting down", err)
+	}
+}
+
+// TestDaemons: with QuotaDaemons n, a daemon hands out shares of limit / n
+// (rounded down): a lone client asking for everything gets 600/2.
+func TestDaemons(t *testing.T) {
+	d := daemontest.Start(t, policy, func(c *daemon.Config) { c.QuotaDaemons = 2 })
+	e := open(t, d)
+	e.report("shop", usage(1<<20, time.Second, "plan", "gold"))
+	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=5 fill=1/200ms ttl=1.5s" {
+		t.Fatalf("a lone client of one of 2 daemons: %s, want 300/min", g)
 	}
 }
