@@ -1,6 +1,7 @@
 // Package daemon assembles ratelimitd: the policy, the store, the engine,
-// the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3, health,
-// reflection; TLS optional) and the HTTP server (health, metrics, admin, and
+// the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3 and its
+// quota service envoy.service.rate_limit_quota.v3, health, reflection; TLS
+// optional) and the HTTP server (health, metrics, admin, and
 // both decision APIs as JSON: internal/httpapi), and runs them until stopped.
 //
 // While it runs, the daemon reloads the policy when the files at
