@@ -154,6 +154,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/reminder"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
@@ -343,15 +344,27 @@ func New(cfg Config) (*Store, error) {
 		queue:    make(chan *call, 4*maxBatch),
 	}
 	s.life, s.end = context.WithCancel(context.Background())
+	// The breaker opens again after every failed probe, once per cool-off:
+	// a warning as it opens, then a reminder a minute while it stays open.
+	open := reminder.New(cfg.Clock, reminder.DefaultInterval)
 	s.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, func(from, to BreakerState) {
 		switch to {
 		case BreakerOpen:
-			s.log.Warn("redis circuit breaker open: deciding by the failure mode without asking Redis",
-				"failure_mode", s.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
+			log, since, repeats := open.Start()
+			switch {
+			case !log:
+			case from == BreakerClosed:
+				s.log.Warn("redis circuit breaker open: deciding by the failure mode without asking Redis",
+					"failure_mode", s.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
+			default:
+				s.log.Warn("redis circuit breaker still open: deciding by the failure mode without asking Redis",
+					"failure_mode", s.mode.String(), "open_for", since.Round(time.Second), "probes_failed", repeats)
+			}
 		case BreakerHalfOpen:
-			s.log.Info("redis circuit breaker half open: probing Redis")
+			s.log.Debug("redis circuit breaker half open: probing Redis")
 		case BreakerClosed:
-			s.log.Info("redis circuit breaker closed: deciding from Redis", "was", from.String())
+			_, since := open.Stop()
+			s.log.Info("redis circuit breaker closed: deciding from Redis", "was", from.String(), "open_for", since.Round(time.Millisecond))
 		}
 	})
 	s.metrics = newHistograms()
