@@ -32,6 +32,8 @@ type Engine struct {
 	jitter func(max time.Duration) time.Duration
 	shadow bool     // WithShadowMode
 	seen   Observer // WithObserver; nil for none
+
+	seenCtx ContextObserver // WithContextObserver; nil for none
 }
 
 // Option configures an Engine.
@@ -129,6 +131,9 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	e.respond(w, req, resp)
 	if e.seen != nil {
 		e.seen(req, resp, sinceEpoch()-start)
+	}
+	if e.seenCtx != nil {
+		e.seenCtx(ctx, req, resp)
 	}
 	return nil
 }
