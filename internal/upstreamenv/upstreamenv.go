@@ -166,6 +166,7 @@ func Translate(env Env) (Translation, error) {
 	r.stats()
 	r.store()
 	r.decisions()
+	r.tracing()
 	r.ignored()
 	if r.err != nil {
 		return Translation{}, r.err
@@ -435,8 +436,40 @@ func (r *reader) ignored() {
 		r.ignoreIfSet(v, "ratelimitd does not age connections out")
 	}
 	r.ignoreIfTrue("RESPONSE_DYNAMIC_METADATA", "ratelimitd sends no dynamic metadata")
-	r.ignoreIfTrue("TRACING_ENABLED", "ratelimitd does not export traces yet")
-	for _, v := range []string{"TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		r.ignoreIfSet(v, "ratelimitd does not export traces yet")
+	for _, v := range []string{"TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID"} {
+		r.ignoreIfSet(v, "set OTEL_RESOURCE_ATTRIBUTES (service.namespace=..., service.instance.id=...) instead")
 	}
+}
+
+// otlpProtocols maps TRACING_EXPORTER_PROTOCOL to --otlp-protocol.
+var otlpProtocols = map[string]string{"http": "http/protobuf", "grpc": "grpc"}
+
+// otlpDefaultEndpoints are the OTLP exporters' default endpoints, where
+// upstream's go to without OTEL_EXPORTER_OTLP_ENDPOINT.
+var otlpDefaultEndpoints = map[string]string{"http": "http://localhost:4318", "grpc": "http://localhost:4317"}
+
+// tracing translates TRACING_*: with TRACING_ENABLED=true, traces go over
+// OTLP as upstream sends them, to $OTEL_EXPORTER_OTLP_ENDPOINT (which the
+// exporter reads itself, and which alone turns traces on, as the
+// OpenTelemetry standard has it) or to the protocol's default endpoint.
+func (r *reader) tracing() {
+	if !r.boolean("TRACING_ENABLED") {
+		return
+	}
+	proto := strings.ToLower(r.str("TRACING_EXPORTER_PROTOCOL"))
+	p, ok := otlpProtocols[proto]
+	if !ok {
+		r.fail(fmt.Errorf("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", r.str("TRACING_EXPORTER_PROTOCOL")))
+		return
+	}
+	r.flag("otlp-protocol", p, "TRACING_EXPORTER_PROTOCOL")
+	if !r.set("OTEL_EXPORTER_OTLP_ENDPOINT") {
+		r.flag("otlp-endpoint", otlpDefaultEndpoints[proto], "TRACING_ENABLED")
+	}
+	rate := r.str("TRACING_SAMPLING_RATE")
+	if f, err := strconv.ParseFloat(rate, 64); err != nil || !(f >= 0 && f <= 1) {
+		r.fail(fmt.Errorf("TRACING_SAMPLING_RATE=%q: want a fraction in [0, 1]", rate))
+	}
+	r.flag("trace-sample-ratio", rate, "TRACING_SAMPLING_RATE")
+	r.flag("trace-service-name", r.str("TRACING_SERVICE_NAME"), "TRACING_SERVICE_NAME")
 }
