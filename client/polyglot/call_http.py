@@ -15,13 +15,13 @@ import urllib.error
 import urllib.request
 
 
-def post(url, body, content_type="application/json"):
-    """POSTs body as JSON; returns the HTTP status and the decoded answer.
-    urllib raises HTTPError for a status of 400 or more: its body is the
-    answer all the same."""
+def post(url, body):
+    """POSTs body as JSON (Content-Type application/json, which /json too
+    requires); returns the HTTP status and the decoded answer. urllib
+    raises HTTPError for a status of 400 or more: its body is the answer
+    all the same."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    if content_type:
-        request.add_header("Content-Type", content_type)
+    request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.load(response)
@@ -52,7 +52,7 @@ def main(base):
         })
 
     def v3(name, path, body):
-        status, answer = post(base + path, body, content_type=None if path == "/json" else "application/json")
+        status, answer = post(base + path, body)
         out.append({
             "call": name,
             "http": status,

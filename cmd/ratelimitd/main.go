@@ -75,7 +75,8 @@ Flags:
 	b := engine.DefaultBounds
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("RATELIMITD_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen `address`; 0.0.0.0:8081 or :8081 for every interface ($RATELIMITD_GRPC_ADDR, when set, is the default: the container image sets :8081)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("RATELIMITD_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen `address` (/healthz, /readyz, /metrics, /policies, /console, the decision APIs as JSON: docs/http.md; /debug/pprof/ with --pprof); 0.0.0.0:8080 or :8080 for every interface ($RATELIMITD_HTTP_ADDR, when set, is the default: the container image sets :8080)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("RATELIMITD_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen `address` (/healthz, /readyz, the decision APIs as JSON: docs/http.md; and, without --admin-addr, /metrics, /policies, /console, /debug/pprof/ with --pprof); 0.0.0.0:8080 or :8080 for every interface ($RATELIMITD_HTTP_ADDR, when set, is the default: the container image sets :8080)")
+	surface := addSurfaceFlags(fs, &cfg)
 	maxMemory := byteSize(memory.DefaultMaxBytes)
 	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (a number with KiB, MiB, GiB, or KB, MB, GB); past it, idle buckets are reclaimed and then those nearest rest evicted. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
 	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory")
@@ -85,11 +86,11 @@ Flags:
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long to go on deciding with health NOT_SERVING before refusing new calls")
 	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
-	console := fs.Bool("console", true, "serve the web console at /console on --http-addr (--console=false to disable)")
+	console := fs.Bool("console", true, "serve the web console at /console on --admin-addr, or --http-addr without it (--console=false to disable)")
 	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
 	fs.IntVar(&cfg.MaxDetailedSeries, "max-detailed-series", metrics.DefaultMaxDetailedSeries, "most metric series of one detailed_metric rule; the hits of further values count on its descriptor=\"_overflow_\" series")
 	addPolicyLimitFlags(fs, &cfg.PolicyLimits)
-	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --http-addr (never /debug/pprof/cmdline); only where operators alone reach --http-addr")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --admin-addr, or --http-addr without it (never /debug/pprof/cmdline); only where operators alone reach that address")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")
@@ -149,6 +150,10 @@ Flags:
 	}
 	if cfg.SnapshotInterval <= 0 { // the daemon would read 0 as "the default"
 		fmt.Fprintf(stderr, "ratelimitd: --snapshot-interval %v: want a positive duration\n", cfg.SnapshotInterval)
+		return 2
+	}
+	if err := surface.apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
 	}
 	redisFlags.fallbackPassword = upstream.RedisPassword

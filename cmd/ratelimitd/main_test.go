@@ -279,6 +279,12 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-memory", "0"}, "max-memory"},
 		{[]string{"serve"}, `unexpected argument "serve"`},
 		{[]string{"--snapshot-interval", "0s"}, "--snapshot-interval"},
+		{[]string{"--max-connections", "0"}, "--max-connections 0: want at least 1"},
+		{[]string{"--grpc-max-streams", "0"}, "grpc-max-streams"},
+		{[]string{"--grpc-max-waiting", "-1"}, "--grpc-max-waiting -1: want at least 1"},
+		{[]string{"--message-timeout", "0s"}, "--message-timeout 0s: want a positive duration"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
+		{[]string{"--max-header-bytes", "0"}, "max-header-bytes"},
 		{[]string{"--xds-tls"}, "give --xds-server"},
 		{[]string{"--xds-server", "127.0.0.1:1", "--xds-headers", "no-colon"}, `--xds-headers: "no-colon" is not key:value`},
 		{[]string{"--xds-server", "127.0.0.1:1", "--xds-tls-ca", "/no/such/ca.pem"}, "xds server CA"},
@@ -332,7 +338,7 @@ func TestBadAuthzPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr strings.Builder
-	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
+	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
 	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -89,7 +90,7 @@ Flags:
 		}
 		lanes = append(lanes, lane)
 	}
-	res, err := simulate.Run(t, lanes, *bin, *period)
+	res, err := simulate.Run(context.Background(), t, lanes, *bin, *period)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
 		return 2

@@ -46,6 +46,60 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+// BenchmarkCheck compares a check (Limit.Check: a cost of 1, charged
+// nothing) with a charge of cost 1 (Decide), each on the same 1024 states
+// and times of a timeline as BenchmarkDecide's, where both admissions and
+// denials occur: a check must cost no more than a charge.
+func BenchmarkCheck(b *testing.B) {
+	for _, alg := range Algorithms() {
+		l := benchLimit(b, alg)
+		type at struct {
+			s   State
+			now int64
+		}
+		timeline := make([]at, 1024)
+		var s State
+		now := benchStart
+		for i := range timeline {
+			now += int64(7 * time.Millisecond)
+			s, _ = l.Decide(s, now, int64(1+i&2))
+			timeline[i] = at{s, now + int64(time.Millisecond)}
+		}
+		b.Run(alg.String()+"/charge", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				a := &timeline[i&1023]
+				_, _ = l.Decide(a.s, a.now, 1)
+			}
+		})
+		b.Run(alg.String()+"/check", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				a := &timeline[i&1023]
+				_ = l.Check(a.s, a.now)
+			}
+		})
+	}
+}
+
+// BenchmarkOverdraft charges as BenchmarkDecide does, with overdraft
+// charges (cost 1 and 3), refunding now and then so that the bucket is in
+// and out of debt.
+func BenchmarkOverdraft(b *testing.B) {
+	for _, alg := range Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			l := benchLimit(b, alg)
+			var s State
+			now := benchStart
+			for i := 0; b.Loop(); i++ {
+				now += int64(7 * time.Millisecond)
+				s, _ = l.Overdraft(s, now, int64(1+i&2))
+				if i%16 == 0 {
+					s, _ = l.Refund(s, now, 10)
+				}
+			}
+		})
+	}
+}
+
 func TestDecideDoesNotAllocate(t *testing.T) {
 	for _, alg := range Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {

@@ -98,11 +98,7 @@ type Decision struct {
 // Decide does not allocate and reads no clock. On the zero Limit every
 // cost above 0 is OverCapacity.
 func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
-	if now < 0 {
-		now = 0
-	} else if now > MaxTime {
-		now = MaxTime
-	}
+	now = clampTime(now)
 	switch l.alg {
 	case FixedWindow:
 		return l.fixedWindow(s, now, cost)

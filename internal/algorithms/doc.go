@@ -97,6 +97,42 @@
 // just before a boundary can still spend close to L more late in the next
 // window, so an interval of length P can see up to 2L-1 (never 2L).
 //
+// # Checks, overdraft and refunds
+//
+// Usage that is known only after the fact (the tokens an LLM call used)
+// is charged with three more decisions beside Decide:
+//
+//   - Check decides a cost of 1 without charging it: Denied, with the
+//     RetryAfter of a cost of 1, exactly when Decide would deny it; else
+//     Allowed, reporting the bucket as a peek does. It costs no more than
+//     a Decide.
+//   - Overdraft takes its cost in full whatever is left: the bucket may go
+//     into debt, holding more use than its capacity. Its decision reports
+//     the bucket after the charge and is Denied when the bucket is in debt
+//     then (with the RetryAfter of a cost of 1), Allowed otherwise — and
+//     then it is exactly Decide's admission of the same cost. Either way
+//     the charge is taken.
+//   - Refund gives units back, never past rest (full bucket, empty
+//     window), and reports the bucket after it. A sliding window takes
+//     the units off its current window's count first, then off the
+//     previous window's. A bucket brought back to rest is the zero State.
+//
+// A bucket in debt denies every Check and every charge of cost ≥ 1 until
+// its own refill has paid the debt back: the buckets at their rate (the
+// backlog d exceeds C, and drains as time passes), the windows as their
+// counts age out (a fixed window's count is gone when its window ends; a
+// sliding window's is weighed out as the next window goes by). In debt,
+// Remaining is 0 and ResetAfter is the time until the bucket is back at
+// rest, debt included.
+//
+// The bound on debt keeps every value within its type whatever the cost
+// (math.MaxInt64 included): a bucket's backlog stops at MaxSpan (146
+// years of its refill, the capacity included; an overdraft that would
+// take it further leaves it at MaxSpan), and a window's count stops at
+// MaxCount = 2^32-1 (for a window of MaxCount requests, an overdraft
+// therefore never leaves it in debt). A backlog past MaxSpan, after a
+// clock that went back, is left as it is by an overdraft.
+//
 // # Clocks that go back
 //
 // A now earlier than one a State has seen never admits more than the later

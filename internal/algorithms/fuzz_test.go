@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -22,11 +23,13 @@ func FuzzTokenBucket(f *testing.F)      { fuzzAlgorithm(f, TokenBucket) }
 func FuzzLeakyBucket(f *testing.F)      { fuzzAlgorithm(f, LeakyBucket) }
 func FuzzLeakyBucketQueue(f *testing.F) { fuzzAlgorithm(f, LeakyBucketQueue) }
 
-// fuzzOp is the size of one request in the fuzz input: a selector byte and
-// a 16-bit value. The selector's low 3 bits pick the cost, the next 3 the
-// step of the clock, and its top bit lets two of those steps go back (see
-// fuzzTimeline).
-const fuzzOp = 3
+// fuzzOp is the size of one request in the fuzz input: a selector byte, a
+// 16-bit value and a byte for how the charge is applied. The selector's
+// low 3 bits pick the cost, the next 3 the step of the clock, and its top
+// bit lets two of those steps go back; the last byte picks an admit, a
+// check, an overdraft charge or a refund, and a larger cost for the last
+// two, up to MaxInt64 (see fuzzTimeline).
+const fuzzOp = 4
 
 func fuzzAlgorithm(f *testing.F, alg Algorithm) {
 	rng := newRand(uint64(alg))
@@ -96,7 +99,7 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 		in = in[:300*fuzzOp]
 	}
 	for i := 0; i+fuzzOp <= len(in); i += fuzzOp {
-		sel, v := in[i], int64(in[i+1])<<8|int64(in[i+2])
+		sel, v, how := in[i], int64(in[i+1])<<8|int64(in[i+2]), in[i+3]
 		var cost int64
 		switch sel & 7 {
 		case 0:
@@ -113,6 +116,12 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 			cost = 1 + v%capacity
 		case 7:
 			cost = -1 // a peek too
+		}
+		o := [8]op{opAdmit, opAdmit, opAdmit, opAdmit, opCheck, opOverdraft, opOverdraft, opRefund}[how&7]
+		if (o == opOverdraft || o == opRefund) && how&8 != 0 {
+			if cost = v << (how >> 4 * 3); how>>4 == 15 {
+				cost = math.MaxInt64
+			}
 		}
 		var dt int64
 		kind := sel >> 3 & 7
@@ -151,12 +160,12 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 			m = nil
 		}
 
-		next, d, err := checkedDecide(l, s, now, cost)
+		next, d, err := checkedOp(l, s, now, o, cost)
 		if err != nil {
 			t.Fatalf("%v at %d, cost %d, state %+v: %v", l.Algorithm(), now, cost, s, err)
 		}
 		if m != nil {
-			want := m.decide(now, cost)
+			want := apply(m, o, now, cost)
 			if l.Algorithm() == FixedWindow || l.Algorithm() == SlidingWindow {
 				want.ResetAfter, want.RetryAfter = d.ResetAfter, d.RetryAfter
 			}
@@ -164,17 +173,35 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 				t.Fatalf("%v at %d, cost %d, state %+v:\n got %+v\nmodel %+v", l.Algorithm(), now, cost, s, d, want)
 			}
 		}
-		if now < latest {
+		if now < latest && (o == opAdmit || o == opCheck) {
 			_, dl := l.Decide(s, latest, cost)
+			if o == opCheck {
+				dl = l.Check(s, latest)
+			}
 			_, peek := l.Decide(s, now, 0)
 			_, peekl := l.Decide(s, latest, 0)
 			if d.Code == Allowed && dl.Code != Allowed || peek.Remaining > peekl.Remaining {
-				t.Fatalf("%v at %d, cost %d, state %+v: %+v (remaining %d) but at the later %d: %+v (remaining %d)",
-					l.Algorithm(), now, cost, s, d, peek.Remaining, latest, dl, peekl.Remaining)
+				t.Fatalf("%v at %d, %v of %d, state %+v: %+v (remaining %d) but at the later %d: %+v (remaining %d)",
+					l.Algorithm(), now, o, cost, s, d, peek.Remaining, latest, dl, peekl.Remaining)
 			}
 		}
-		if d.Code == Allowed && cost > 0 {
+		switch {
+		case o == opRefund && next != s:
+			// What was given back may be admitted again: the bound holds
+			// from here on.
+			if msg := checkBound(l, segment); msg != "" {
+				t.Fatal(msg)
+			}
+			segment = segment[:0]
+		case o == opAdmit && d.Code == Allowed && cost > 0:
 			segment = append(segment, admission{now, cost})
+		case o == opOverdraft && cost > 0:
+			// An overdraft that fits is admitted as an admit is; one into
+			// debt only leaves less to admit (and one that saturates at
+			// the bound on debt counts less than its cost).
+			if _, dd := l.Decide(s, now, cost); dd.Code == Allowed {
+				segment = append(segment, admission{now, cost})
+			}
 		}
 		latest = max(latest, now)
 		s = next
@@ -185,8 +212,9 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 }
 
 // FuzzForeignState decides from arbitrary States, as a State of another
-// Limit is after a rule changed: the answers are unspecified, but Decide
-// must not panic and Remaining must stay within [0, Capacity].
+// Limit is after a rule changed: the answers are unspecified, but Decide,
+// Check, Overdraft and Refund must not panic and Remaining must stay
+// within [0, Capacity].
 func FuzzForeignState(f *testing.F) {
 	f.Add(uint8(TokenBucket), uint32(7), int64(3*time.Second), int64(1<<62), int64(-1), uint32(1<<31), uint32(5), t0, int64(1))
 	f.Add(uint8(SlidingWindow), uint32(1), int64(1), int64(0), int64(1<<63-1), uint32(1<<32-1), uint32(1<<32-1), int64(0), int64(1))
@@ -200,6 +228,13 @@ func FuzzForeignState(f *testing.F) {
 		_, d := l.Decide(s, now, cost)
 		if d.Remaining < 0 || d.Remaining > l.Capacity() {
 			t.Fatalf("Decide(%+v, %d, %d) = %+v: Remaining outside [0, %d]", s, now, cost, d, l.Capacity())
+		}
+		_, o := l.Overdraft(s, now, cost)
+		_, r := l.Refund(s, now, cost)
+		for _, d := range []Decision{l.Check(s, now), o, r} {
+			if d.Remaining < 0 || d.Remaining > l.Capacity() {
+				t.Fatalf("a check, overdraft or refund of %+v at %d (cost %d): %+v: Remaining outside [0, %d]", s, now, cost, d, l.Capacity())
+			}
 		}
 	})
 }

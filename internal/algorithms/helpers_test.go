@@ -191,3 +191,126 @@ func leq128(a, b, c, d uint64) bool {
 
 // newRand returns a deterministic source for the property tests.
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
+// op is how a charge is applied, as store.Kind says (which this package
+// cannot import).
+type op uint8
+
+const (
+	opAdmit op = iota
+	opCheck
+	opOverdraft
+	opRefund
+)
+
+func (o op) String() string { return [...]string{"admit", "check", "overdraft", "refund"}[o] }
+
+// saturable reports whether an overdraft on l can reach the bound on debt
+// without leaving the bucket in debt: a window whose limit is MaxCount, a
+// bucket whose capacity span is MaxSpan. Only then is an overdraft Allowed
+// that Decide would not admit.
+func saturable(l Limit) bool {
+	if l.alg.usesBurst() {
+		return l.spanNs == int64(MaxSpan) && l.spanFrac == 0
+	}
+	return l.capacity == MaxCount
+}
+
+// checkedOp applies o (Decide for opAdmit, as checkedDecide) to s at now
+// and checks the contract of checks, overdraft charges and refunds:
+//
+//   - the decision reports the bucket as a peek of the state afterwards
+//     reports it (so Remaining and ResetAfter keep checkedDecide's
+//     contract), RetryAfter only for a denial, Delay only for an admitted
+//     queue overdraft;
+//   - a check changes nothing, is allowed iff a cost of 1 is admitted, and
+//     denied is exactly Decide's denial of a cost of 1;
+//   - an overdraft that Decide admits is Decide's; one that it does not is
+//     denied (unless the bound on debt is reached), and its RetryAfter is
+//     exact for a check: a check then is allowed, 1ns before it is not;
+//   - a refund is allowed, and its Remaining is at least the bucket's
+//     before and at most that plus the units;
+//   - a cost ≤ 0 changes nothing.
+func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, error) {
+	if o == opAdmit {
+		return checkedDecide(l, s, now, cost)
+	}
+	var next State
+	var d Decision
+	switch o {
+	case opCheck:
+		next, d = s, l.Check(s, now)
+	case opOverdraft:
+		next, d = l.Overdraft(s, now, cost)
+	case opRefund:
+		next, d = l.Refund(s, now, cost)
+	}
+	now = min(max(now, 0), MaxTime) // as Decide takes it
+	fail := func(format string, args ...any) (State, Decision, error) {
+		return next, d, fmt.Errorf("%v of %d: %+v: "+format, append([]any{o, cost, d}, args...)...)
+	}
+	if cost <= 0 && next != s {
+		return fail("state changed from %+v to %+v", s, next)
+	}
+	_, peek, err := checkedDecide(l, next, now, 0)
+	if err != nil {
+		return fail("a peek afterwards: %v", err)
+	}
+	if o == opCheck {
+		_, peek = l.Decide(s, now, 0)
+	}
+	if d.Remaining != peek.Remaining || d.ResetAfter != peek.ResetAfter {
+		return fail("a peek of the bucket afterwards reports %+v", peek)
+	}
+	if d.Code != Denied && d.RetryAfter != 0 {
+		return fail("RetryAfter without a denial")
+	}
+	if d.Delay != 0 && (o != opOverdraft || l.alg != LeakyBucketQueue || d.Code != Allowed) {
+		return fail("Delay outside an admitted queue overdraft")
+	}
+	switch o {
+	case opCheck:
+		_, one, err := checkedDecide(l, s, now, 1)
+		if err != nil {
+			return fail("a cost of 1: %v", err)
+		}
+		if (d.Code == Allowed) != (one.Code == Allowed) || d.Code != Allowed && d != one {
+			return fail("a cost of 1 is decided %+v", one)
+		}
+	case opOverdraft:
+		if cost <= 0 {
+			break
+		}
+		dn, dd := l.Decide(s, now, cost)
+		switch {
+		case dd.Code == Allowed && (dn != next || dd != d):
+			return fail("Decide admits it as %+v, state %+v", dd, dn)
+		case dd.Code != Allowed && d.Code == Allowed && !saturable(l):
+			return fail("allowed, but Decide does not admit it: %+v", dd)
+		}
+		if l.InDebt(next, now) != (d.Code == Denied) {
+			return fail("InDebt afterwards says %v", l.InDebt(next, now))
+		}
+		if d.Code == Denied {
+			if d.RetryAfter <= 0 || d.Remaining != 0 {
+				return fail("in debt with no wait, or with some remaining")
+			}
+			if retry := now + int64(d.RetryAfter); retry <= MaxTime {
+				if e := l.Check(next, retry); e.Code != Allowed {
+					return fail("a check after RetryAfter: %+v", e)
+				}
+				if e := l.Check(next, retry-1); e.Code != Denied {
+					return fail("a check 1ns before RetryAfter: %+v", e)
+				}
+			}
+		}
+	case opRefund:
+		if d.Code != Allowed {
+			return fail("a refund not allowed")
+		}
+		if _, before := l.Decide(s, now, 0); d.Remaining < before.Remaining || cost > 0 && d.Remaining-before.Remaining > cost {
+			return fail("Remaining was %d before", before.Remaining)
+		}
+	}
+	return next, d, nil
+}

@@ -93,10 +93,12 @@ type Limit struct {
 	capacity int64 // Burst for buckets, Requests for windows
 
 	// Precomputed for the buckets (GCRA), as rationals with denominator R:
-	// the emission interval I = P/R = intervalNs + intervalFrac/R and the
-	// capacity span C = capacity·P/R = spanNs + spanFrac/R.
+	// the emission interval I = P/R = intervalNs + intervalFrac/R, the
+	// capacity span C = capacity·P/R = spanNs + spanFrac/R, and C - I =
+	// oneNs + oneFrac/R, the most backlog that admits a cost of 1.
 	intervalNs, intervalFrac int64
 	spanNs, spanFrac         int64
+	oneNs, oneFrac           int64
 }
 
 // NewLimit returns a Limit admitting requests per period with the given
@@ -143,6 +145,10 @@ func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) 
 		return Limit{}, fmt.Errorf("a full bucket drains in over %v; lower burst or raise the rate", MaxSpan)
 	}
 	l.spanNs, l.spanFrac = int64(q), int64(r)
+	l.oneNs, l.oneFrac = l.spanNs-l.intervalNs, l.spanFrac-l.intervalFrac
+	if l.oneFrac < 0 {
+		l.oneNs, l.oneFrac = l.oneNs-1, l.oneFrac+l.requests
+	}
 	return l, nil
 }
 

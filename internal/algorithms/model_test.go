@@ -13,6 +13,31 @@ import (
 
 type model interface {
 	decide(now, cost int64) Decision
+	// check, overdraft and refund are Limit.Check, Overdraft and Refund.
+	check(now int64) Decision
+	overdraft(now, cost int64) Decision
+	refund(now, units int64) Decision
+}
+
+// apply is o (decide for opAdmit) on m at now.
+func apply(m model, o op, now, cost int64) Decision {
+	switch o {
+	case opCheck:
+		return m.check(now)
+	case opOverdraft:
+		return m.overdraft(now, cost)
+	case opRefund:
+		return m.refund(now, cost)
+	}
+	return m.decide(now, cost)
+}
+
+// The bounds on debt, as the package doc states them: a bucket's backlog
+// (the time it takes to be back at rest) is at most MaxSpan, that is, at
+// most MaxSpan·R/P requests are missing; a window's count is at most
+// MaxCount.
+func maxMissing(l Limit) *big.Rat {
+	return new(big.Rat).Mul(big.NewRat(int64(MaxSpan), 1), big.NewRat(l.requests, l.period))
 }
 
 func newModel(l Limit) model {
@@ -26,6 +51,14 @@ func newModel(l Limit) model {
 	default:
 		return &windowModel{l: l, counts: map[int64]int64{}, sliding: true}
 	}
+}
+
+// remainingOf is the whole requests in r, 0 when r is negative (debt).
+func remainingOf(r *big.Rat) int64 {
+	if r.Sign() < 0 {
+		return 0
+	}
+	return ratFloor(r)
 }
 
 // ratFloor and ratCeil round r to an integer.
@@ -54,18 +87,10 @@ type tokenModel struct {
 }
 
 func (m *tokenModel) decide(now, cost int64) Decision {
-	if m.seen && now > m.last {
-		refill := big.NewRat(now-m.last, 1)
-		refill.Mul(refill, big.NewRat(m.l.requests, m.l.period))
-		m.tokens.Add(m.tokens, refill)
-		if full := big.NewRat(m.l.capacity, 1); m.tokens.Cmp(full) > 0 {
-			m.tokens = full
-		}
-	}
-	m.seen, m.last = true, max(now, m.last)
+	m.advance(now)
 	missing := func() *big.Rat { return new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.tokens) }
 
-	d := Decision{Remaining: ratFloor(m.tokens), ResetAfter: m.time(missing())}
+	d := Decision{Remaining: remainingOf(m.tokens), ResetAfter: m.time(missing())}
 	switch {
 	case cost > m.l.capacity:
 		d.Code = OverCapacity
@@ -83,6 +108,75 @@ func (m *tokenModel) decide(now, cost int64) Decision {
 	return d
 }
 
+// report is the decision reporting the bucket as it is: denied, with the
+// wait for one token, when there is not one.
+func (m *tokenModel) report() Decision {
+	missing := new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.tokens)
+	d := Decision{Remaining: remainingOf(m.tokens), ResetAfter: m.time(missing)}
+	if one := big.NewRat(1, 1); m.tokens.Cmp(one) < 0 {
+		d.Code, d.RetryAfter = Denied, m.time(one.Sub(one, m.tokens))
+	}
+	return d
+}
+
+func (m *tokenModel) check(now int64) Decision {
+	m.advance(now)
+	return m.report()
+}
+
+// overdraft takes cost tokens whatever there are: the tokens may go
+// negative (debt), down to capacity - maxMissing. It is denied when they
+// are negative afterwards.
+func (m *tokenModel) overdraft(now, cost int64) Decision {
+	m.advance(now)
+	if cost <= 0 {
+		d := m.report()
+		if m.tokens.Sign() >= 0 {
+			d.Code, d.RetryAfter = Allowed, 0
+		}
+		return d
+	}
+	var delay time.Duration
+	c := big.NewRat(cost, 1)
+	if m.l.Algorithm() == LeakyBucketQueue && m.tokens.Cmp(c) >= 0 {
+		delay = m.time(new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.tokens))
+	}
+	m.tokens.Sub(m.tokens, c)
+	if least := new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), maxMissing(m.l)); m.tokens.Cmp(least) < 0 {
+		m.tokens = least
+	}
+	d := m.report()
+	if m.tokens.Sign() >= 0 {
+		d.Code, d.RetryAfter, d.Delay = Allowed, 0, delay
+	}
+	return d
+}
+
+func (m *tokenModel) refund(now, units int64) Decision {
+	m.advance(now)
+	if units > 0 {
+		m.tokens.Add(m.tokens, big.NewRat(units, 1))
+		if full := big.NewRat(m.l.capacity, 1); m.tokens.Cmp(full) > 0 {
+			m.tokens = full
+		}
+	}
+	d := m.report()
+	d.Code, d.RetryAfter = Allowed, 0
+	return d
+}
+
+func (m *tokenModel) advance(now int64) {
+	if m.seen && now > m.last {
+		refill := big.NewRat(now-m.last, 1)
+		refill.Mul(refill, big.NewRat(m.l.requests, m.l.period))
+		m.tokens.Add(m.tokens, refill)
+		if full := big.NewRat(m.l.capacity, 1); m.tokens.Cmp(full) > 0 {
+			m.tokens = full
+		}
+	}
+	m.seen, m.last = true, max(now, m.last)
+}
+
 // levelModel is a leaky bucket meter: a level that drains continuously at
 // R per P; a charge is admitted iff level + cost fits the capacity.
 type levelModel struct {
@@ -92,7 +186,7 @@ type levelModel struct {
 	seen  bool
 }
 
-func (m *levelModel) decide(now, cost int64) Decision {
+func (m *levelModel) advance(now int64) {
 	if m.seen && now > m.last {
 		drain := big.NewRat(now-m.last, 1)
 		drain.Mul(drain, big.NewRat(m.l.requests, m.l.period))
@@ -102,13 +196,65 @@ func (m *levelModel) decide(now, cost int64) Decision {
 		}
 	}
 	m.seen, m.last = true, max(now, m.last)
-	perRequest := big.NewRat(m.l.period, m.l.requests)
-	drainTime := func(x *big.Rat) time.Duration {
-		return time.Duration(ratCeil(new(big.Rat).Mul(x, perRequest)))
+}
+
+func (m *levelModel) drainTime(x *big.Rat) time.Duration {
+	return time.Duration(ratCeil(new(big.Rat).Mul(x, big.NewRat(m.l.period, m.l.requests))))
+}
+
+// report is the decision reporting the level as it is: denied, with the
+// wait until one more fits, when one does not.
+func (m *levelModel) report() Decision {
+	room := new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.level)
+	d := Decision{Remaining: remainingOf(room), ResetAfter: m.drainTime(m.level)}
+	if one := big.NewRat(1, 1); room.Cmp(one) < 0 {
+		d.Code, d.RetryAfter = Denied, m.drainTime(one.Sub(one, room))
 	}
+	return d
+}
+
+func (m *levelModel) check(now int64) Decision {
+	m.advance(now)
+	return m.report()
+}
+
+// overdraft raises the level by cost whatever room there is: past the
+// capacity (debt), up to maxMissing. It is denied when the level is above
+// the capacity afterwards.
+func (m *levelModel) overdraft(now, cost int64) Decision {
+	m.advance(now)
+	if cost > 0 {
+		m.level.Add(m.level, big.NewRat(cost, 1))
+		if most := maxMissing(m.l); m.level.Cmp(most) > 0 {
+			m.level = most
+		}
+	}
+	d := m.report()
+	if m.level.Cmp(big.NewRat(m.l.capacity, 1)) <= 0 {
+		d.Code, d.RetryAfter = Allowed, 0
+	}
+	return d
+}
+
+func (m *levelModel) refund(now, units int64) Decision {
+	m.advance(now)
+	if units > 0 {
+		m.level.Sub(m.level, big.NewRat(units, 1))
+		if m.level.Sign() < 0 {
+			m.level.SetInt64(0)
+		}
+	}
+	d := m.report()
+	d.Code, d.RetryAfter = Allowed, 0
+	return d
+}
+
+func (m *levelModel) decide(now, cost int64) Decision {
+	m.advance(now)
+	drainTime := m.drainTime
 	room := func() *big.Rat { return new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.level) }
 
-	d := Decision{Remaining: ratFloor(room()), ResetAfter: drainTime(m.level)}
+	d := Decision{Remaining: remainingOf(room()), ResetAfter: drainTime(m.level)}
 	switch {
 	case cost > m.l.capacity:
 		d.Code = OverCapacity
@@ -135,38 +281,85 @@ type windowModel struct {
 }
 
 // decide reports only Code and Remaining: the tests check RetryAfter and
-// ResetAfter by waiting them out instead.
+// ResetAfter by waiting them out instead. So do check, overdraft and
+// refund.
 func (m *windowModel) decide(now, cost int64) Decision {
-	p, limit := m.l.period, m.l.capacity
-	k, e := now/p, now%p
-	// used(c)·P: the estimate, times P, with a further charge of c.
-	used := func(c int64) *big.Int {
-		u := big.NewInt(m.counts[k] + c)
-		u.Mul(u, big.NewInt(p))
-		if m.sliding {
-			prev := big.NewInt(m.counts[k-1])
-			u.Add(u, prev.Mul(prev, big.NewInt(p-e)))
-		}
-		return u
-	}
-	remaining := func() int64 {
-		free := new(big.Int).Mul(big.NewInt(limit), big.NewInt(p))
-		free.Sub(free, used(0))
-		if free.Sign() < 0 {
-			return 0
-		}
-		return free.Div(free, big.NewInt(p)).Int64()
-	}
 	var d Decision
 	switch {
-	case cost > limit:
+	case cost > m.l.capacity:
 		d.Code = OverCapacity
 	case cost <= 0:
-	case used(cost).Cmp(new(big.Int).Mul(big.NewInt(limit), big.NewInt(p))) <= 0:
-		m.counts[k] += cost
+	case m.fits(now, cost):
+		m.counts[now/m.l.period] += cost
 	default:
 		d.Code = Denied
 	}
-	d.Remaining = remaining()
+	d.Remaining = m.remaining(now)
 	return d
+}
+
+// used returns the estimate of the hits in the last period at now, with a
+// further charge of c, times P.
+func (m *windowModel) used(now, c int64) *big.Int {
+	p := m.l.period
+	k, e := now/p, now%p
+	u := big.NewInt(m.counts[k] + c)
+	u.Mul(u, big.NewInt(p))
+	if m.sliding {
+		prev := big.NewInt(m.counts[k-1])
+		u.Add(u, prev.Mul(prev, big.NewInt(p-e)))
+	}
+	return u
+}
+
+// fits reports whether a charge of c fits at now.
+func (m *windowModel) fits(now, c int64) bool {
+	return m.used(now, c).Cmp(new(big.Int).Mul(big.NewInt(m.l.capacity), big.NewInt(m.l.period))) <= 0
+}
+
+func (m *windowModel) remaining(now int64) int64 {
+	p := m.l.period
+	free := new(big.Int).Mul(big.NewInt(m.l.capacity), big.NewInt(p))
+	free.Sub(free, m.used(now, 0))
+	if free.Sign() < 0 {
+		return 0
+	}
+	return free.Div(free, big.NewInt(p)).Int64()
+}
+
+func (m *windowModel) check(now int64) Decision {
+	d := Decision{Remaining: m.remaining(now)}
+	if !m.fits(now, 1) {
+		d.Code = Denied
+	}
+	return d
+}
+
+// overdraft adds cost to now's window whatever it holds, up to MaxCount;
+// it is denied when the estimate is above the limit afterwards.
+func (m *windowModel) overdraft(now, cost int64) Decision {
+	if cost > 0 {
+		k := now / m.l.period
+		m.counts[k] = min(m.counts[k]+min(cost, MaxCount), MaxCount)
+	}
+	d := Decision{Remaining: m.remaining(now)}
+	if !m.fits(now, 0) {
+		d.Code = Denied
+	}
+	return d
+}
+
+// refund takes units off now's window and then, for a sliding window, off
+// the previous one, never below 0.
+func (m *windowModel) refund(now, units int64) Decision {
+	k := now / m.l.period
+	for _, w := range []int64{k, k - 1} {
+		if units <= 0 || (w != k && !m.sliding) {
+			break
+		}
+		back := min(units, m.counts[w])
+		m.counts[w] -= back
+		units -= back
+	}
+	return Decision{Remaining: m.remaining(now)}
 }

@@ -26,8 +26,8 @@ func TestSlidingWindow(t *testing.T) { runCases(t, algorithms.SlidingWindow) }
 
 // runCases decides, for each of algs, every algotest case for it: one
 // subtest per case (per algorithm and case when algs are more than one),
-// its steps in order from State{}, each through CheckedDecide, each
-// decision compared with the step's Want.
+// its steps in order from State{}, each through CheckedOp (CheckedDecide
+// for an admit), each decision compared with the step's Want.
 func runCases(t *testing.T, algs ...algorithms.Algorithm) {
 	n := 0
 	for _, c := range algotest.Cases() {
@@ -47,12 +47,12 @@ func runCases(t *testing.T, algs ...algorithms.Algorithm) {
 				}
 				var s algorithms.State
 				for i, st := range c.Steps {
-					next, d, err := algorithms.CheckedDecide(l, s, st.Now(), st.Cost)
+					next, d, err := algorithms.CheckedOp(l, s, st.Now(), uint8(st.Kind), st.Cost)
 					if err != nil {
-						t.Fatalf("step %d (at %v, cost %d): %v", i, st.At, st.Cost, err)
+						t.Fatalf("step %d (at %v, %v of %d): %v", i, st.At, st.Kind, st.Cost, err)
 					}
 					if d != st.Want {
-						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.At, st.Cost, d, st.Want)
+						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, d, st.Want)
 					}
 					s = next
 				}

@@ -177,16 +177,9 @@ func (p *Policy) Authorize(id Identity, domain string, access Access) error {
 }
 
 func (p *Policy) decide(id Identity, domain string, want Access) *Error {
-	if id.malformed != "" {
-		return refuse(ReasonBadToken, "%s", id.malformed)
-	}
-	var byToken []*client
-	if !id.Token.IsZero() {
-		cs, ok := p.byToken[digestOf(id.Token.value)]
-		if !ok {
-			return refuse(ReasonBadToken, "the bearer token is not valid")
-		}
-		byToken = cs
+	byToken, e := p.tokenClients(id)
+	if e != nil {
+		return e
 	}
 	matched, best := false, Access(0)
 	p.clientsOf(id, byToken, func(c *client) {
@@ -194,11 +187,8 @@ func (p *Policy) decide(id Identity, domain string, want Access) *Error {
 		best = max(best, c.access(domain))
 	})
 	if !matched {
-		if p.anonymous == nil {
-			if id.Certificate == nil {
-				return refuse(ReasonNoCredentials, "no client certificate or bearer token (this server authorizes its callers)")
-			}
-			return refuse(ReasonUnknownCaller, "the client certificate matches no client of the authorization policy")
+		if e := p.anonymousOnly(id); e != nil {
+			return e
 		}
 		best = p.anonymous.access(domain)
 	}
@@ -210,6 +200,50 @@ func (p *Policy) decide(id Identity, domain string, want Access) *Error {
 		return refuse(ReasonDomain, "%s may not call domain %s", who, quote(domain))
 	}
 	return refuse(ReasonPeekOnly, "%s may only peek in domain %s (every descriptor's hits 0); this call charges", who, quote(domain))
+}
+
+// identify refuses a caller that no call can be allowed to: steps 1 and 2
+// of the decision (Unauthenticated). It reads no request, so it can run on
+// a call's headers alone, before its message is read.
+func (p *Policy) identify(id Identity) *Error {
+	byToken, e := p.tokenClients(id)
+	if e != nil {
+		return e
+	}
+	matched := false
+	p.clientsOf(id, byToken, func(*client) { matched = true })
+	if !matched {
+		return p.anonymousOnly(id)
+	}
+	return nil
+}
+
+// tokenClients returns the clients of id's token (none without a token),
+// or the refusal of a malformed header or an unknown token.
+func (p *Policy) tokenClients(id Identity) ([]*client, *Error) {
+	if id.malformed != "" {
+		return nil, refuse(ReasonBadToken, "%s", id.malformed)
+	}
+	if id.Token.IsZero() {
+		return nil, nil
+	}
+	cs, ok := p.byToken[digestOf(id.Token.value)]
+	if !ok {
+		return nil, refuse(ReasonBadToken, "the bearer token is not valid")
+	}
+	return cs, nil
+}
+
+// anonymousOnly returns the refusal of a caller that matches no client:
+// nil when the policy has anonymous grants.
+func (p *Policy) anonymousOnly(id Identity) *Error {
+	switch {
+	case p.anonymous != nil:
+		return nil
+	case id.Certificate == nil:
+		return refuse(ReasonNoCredentials, "no client certificate or bearer token (this server authorizes its callers)")
+	}
+	return refuse(ReasonUnknownCaller, "the client certificate matches no client of the authorization policy")
 }
 
 // clientsOf calls f for every client whose match rules id satisfies (a

@@ -6,6 +6,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
@@ -73,6 +74,29 @@ func ownHits(set bool, v uint64) *uint64 {
 // healthPrefix is the gRPC health service's methods, which stay open:
 // load balancers and probes call them without credentials.
 const healthPrefix = "/grpc.health.v1.Health/"
+
+// reflectionPrefix is gRPC reflection's services (v1 and v1alpha), whose
+// streams stay open: they reveal no bucket and charge nothing.
+const reflectionPrefix = "/grpc.reflection."
+
+// Tap is a tap.ServerInHandle (grpc.InTapHandle) that refuses, on its
+// headers alone and before its message is read, a call whose caller no
+// grant can allow: a malformed authorization header or an unknown token, or
+// a caller that matches no client where the policy has no anonymous grants
+// (Unauthenticated, counted by reason as Authorize counts). The health
+// service and reflection stay open, as they are to the interceptor. The
+// interceptor still decides each call that passes, by its domain and
+// access; the tap only spares the server the message of a caller that
+// would be refused anyway.
+func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if strings.HasPrefix(info.FullMethodName, healthPrefix) || strings.HasPrefix(info.FullMethodName, reflectionPrefix) {
+		return ctx, nil
+	}
+	if e := a.policy.Load().identify(FromGRPC(ctx)); e != nil {
+		return ctx, a.refuse(e)
+	}
+	return ctx, nil
+}
 
 // UnaryServerInterceptor authorizes every unary call before its handler
 // runs: a rate limit request (Ask) is decided by Authorize, with the

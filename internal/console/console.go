@@ -8,7 +8,15 @@
 //	GET /console/api/top?n=&format=   the most denied descriptors lately (format=text for terminals)
 //	GET /console/api/inspect?domain=&entry=k=v&entry=…
 //	                                  what each bucket along a descriptor holds now, charging nothing
-//	GET /console/api/simulate?…       a simulation of traffic against limits, as SVG and totals
+//	POST /console/api/simulate        a simulation of traffic against limits, as SVG and totals
+//	                                  (a JSON object of the parameters; Content-Type application/json)
+//
+// Every endpoint but simulate only reads; simulate costs CPU, so it takes
+// a POST with a JSON body, which a web page of another origin cannot send
+// without a CORS preflight that is never answered (a form, an image or a
+// text/plain fetch cannot run it), runs one at a time (a second one
+// meanwhile is answered 429), and stops when its request is cancelled
+// or after SimulateTimeout.
 //
 // The console decides nothing: it reads the policy, the metrics' per-rule
 // counters and the top-denied tracker, peeks through the engine (hits 0, which
@@ -17,11 +25,13 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,13 +75,22 @@ type Options struct {
 
 // Console serves the page and its endpoints.
 type Console struct {
-	o    Options
-	live *live
+	o         Options
+	live      *live
+	simulator chan struct{} // holds a token while a simulation runs
 }
+
+// SimulateTimeout is the longest a simulation runs: longer, it is stopped
+// and answered 503.
+const SimulateTimeout = 5 * time.Second
+
+// maxSimulateBody bounds the body of a simulation request (recorded times
+// included).
+const maxSimulateBody = 1 << 20
 
 // New returns a console reading what o names.
 func New(o Options) *Console {
-	return &Console{o: o, live: newLive(o.RuleTotals)}
+	return &Console{o: o, live: newLive(o.RuleTotals), simulator: make(chan struct{}, 1)}
 }
 
 // Register adds the console's endpoints to mux.
@@ -87,7 +106,7 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /console/api/live", c.liveView)
 	mux.HandleFunc("GET /console/api/top", c.top)
 	mux.HandleFunc("GET /console/api/inspect", c.inspect)
-	mux.HandleFunc("GET /console/api/simulate", c.simulate)
+	mux.HandleFunc("POST /console/api/simulate", c.simulate)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -97,9 +116,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 // badRequest answers 400 with a JSON body {"error": msg}.
-func badRequest(w http.ResponseWriter, msg string) {
+func badRequest(w http.ResponseWriter, msg string) { writeError(w, http.StatusBadRequest, msg) }
+
+// writeError answers code with a JSON body {"error": msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
+	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
@@ -241,24 +263,46 @@ func entriesText(entries []config.Entry) string {
 	return strings.Join(parts, ", ")
 }
 
-// simulate runs a simulation from the query: the lanes are either a rule
-// of the policy (domain and stat_key) or the algorithms named by alg with
-// requests, period and burst; the traffic is pattern with its parameters
-// (rate, size, every, seed, times as durations separated by commas) over
-// duration.
+// simulate runs a simulation from the parameters of the JSON body (an
+// object of strings): the lanes are either a rule of the policy (domain
+// and stat_key) or the algorithms named by alg with requests, period and
+// burst; the traffic is pattern with its parameters (rate, size, every,
+// seed, times as durations separated by commas) over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	lanes, period, err := c.lanes(q.Get)
+	if t, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); t != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "Content-Type: want application/json")
+		return
+	}
+	var params map[string]string
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSimulateBody)).Decode(&params); err != nil {
+		badRequest(w, "body: want a JSON object of parameters (strings): "+err.Error())
+		return
+	}
+	get := func(k string) string { return params[k] }
+	lanes, period, err := c.lanes(get)
 	if err != nil {
 		badRequest(w, err.Error())
 		return
 	}
-	tr, err := trafficFrom(q.Get, period)
+	tr, err := trafficFrom(get, period)
 	if err != nil {
 		badRequest(w, err.Error())
 		return
 	}
-	res, err := simulate.Run(tr, lanes, 0, period)
+	select {
+	case c.simulator <- struct{}{}:
+		defer func() { <-c.simulator }()
+	default:
+		writeError(w, http.StatusTooManyRequests, "another simulation is running; try again when it is done")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), SimulateTimeout)
+	defer cancel()
+	res, err := simulate.Run(ctx, tr, lanes, 0, period)
+	if err != nil && ctx.Err() != nil { // its request was cancelled (nobody reads this), or the timeout
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the simulation stopped (%v): it may run for %v; shorten the duration or lower the rate", ctx.Err(), SimulateTimeout))
+		return
+	}
 	if err != nil {
 		badRequest(w, err.Error())
 		return
@@ -297,7 +341,11 @@ func (c *Console) lanes(get func(string) string) ([]simulate.Lane, time.Duration
 		}
 	}
 	var lanes []simulate.Lane
-	for _, name := range strings.Split(get("alg"), ",") {
+	algs := strings.Split(get("alg"), ",")
+	if len(algs) > simulate.MaxLanes {
+		return nil, 0, fmt.Errorf("alg: %d algorithms; at most %d", len(algs), simulate.MaxLanes)
+	}
+	for _, name := range algs {
 		alg, err := algorithms.ParseAlgorithm(strings.TrimSpace(name))
 		if err != nil {
 			return nil, 0, fmt.Errorf("alg: %v", err)

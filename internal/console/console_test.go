@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -41,6 +42,46 @@ func getJSON(t *testing.T, d *daemontest.Daemon, path string, v any) {
 	}
 	if err := json.Unmarshal([]byte(body), v); err != nil {
 		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+}
+
+// simulate posts the parameters of query (as a query string) to
+// /console/api/simulate as a JSON object, and returns the status code and
+// body.
+func simulate(t *testing.T, d *daemontest.Daemon, query string) (int, string) {
+	t.Helper()
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := map[string]string{}
+	for k := range q {
+		params[k] = q.Get(k)
+	}
+	b, _ := json.Marshal(params)
+	return post(t, d, "/console/api/simulate", "application/json", string(b))
+}
+
+// post sends body with contentType to path on the daemon's admin address.
+func post(t *testing.T, d *daemontest.Daemon, path, contentType, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+d.AdminAddr()+path, contentType, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+func simulateJSON(t *testing.T, d *daemontest.Daemon, query string, v any) {
+	t.Helper()
+	code, body := simulate(t, d, query)
+	if code != http.StatusOK {
+		t.Fatalf("simulate %s: %d %s", query, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("simulate %s: %v in %s", query, err, body)
 	}
 }
 
@@ -202,13 +243,13 @@ func TestSimulate(t *testing.T) {
 		Lanes    []lane
 		SVG      string
 	}
-	getJSON(t, d, "/console/api/simulate?alg=fixed_window,sliding_window,token_bucket&requests=10&period=1m&pattern=boundary&size=10", &body)
+	simulateJSON(t, d, "alg=fixed_window,sliding_window,token_bucket&requests=10&period=1m&pattern=boundary&size=10", &body)
 	want := []lane{{"fixed_window", 20, 0, 20}, {"sliding_window", 10, 10, 10}, {"token_bucket", 10, 10, 10}}
 	if body.Requests != 20 || fmt.Sprint(body.Lanes) != fmt.Sprint(want) || !strings.HasPrefix(body.SVG, "<svg") {
 		t.Errorf("boundary simulation: %d requests, %+v; want 20 and %+v", body.Requests, body.Lanes, want)
 	}
 	// A rule of the policy, by its stat key.
-	getJSON(t, d, "/console/api/simulate?domain=shop&stat_key="+url.QueryEscape("shop.path_/orders.user")+"&pattern=steady&rate=1&duration=1m", &body)
+	simulateJSON(t, d, "domain=shop&stat_key="+url.QueryEscape("shop.path_/orders.user")+"&pattern=steady&rate=1&duration=1m", &body)
 	if len(body.Lanes) != 1 || body.Lanes[0].Lane != "per-user (token_bucket)" || body.Lanes[0].Admitted != 5 {
 		t.Errorf("rule per-user, 1/s for a minute: %+v; want 5 admitted (a burst of 3 at 0-2s, one token each at 20s and 40s)", body.Lanes)
 	}
@@ -219,10 +260,30 @@ func TestSimulate(t *testing.T) {
 		{"alg=fixed_window&requests=1&period=1m&pattern=zipf", `want one of steady, bursts`},
 		{"domain=shop&stat_key=nope&pattern=steady&rate=1", `stat_key: no rule`},
 		{"alg=fixed_window&requests=1&period=1m&pattern=steady&rate=1e9&duration=1h", "more than"},
+		{"alg=" + strings.Repeat("token_bucket,", 8) + "token_bucket&requests=1&period=1m&pattern=steady&rate=1", "alg: 9 algorithms; at most 8"},
 	} {
-		if code, body := d.Get(t, "/console/api/simulate?"+tc.query); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
-			t.Errorf("simulate?%s: %d %s; want 400 with %q", tc.query, code, body, tc.want)
+		if code, body := simulate(t, d, tc.query); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+			t.Errorf("simulate %s: %d %s; want 400 with %q", tc.query, code, body, tc.want)
 		}
+	}
+}
+
+// TestSimulateNotCrossSite: a simulation costs CPU, so only a request a
+// page of another origin cannot send without a preflight runs one: a POST
+// of JSON. A GET (an image tag), a form or a text/plain POST is refused.
+func TestSimulateNotCrossSite(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	const params = `{"alg": "token_bucket", "requests": "10", "period": "1m", "pattern": "steady", "rate": "1"}`
+	if code, body := d.Get(t, "/console/api/simulate?alg=token_bucket&requests=10&period=1m&pattern=steady&rate=1"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %d %s, want 405", code, body)
+	}
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		if code, body := post(t, d, "/console/api/simulate", ct, params); code != http.StatusUnsupportedMediaType {
+			t.Errorf("POST %s: %d %s, want 415", ct, code, body)
+		}
+	}
+	if code, body := post(t, d, "/console/api/simulate", "application/json", params); code != http.StatusOK {
+		t.Errorf("POST application/json: %d %s, want 200", code, body)
 	}
 }
 

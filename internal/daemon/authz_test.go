@@ -361,7 +361,7 @@ func TestAuthzBadFileAtStart(t *testing.T) {
 			if tt.policy != "" {
 				writeFile(t, path, tt.policy)
 			}
-			d, err := daemon.Start(daemon.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AuthzPolicy: path})
+			d, err := daemon.Start(daemon.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AuthzPolicy: path})
 			if err == nil {
 				d.Shutdown(context.Background())
 				t.Fatal("started")

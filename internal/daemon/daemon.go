@@ -33,6 +33,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/authz"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/connlimit"
 	"github.com/ratelimitd/ratelimitd/internal/console"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
@@ -40,6 +41,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 	"github.com/ratelimitd/ratelimitd/internal/httpapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
@@ -76,6 +78,22 @@ type Config struct {
 	// GRPCAddr and HTTPAddr are listen addresses; port 0 picks a free one.
 	GRPCAddr string
 	HTTPAddr string
+	// AdminAddr, when set, is where the operator's surface is served —
+	// /metrics, /policies, the console, /debug/pprof/ — apart from the
+	// decision APIs: HTTPAddr then serves the decision APIs as JSON and the
+	// probes only. Empty: both on HTTPAddr, which Start refuses with an
+	// AuthzPolicy (the operator's surface has no authorization: it would
+	// show every tenant's buckets to whoever reaches the decision port).
+	AdminAddr string
+	// AllowedHosts are the host names (without port) the HTTP ports answer
+	// to, besides IP addresses and "localhost" (internal/hostcheck): a
+	// request naming another Host is refused, so that a web page cannot
+	// reach a daemon through DNS rebinding. "*" allows any.
+	AllowedHosts []string
+	// Limits bounds what a caller holds before its call is authorized:
+	// connections, streams, time and bytes on the way (zero fields:
+	// DefaultLimits).
+	Limits Limits
 	// Store is where buckets live: "memory" (the default, "" too) or
 	// "redis", shared by every daemon on the same Redis.
 	Store string
@@ -164,9 +182,13 @@ type Daemon struct {
 	log      *slog.Logger
 	grpc     *grpc.Server
 	http     *http.Server
+	admin    *http.Server // nil without Config.AdminAddr
 	health   *health.Server
-	grpcLis  net.Listener
-	httpLis  net.Listener
+	grpcLis  *connlimit.Listener
+	httpLis  *connlimit.Listener
+	adminLis *connlimit.Listener // nil without Config.AdminAddr
+	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
+	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
 	engine   *engine.Engine
 	store    storeBackend
 	stopJobs context.CancelFunc
@@ -174,15 +196,15 @@ type Daemon struct {
 
 	metrics     *metrics.Metrics
 	topDenied   *topdenied.Tracker
-	tls         *tlsconfig.Server // nil without TLS
-	authz       *authz.Authorizer // nil without Config.AuthzPolicy
-	policyWatch *reload.Watcher   // nil with the embedded default policy
-	tlsWatch    *reload.Watcher   // nil without TLS
-	xds         *xdspolicy.Client // nil without Config.XDS
-	tracer      *tracing.Tracer   // nil with tracing off
-	policyIn    chan struct{}     // closed once a policy is in force
-	draining    atomic.Bool       // set as Shutdown starts
-	metricsLis  net.Listener      // nil without Config.MetricsAddr
+	tls         *tlsconfig.Server   // nil without TLS
+	authz       *authz.Authorizer   // nil without Config.AuthzPolicy
+	policyWatch *reload.Watcher     // nil with the embedded default policy
+	tlsWatch    *reload.Watcher     // nil without TLS
+	xds         *xdspolicy.Client   // nil without Config.XDS
+	tracer      *tracing.Tracer     // nil with tracing off
+	policyIn    chan struct{}       // closed once a policy is in force
+	draining    atomic.Bool         // set as Shutdown starts
+	metricsLis  *connlimit.Listener // nil without Config.MetricsAddr
 	metricsHTTP *http.Server
 	loaded      atomic.Pointer[admin.Loaded]
 	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
@@ -206,7 +228,7 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		health:    health.NewServer(),
-		served:    make(chan error, 3),
+		served:    make(chan error, 4), // gRPC, HTTP, admin, metrics
 		metrics:   metrics.New(metrics.WithNearLimitRatio(cfg.NearLimitRatio), metrics.WithMaxDetailedSeries(cfg.MaxDetailedSeries), metrics.WithUpstreamNames(cfg.UpstreamMetricNames)),
 		topDenied: topdenied.New(topDeniedCapacity, cfg.ConsoleValues),
 		ready:     make(chan struct{}),
@@ -232,8 +254,11 @@ func Start(cfg Config) (*Daemon, error) {
 	decideWith, traced := d.tracedEngineOptions()
 	d.engine = engine.New(d.loadedPolicy().Policy, decideWith, append(traced,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))...)
+	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
+	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
+	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.grpc = d.grpcServer()
-	d.http = &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	d.serversHTTP()
 	// While the state file loads, the HTTP port answers: /readyz and the
 	// health service say NOT_SERVING and decision calls are refused. No
 	// decision is made on a store that has not got its buckets back.
@@ -246,7 +271,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.serve()
 	d.log.Info("ratelimitd serving",
-		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
+		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String(), "traces", d.tracingMode())
@@ -271,7 +296,7 @@ func (d *Daemon) observe(req *engine.Request, resp *engine.Response, took time.D
 
 // withDefaults returns cfg with its zero values replaced by the defaults
 // its fields document, or an error naming the first invalid field.
-func (cfg Config) withDefaults() (Config, error) {
+func (cfg Config) withDefaults() (_ Config, err error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.NewMonotonic()
 	}
@@ -310,6 +335,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if !(cfg.NearLimitRatio > 0 && cfg.NearLimitRatio <= 1) {
 		return cfg, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
+	}
+	if cfg.AuthzPolicy != "" && cfg.AdminAddr == "" {
+		return cfg, errors.New("an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
+	}
+	if cfg.Limits, err = cfg.Limits.withDefaults(); err != nil {
+		return cfg, fmt.Errorf("limits: %w", err)
 	}
 	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
 		return cfg, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
@@ -396,18 +427,26 @@ func (d *Daemon) restoreBuckets() {
 // restoring, when set (by tests), is called as the restore starts.
 var restoring func()
 
-// listen binds the gRPC and HTTP listeners.
-func (d *Daemon) listen() (err error) {
-	if d.grpcLis, err = net.Listen("tcp", d.cfg.GRPCAddr); err != nil {
-		return fmt.Errorf("grpc listener: %w", err)
-	}
-	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("http listener: %w", err)
-	}
-	if d.cfg.MetricsAddr != "" {
-		if d.metricsLis, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
+// listen binds the gRPC, HTTP, admin and metrics listeners, each holding
+// at most Limits.MaxConnections.
+func (d *Daemon) listen() error {
+	for _, l := range []struct {
+		name, addr string
+		lis        **connlimit.Listener
+	}{
+		{"grpc", d.cfg.GRPCAddr, &d.grpcLis},
+		{"http", d.cfg.HTTPAddr, &d.httpLis},
+		{"admin", d.cfg.AdminAddr, &d.adminLis},
+		{"metrics", d.cfg.MetricsAddr, &d.metricsLis},
+	} {
+		if l.addr == "" {
+			continue
 		}
+		nl, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		*l.lis = connlimit.New(nl, d.cfg.Limits.MaxConnections)
 	}
 	return nil
 }
@@ -423,7 +462,7 @@ func (d *Daemon) abort() {
 		d.store.close()
 	}
 	d.stopTracing()
-	for _, l := range []net.Listener{d.grpcLis, d.httpLis, d.metricsLis} {
+	for _, l := range []*connlimit.Listener{d.grpcLis, d.httpLis, d.adminLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -448,10 +487,11 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	dec := grpcdecode.New()
 	opts := []grpc.ServerOption{
 		dec.ServerOption(),
-		grpc.ChainUnaryInterceptor(d.unaryInterceptors(dec.UnaryServerInterceptor())...),
-		grpc.ChainStreamInterceptor(d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor()),
+		grpc.ChainUnaryInterceptor(append(d.transportUnary(), d.unaryInterceptors(dec.UnaryServerInterceptor())...)...),
+		grpc.ChainStreamInterceptor(append(d.transportStream(), d.metrics.StreamServerInterceptor(), dec.StreamServerInterceptor())...),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	opts = append(opts, d.grpcLimits()...)
 	if d.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
 	}
@@ -463,14 +503,40 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	return g
 }
 
-// httpHandler returns what the HTTP port serves: health, readiness, the
-// store's own endpoints, metrics and the admin pages.
-func (d *Daemon) httpHandler() http.Handler {
-	mux := http.NewServeMux()
+// serversHTTP makes the HTTP server, and the admin server when the
+// operator's surface has an address of its own.
+func (d *Daemon) serversHTTP() {
+	decisions := http.NewServeMux()
+	d.decisionRoutes(decisions)
+	if d.adminLis == nil {
+		d.adminRoutes(decisions)
+		d.http = d.httpServer(decisions, d.httpLis)
+		return
+	}
+	d.http = d.httpServer(decisions, d.httpLis)
+	admin := http.NewServeMux()
+	d.adminRoutes(admin)
+	d.admin = d.httpServer(admin, d.adminLis)
+}
+
+// decisionRoutes adds what the HTTP port serves: health, readiness, the
+// store's own endpoints, and the decision APIs as JSON.
+func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", d.readyz)
 	mux.HandleFunc("GET /healthcheck", d.healthcheck)
 	d.store.routes(mux)
+	// The decision APIs as JSON: the very services the gRPC server has,
+	// through the same interceptors, refused like gRPC calls once draining.
+	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...),
+		httpapi.WithReadTimeout(d.cfg.Limits.MessageTimeout), httpapi.WithWaiting(d.bodies))
+	grpcapi.Register(api, d.engine)
+	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+}
+
+// adminRoutes adds the operator's surface: metrics, the policy, pprof and
+// the console.
+func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", d.metrics.Handler())
 	admin.Register(mux, admin.Options{Policy: d.loadedPolicy, XDS: d.xdsStatus, Pprof: d.cfg.Pprof})
 	if !d.cfg.NoConsole {
@@ -479,12 +545,6 @@ func (d *Daemon) httpHandler() http.Handler {
 			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
 		}).Register(mux)
 	}
-	// The decision APIs as JSON: the very services the gRPC server has,
-	// through the same interceptors, refused like gRPC calls once draining.
-	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...))
-	grpcapi.Register(api, d.engine)
-	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
-	return mux
 }
 
 // unaryInterceptors are what every decision call goes through, over gRPC
@@ -512,15 +572,19 @@ func (d *Daemon) refuseUnlessServing(ctx context.Context, req any, info *grpc.Un
 	}
 }
 
-// serveHTTP starts the HTTP server.
+// serveHTTP starts the HTTP server, and the admin server.
 func (d *Daemon) serveHTTP() {
-	go func() {
-		err := d.http.Serve(d.httpLis)
+	serve := func(s *http.Server, l net.Listener) {
+		err := s.Serve(l)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		d.served <- err
-	}()
+	}
+	go serve(d.http, d.httpLis)
+	if d.admin != nil {
+		go serve(d.admin, d.adminLis)
+	}
 }
 
 // serve starts the background jobs (the store's, the file watchers) and
@@ -530,6 +594,8 @@ func (d *Daemon) serve() {
 	d.stopJobs = stop
 	go d.store.run(jobs)
 	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
+	go every(jobs, d.waiting.ExpireEvery(), d.waiting.Expire)
+	go every(jobs, d.bodies.ExpireEvery(), d.bodies.Expire)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -603,6 +669,15 @@ func (d *Daemon) GRPCAddr() string { return d.grpcLis.Addr().String() }
 // HTTPAddr returns the address the HTTP server listens on.
 func (d *Daemon) HTTPAddr() string { return d.httpLis.Addr().String() }
 
+// AdminAddr returns the address the operator's surface is served on:
+// Config.AdminAddr's listener, or the HTTP server's without one.
+func (d *Daemon) AdminAddr() string {
+	if d.adminLis == nil {
+		return d.HTTPAddr()
+	}
+	return d.adminLis.Addr().String()
+}
+
 // Engine returns the daemon's engine.
 func (d *Daemon) Engine() *engine.Engine { return d.engine }
 
@@ -660,7 +735,7 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 		d.grpc.Stop()
 		<-stopped
 	}
-	for _, s := range []*http.Server{d.http, d.metricsHTTP} {
+	for _, s := range []*http.Server{d.http, d.admin, d.metricsHTTP} {
 		if s != nil && s.Shutdown(ctx) != nil {
 			s.Close()
 		}

@@ -161,7 +161,7 @@ func (d *Daemon) serveMetrics() {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+path, d.metrics.Handler())
-	d.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	d.metricsHTTP = d.httpServer(mux, d.metricsLis)
 	go func() {
 		err := d.metricsHTTP.Serve(d.metricsLis)
 		if errors.Is(err, http.ErrServerClosed) {

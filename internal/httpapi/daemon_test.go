@@ -61,7 +61,7 @@ func TestDaemon(t *testing.T) {
 	if fromHTTP.GetStatuses()[0].GetRemaining() != 1 || fromHTTP.GetOverallCode() != ratelimitv1.Code_CODE_OK {
 		t.Errorf("HTTP answer %s, want CODE_OK with 1 remaining", overHTTP.body)
 	}
-	check(t, "json over limit", post(t, base+"/json", "", orders), 429,
+	check(t, "json over limit", post(t, base+"/json", "application/json", orders), 429,
 		`{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"name":"orders","requestsPerUnit":2,"unit":"MINUTE"},"durationUntilReset":"60s"}]}`)
 	check(t, "bounds of the daemon", post(t, base+v3Path, jsonType, `{"domain":"`+strings.Repeat("d", 257)+`","descriptors":[{"entries":[{"key":"k"}]}]}`), 400,
 		`{"code":"invalid_argument","message":"domain: is 257 bytes; the limit is 256"}`)

@@ -44,11 +44,14 @@
 // which is never answered).
 //
 // When the Envoy v3 service is registered, /json serves it as
-// envoyproxy/ratelimit's /json endpoint does, for tooling written for it: any
-// method and content type, the v3 request and response in protojson, HTTP 200
-// for OK and 429 Too Many Requests, with the same JSON body, for OVER_LIMIT;
-// fields at their zero value are omitted there ("limitRemaining" is absent
-// when 0), as upstream writes them.
+// envoyproxy/ratelimit's /json endpoint does, for tooling written for it:
+// the v3 request and response in protojson, HTTP 200 for OK and 429 Too Many
+// Requests, with the same JSON body, for OVER_LIMIT; fields at their zero
+// value are omitted there ("limitRemaining" is absent when 0), as upstream
+// writes them. Unlike upstream, which takes any method and content type,
+// /json takes only a POST of application/json (else 405 or 415), as the
+// methods' paths do: a form, a text/plain fetch or an image tag on any web
+// page could otherwise spend a bucket from a browser that reaches the port.
 //
 // A call that fails is answered with the HTTP status of its gRPC code (see
 // HTTPStatus) and the body
@@ -96,6 +99,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 )
 
 // DefaultMaxBodyBytes is the default request body limit: 4 MiB, gRPC's
@@ -122,6 +127,7 @@ type Server struct {
 	interceptor  grpc.UnaryServerInterceptor // interceptors, then CheckDecoded
 	maxBody      int64
 	readTimeout  time.Duration
+	waiting      *recvlimit.Limiter // nil: bodies unbounded in number
 }
 
 // Option configures a Server.
@@ -153,6 +159,14 @@ func WithReadTimeout(d time.Duration) Option {
 			s.readTimeout = d
 		}
 	}
+}
+
+// WithWaiting bounds the bodies being read at once by l
+// (internal/recvlimit): when its Max are being read, one more cuts off
+// the one read longest, which is answered 400 and its connection closed;
+// so do bodies that take l's timeout.
+func WithWaiting(l *recvlimit.Limiter) Option {
+	return func(s *Server) { s.waiting = l }
 }
 
 // New returns a Server that adds a route to mux for each unary method
@@ -200,7 +214,7 @@ func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		}
 		s.mux.Handle("POST "+m.fullMethod, m)
 		if desc.ServiceName == envoyService && m.desc.MethodName == "ShouldRateLimit" {
-			s.mux.Handle(UpstreamJSONPath, &upstreamJSON{m})
+			s.mux.Handle("POST "+UpstreamJSONPath, &upstreamJSON{m})
 		}
 	}
 }
@@ -214,11 +228,6 @@ type method struct {
 }
 
 func (m *method) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !isJSON(r.Header.Get("Content-Type")) {
-		writeError(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
-			"Content-Type: want application/json, got "+strconv.Quote(r.Header.Get("Content-Type")))
-		return
-	}
 	resp, ok := m.call(w, r)
 	if ok {
 		writeMessage(w, http.StatusOK, resp, withDefaults)
@@ -247,6 +256,11 @@ func (u *upstreamJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // call reads and decodes the request, runs the method and returns its
 // response; on failure it has written the error and returns false.
 func (m *method) call(w http.ResponseWriter, r *http.Request) (proto.Message, bool) {
+	if !isJSON(r.Header.Get("Content-Type")) {
+		writeError(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
+			"Content-Type: want application/json, got "+strconv.Quote(r.Header.Get("Content-Type")))
+		return nil, false
+	}
 	body, err := m.server.readBody(w, r)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -278,11 +292,20 @@ func (m *method) call(w http.ResponseWriter, r *http.Request) (proto.Message, bo
 }
 
 // readBody reads the whole body, at most maxBody bytes, within the read
-// timeout.
+// timeout, as one of the bodies the waiting limiter bounds (when there is
+// one): a body it ends is cut off (its connection's read deadline set to
+// now).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	// Not every ResponseWriter supports deadlines (a test recorder does
 	// not); the server's own timeouts then apply.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.readTimeout))
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.readTimeout))
+	if s.waiting != nil {
+		ctx := s.waiting.Wait(r.Context(), nil)
+		defer s.waiting.Arrived(ctx)
+		stop := context.AfterFunc(ctx, func() { _ = rc.SetReadDeadline(time.Now()) })
+		defer stop()
+	}
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 }
 

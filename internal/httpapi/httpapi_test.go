@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -164,16 +165,25 @@ func TestEnvoyV3(t *testing.T) {
 		`{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT",`+limit+`,"limitRemaining":0,"durationUntilReset":"60s"}],`+empty+`}`)
 }
 
-// /json answers as envoyproxy/ratelimit's: v3 in and out, any content type,
-// 429 with the same body when over the limit.
+// /json answers as envoyproxy/ratelimit's: v3 in and out, 429 with the
+// same body when over the limit; unlike upstream, only to a POST of
+// application/json, which a page of another site cannot send without a
+// preflight: a GET, a form or a text/plain body spends nothing.
 func TestUpstreamJSON(t *testing.T) {
 	h := start(t)
 	limit := `"currentLimit":{"name":"orders","requestsPerUnit":2,"unit":"MINUTE"}`
-	check(t, "first", h.do(t, "POST", "/json", noType, ordersV3), 200,
+	for _, ct := range []string{noType, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		want, _ := json.Marshal(map[string]string{"code": "invalid_argument", "message": "Content-Type: want application/json, got " + strconv.Quote(ct)})
+		check(t, "refused "+ct, h.do(t, "POST", "/json", ct, ordersV3), 415, string(want))
+	}
+	if got := h.do(t, "GET", "/json", jsonType, ordersV3); got.status != http.StatusMethodNotAllowed {
+		t.Errorf("GET /json: %d %s, want 405", got.status, got.body)
+	}
+	check(t, "first", h.do(t, "POST", "/json", jsonType, ordersV3), 200,
 		`{"overallCode":"OK","statuses":[{"code":"OK",`+limit+`,"limitRemaining":1,"durationUntilReset":"60s"}]}`)
-	check(t, "second", h.do(t, "POST", "/json", "application/x-www-form-urlencoded", ordersV3), 200,
+	check(t, "second", h.do(t, "POST", "/json", "application/json; charset=utf-8", ordersV3), 200,
 		`{"overallCode":"OK","statuses":[{"code":"OK",`+limit+`,"durationUntilReset":"60s"}]}`)
-	check(t, "denied", h.do(t, "POST", "/json", noType, ordersV3), 429,
+	check(t, "denied", h.do(t, "POST", "/json", jsonType, ordersV3), 429,
 		`{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT",`+limit+`,"durationUntilReset":"60s"}]}`)
 	// Both Envoy paths share one bucket with v1: the same engine.
 	check(t, "v1 after", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
@@ -198,11 +208,11 @@ func TestErrors(t *testing.T) {
 			400, `{"code":"invalid_argument","message":"descriptors: 3 descriptors; the limit is 2"}`},
 		{"refund", "POST", v3Path, jsonType, `{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"isNegativeHits":true}]}`,
 			400, `{"code":"invalid_argument","message":"descriptors[0].is_negative_hits: refunding hits is not supported"}`},
-		{"json: empty domain", "POST", "/json", noType, `{"descriptors":[{"entries":[{"key":"path","value":"/orders"}]}]}`,
+		{"json: empty domain", "POST", "/json", jsonType, `{"descriptors":[{"entries":[{"key":"path","value":"/orders"}]}]}`,
 			400, `{"code":"invalid_argument","message":"domain: must not be empty"}`},
 		{"too large", "POST", v1Path, jsonType, huge,
 			413, `{"code":"resource_exhausted","message":"request body: larger than 4096 bytes"}`},
-		{"json: too large", "POST", "/json", noType, huge,
+		{"json: too large", "POST", "/json", jsonType, huge,
 			413, `{"code":"resource_exhausted","message":"request body: larger than 4096 bytes"}`},
 		{"wrong content type", "POST", v1Path, "text/plain", orders,
 			415, `{"code":"invalid_argument","message":"Content-Type: want application/json, got \"text/plain\""}`},
@@ -252,7 +262,7 @@ func TestInterceptors(t *testing.T) {
 	}
 	h := start(t, auth)
 	h.do(t, "POST", v1Path, jsonType, orders)
-	h.do(t, "POST", "/json", noType, ordersV3)
+	h.do(t, "POST", "/json", jsonType, ordersV3)
 	check(t, "denied by interceptor", h.do(t, "POST", v1Path, jsonType, `{"domain":"forbidden","descriptors":[{"entries":[{"key":"k"}]}]}`),
 		403, `{"code":"permission_denied","message":"domain forbidden: not yours"}`)
 	want := []string{
@@ -281,7 +291,7 @@ func TestMetrics(t *testing.T) {
 	for range 3 {
 		h.do(t, "POST", v1Path, jsonType, orders)
 	}
-	h.do(t, "POST", "/json", noType, ordersV3)
+	h.do(t, "POST", "/json", jsonType, ordersV3)
 	h.do(t, "POST", v1Path, jsonType, `{"descriptors":[{"entries":[{"key":"k"}]}]}`)
 	h.do(t, "POST", v1Path, jsonType, `{"domian":"x"}`) // counted as gRPC counts a message that does not decode
 

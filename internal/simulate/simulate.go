@@ -11,6 +11,7 @@
 package simulate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -197,16 +198,24 @@ type Result struct {
 	Lanes  []LaneResult
 }
 
+// MaxLanes bounds the lanes of one simulation: its cost is the arrivals
+// times the lanes.
+const MaxLanes = 8
+
 // Run decides every arrival, one request of cost 1 each, in each lane, and
 // sums what happened into bins of width binWidth (≤ 0: Duration/100).
-// window is the interval for LaneResult.MaxAdmittedIn (≤ 0: none).
-func Run(t Traffic, lanes []Lane, binWidth, window time.Duration) (*Result, error) {
+// window is the interval for LaneResult.MaxAdmittedIn (≤ 0: none). It
+// stops, returning ctx's error, when ctx ends (checked at every bin).
+func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Duration) (*Result, error) {
+	switch {
+	case len(lanes) == 0:
+		return nil, errors.New("lanes: nothing to simulate")
+	case len(lanes) > MaxLanes:
+		return nil, fmt.Errorf("lanes: %d; at most %d", len(lanes), MaxLanes)
+	}
 	arrivals, err := t.Arrivals()
 	if err != nil {
 		return nil, err
-	}
-	if len(lanes) == 0 {
-		return nil, errors.New("lanes: nothing to simulate")
 	}
 	if binWidth <= 0 {
 		binWidth = max(t.Duration/100, 1)
@@ -222,6 +231,9 @@ func Run(t Traffic, lanes []Lane, binWidth, window time.Duration) (*Result, erro
 		var admittedAt []time.Duration
 		next := 0
 		for b := range lr.Bins {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			bin := &lr.Bins[b]
 			bin.Start = time.Duration(b) * binWidth
 			end := bin.Start + binWidth

@@ -2,7 +2,9 @@ package simulate_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +33,7 @@ func lanes(t *testing.T, requests int64, period time.Duration, algs ...algorithm
 func TestBoundaryComparison(t *testing.T) {
 	const limit = 10
 	tr := simulate.Traffic{Pattern: simulate.Boundary, Duration: 2 * time.Minute, Burst: limit, Period: time.Minute}
-	res, err := simulate.Run(tr, lanes(t, limit, time.Minute, algorithms.Algorithms()...), time.Second, time.Minute)
+	res, err := simulate.Run(context.Background(), tr, lanes(t, limit, time.Minute, algorithms.Algorithms()...), time.Second, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestBoundaryComparison(t *testing.T) {
 func TestSteadyAtTheRate(t *testing.T) {
 	const limit = 10
 	tr := simulate.Traffic{Pattern: simulate.Steady, Rate: limit / 60.0, Duration: 10 * time.Minute}
-	res, err := simulate.Run(tr, lanes(t, limit, time.Minute, algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.TokenBucket), time.Minute, 0)
+	res, err := simulate.Run(context.Background(), tr, lanes(t, limit, time.Minute, algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.TokenBucket), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestQueueDelays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := simulate.Run(tr, []simulate.Lane{l}, time.Second, 0)
+	res, err := simulate.Run(context.Background(), tr, []simulate.Lane{l}, time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func TestTrafficPatterns(t *testing.T) {
 
 func TestCSVAndSVG(t *testing.T) {
 	tr := simulate.Traffic{Pattern: simulate.Boundary, Duration: 2 * time.Minute, Burst: 10, Period: time.Minute}
-	res, err := simulate.Run(tr, lanes(t, 10, time.Minute, algorithms.FixedWindow, algorithms.TokenBucket), 10*time.Second, time.Minute)
+	res, err := simulate.Run(context.Background(), tr, lanes(t, 10, time.Minute, algorithms.FixedWindow, algorithms.TokenBucket), 10*time.Second, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,5 +176,24 @@ func TestCSVAndSVG(t *testing.T) {
 		if !strings.Contains(svg, want) {
 			t.Errorf("SVG lacks %q", want)
 		}
+	}
+}
+
+// TestRunStopsWithItsContext: a simulation stops when its context ends,
+// with the context's error; more lanes than MaxLanes are refused.
+func TestRunStopsWithItsContext(t *testing.T) {
+	tr := simulate.Traffic{Pattern: simulate.Steady, Rate: 1000, Duration: time.Minute}
+	ls := lanes(t, 10, time.Minute, algorithms.TokenBucket)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res, err := simulate.Run(ctx, tr, ls, 0, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, %v; want context.Canceled", res, err)
+	}
+	many := make([]simulate.Lane, simulate.MaxLanes+1)
+	for i := range many {
+		many[i] = ls[0]
+	}
+	if _, err := simulate.Run(context.Background(), tr, many, 0, 0); err == nil || !strings.Contains(err.Error(), "lanes: 9; at most 8") {
+		t.Errorf("%d lanes: %v", len(many), err)
 	}
 }

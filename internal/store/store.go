@@ -1,5 +1,7 @@
 // Package store defines where bucket state lives and the one rule every
-// store applies to a request's charges: all of them, or none.
+// store applies to a request's charges: its ordinary charges (Admit) all
+// of them, or none; its overdraft charges and refunds always; its checks
+// never (Settle states the rule).
 //
 // A store keeps an algorithms.State per bucket key and settles a request's
 // charges at one instant of its own clock. The memory store
@@ -9,9 +11,44 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 )
+
+// Kind says how a Charge is applied.
+type Kind uint8
+
+const (
+	// Admit is the default: Cost is admitted iff it fits now; a denial
+	// denies the request. Cost 0 is a peek.
+	Admit Kind = iota
+	// Check decides as a charge of cost 1 would be decided right now, and
+	// stores nothing (Cost is ignored). A denied Check denies the request
+	// like a denied Admit. An allowed Check reports the bucket as a peek
+	// does (uncharged); a denied one has the RetryAfter of a cost of 1.
+	Check
+	// Overdraft takes Cost in full whatever is left: the bucket may go into
+	// debt (bounded; see the algorithms package doc). Its decision reports
+	// the bucket after the charge and is Denied when that leaves the bucket
+	// in debt (as envoyproxy/ratelimit answers OVER_LIMIT once its counter
+	// passes the limit), Allowed otherwise; either way the charge is
+	// applied.
+	Overdraft
+	// Refund gives Cost units back, never past the bucket's rest state.
+	// Always Allowed; its decision reports the bucket after the refund.
+	Refund
+)
+
+var kindNames = [...]string{Admit: "admit", Check: "check", Overdraft: "overdraft", Refund: "refund"}
+
+// String returns "admit", "check", "overdraft" or "refund".
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
 
 // Charge is one bucket that a request charges.
 type Charge struct {
@@ -25,11 +62,47 @@ type Charge struct {
 	Domain string
 	// Limit decides the charge.
 	Limit *algorithms.Limit
-	// Cost is the number of hits; 0 is a peek.
+	// Cost is the number of hits (for a Refund, the units given back); for
+	// an Admit, 0 is a peek. A Cost ≤ 0 charges nothing whatever the Kind.
 	Cost int64
+	// Kind says how the charge is applied; Admit when zero. A Kind above
+	// Refund is taken as Admit.
+	Kind Kind
 	// Shadow marks a charge whose denial does not deny the request. A
-	// denied shadow charge is reported as denied and not applied.
+	// denied shadow Admit is reported as denied and not applied; a shadow
+	// Overdraft or Refund is applied as any other.
 	Shadow bool
+}
+
+// Decide decides c alone against its bucket's state s at now, as its Kind
+// says, and returns the state the bucket would have if c is applied (s for
+// a Check) and c's decision. Settle combines such decisions.
+func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algorithms.Decision) {
+	switch c.Kind {
+	case Admit: // first: the ordinary charge's path
+		return c.Limit.Decide(s, now, c.Cost)
+	case Check:
+		return s, c.Limit.Check(s, now)
+	case Overdraft:
+		return c.Limit.Overdraft(s, now, c.Cost)
+	case Refund:
+		return c.Limit.Refund(s, now, c.Cost)
+	}
+	return c.Limit.Decide(s, now, c.Cost)
+}
+
+// Applied reports whether c, decided d by Settle with the result admitted,
+// changed its bucket: whether the store must write the state Settle left
+// for it. An Overdraft or a Refund of Cost > 0 is always applied; an Admit
+// of Cost > 0 iff it was Allowed and the request admitted; a Check never.
+func (c *Charge) Applied(d algorithms.Decision, admitted bool) bool {
+	switch c.Kind {
+	case Check:
+		return false
+	case Overdraft, Refund:
+		return c.Cost > 0
+	}
+	return admitted && c.Cost > 0 && d.Code == algorithms.Allowed
 }
 
 // Store holds bucket state.
@@ -42,19 +115,30 @@ type Store interface {
 	Apply(ctx context.Context, charges []Charge, decisions []algorithms.Decision) error
 }
 
-// Settle decides charges against their buckets' states at now, all or
-// nothing, and reports whether to commit.
+// Settle decides a request's charges against their buckets' states at now
+// and reports whether the request is admitted. The combining rule:
 //
-// states[i] is charges[i]'s bucket state on entry and, on return, the
-// state to store for it when Settle returns true (unchanged for peeks and
-// denied shadows); when Settle returns false states is as on entry. decisions[i] receives charges[i]'s decision.
+//  1. Overdraft and Refund charges are always applied, whatever the other
+//     charges decide: they record usage that already happened, or give it
+//     back.
+//  2. Admit charges are applied all or nothing: iff the request is admitted,
+//     that is iff no non-shadow charge is denied, where a Check denies when
+//     a cost of 1 would be denied, an Admit when its cost does not fit
+//     (Denied or OverCapacity), and an Overdraft when it leaves its bucket
+//     in debt. A Refund never denies.
+//  3. An Admit that would have been admitted, in a request that is denied,
+//     is not applied and reports its bucket as a peek would — what it holds
+//     now, uncharged — so that no status claims quota the request did not
+//     take. Every other charge reports its own decision: a denial with its
+//     RetryAfter, a check, an overdraft charge or a refund as its Kind says.
+//  4. A shadow Admit or Check never denies the request; a denied shadow
+//     Admit is reported as denied and not applied. A shadow Overdraft or
+//     Refund is applied as any other.
 //
-// The request is denied when any non-shadow charge is Denied or
-// OverCapacity. Then Settle returns false: nothing is to be stored, and
-// every charge that would have been admitted is reported as a peek — what
-// its bucket holds now, uncharged — so that no status claims quota the
-// request did not take.
-func Settle(charges []Charge, states []algorithms.State, now int64, decisions []algorithms.Decision) (commit bool) {
+// states[i] is charges[i]'s bucket state on entry and, on return, the state
+// to store for it; charges[i].Applied(decisions[i], admitted) says whether
+// it changed. decisions[i] receives charges[i]'s decision.
+func Settle(charges []Charge, states []algorithms.State, now int64, decisions []algorithms.Decision) (admitted bool) {
 	var small [16]algorithms.State
 	before := small[:0]
 	if len(states) > len(small) {
@@ -62,24 +146,28 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 	}
 	before = append(before, states...)
 
-	commit = true
+	admitted = true
 	for i := range charges {
 		c := &charges[i]
-		next, d := c.Limit.Decide(states[i], now, c.Cost)
+		next, d := c.Decide(states[i], now)
 		decisions[i] = d
-		if d.Code == algorithms.Allowed {
+		if d.Code == algorithms.Allowed || c.Kind == Overdraft {
 			states[i] = next
-		} else if !c.Shadow {
-			commit = false
+		}
+		if d.Code != algorithms.Allowed && !c.Shadow {
+			admitted = false
 		}
 	}
-	if commit {
+	if admitted {
 		return true
 	}
 	for i := range charges {
 		c := &charges[i]
+		if c.Kind == Check || c.Kind == Overdraft || c.Kind == Refund {
+			continue
+		}
 		states[i] = before[i]
-		if decisions[i].Code == algorithms.Allowed && c.Cost != 0 {
+		if decisions[i].Code == algorithms.Allowed && c.Cost > 0 {
 			_, decisions[i] = c.Limit.Decide(states[i], now, 0)
 		}
 	}

@@ -1,8 +1,9 @@
 // Package algotest is the specification of decisions written out by hand:
 // timelines of requests on one bucket, from a 1ns period to the longest at
 // the latest time, from 1 per day to MaxRequests per nanosecond, with
-// costs at and over capacity and clocks going back, each request with the
-// exact Decision it must get.
+// costs at and over capacity, clocks going back, and checks, overdraft
+// charges into debt and refunds, each request with the exact Decision it
+// must get.
 //
 // The cases live here once and are decided twice: internal/algorithms'
 // table tests decide them with Limit.Decide directly (and check every
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Start is where every timeline starts: 2026-01-01T00:00:00Z in Unix
@@ -52,6 +54,10 @@ type Step struct {
 	// At is when, after Start.
 	At   time.Duration
 	Cost int64
+	// Kind says how the charge is applied (store.Kind): Admit (zero), a
+	// Decide; Check, Overdraft and Refund, the Limit methods of those
+	// names.
+	Kind store.Kind
 	// Want is the decision, exactly.
 	Want algorithms.Decision
 }
@@ -190,6 +196,29 @@ func Cases() []Case {
 			{At: 0, Cost: 10, Want: allowed(0, sec)},
 		}},
 
+		// Debt: I = 200ms, C = 1s. An overdraft of 8 leaves a backlog of
+		// 1.6s, 600ms beyond C: denied until it is at most C - I = 800ms.
+		{Name: "overdraft into debt, paid back at the rate", Algorithms: buckets, Requests: 5, Period: sec, Burst: 5, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: 8, Want: denied(0, 1600*ms, 800*ms)},
+			{At: 0, Kind: store.Check, Want: denied(0, 1600*ms, 800*ms)},
+			{At: 0, Cost: 1, Want: denied(0, 1600*ms, 800*ms)},
+			{At: 799 * ms, Kind: store.Check, Want: denied(0, 801*ms, ms)},
+			{At: 800 * ms, Kind: store.Check, Want: allowed(1, 800*ms)},
+			{At: 800 * ms, Kind: store.Refund, Cost: 3, Want: allowed(4, 200*ms)},
+			{At: 800 * ms, Kind: store.Refund, Cost: 100, Want: allowed(5, 0)},
+			// An overdraft that fits is a charge.
+			{At: 800 * ms, Kind: store.Overdraft, Cost: 5, Want: allowed(0, sec)},
+			{At: 800 * ms, Kind: store.Overdraft, Cost: 0, Want: allowed(0, sec)},
+			{At: 900 * ms, Kind: store.Overdraft, Cost: 1, Want: denied(0, 1100*ms, 300*ms)},
+		}},
+		// The bound: a backlog of MaxSpan, whatever the cost.
+		{Name: "overdraft of MaxInt64", Algorithms: buckets, Requests: 5, Period: sec, Burst: 5, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: math.MaxInt64, Want: denied(0, maxSpan, maxSpan-800*ms)},
+			{At: sec, Kind: store.Check, Want: denied(0, maxSpan-sec, maxSpan-1800*ms)},
+			{At: sec, Kind: store.Overdraft, Cost: math.MaxInt64, Want: denied(0, maxSpan, maxSpan-800*ms)},
+			{At: sec, Kind: store.Refund, Cost: math.MaxInt64, Want: allowed(5, 0)},
+		}},
+
 		// leaky_bucket_queue.
 		//
 		// Admitted requests leave 500ms apart, the first at once; the queue
@@ -212,6 +241,15 @@ func Cases() []Case {
 			{At: 0, Cost: 1, Want: queued(2, 333_333_334*ns, 0)},
 			{At: 0, Cost: 1, Want: queued(1, 666_666_667*ns, 333_333_334*ns)},
 			{At: 0, Cost: 1, Want: queued(0, sec, 666_666_667*ns)},
+		}},
+		// An overdraft that fits waits as a charge; one past the queue does
+		// not wait, and leaves it in debt.
+		{Name: "overdraft into the queue", Algorithms: queue, Requests: 2, Period: sec, Burst: 3, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: 1, Want: queued(2, 500*ms, 0)},
+			{At: 0, Kind: store.Overdraft, Cost: 1, Want: queued(1, sec, 500*ms)},
+			{At: 0, Kind: store.Overdraft, Cost: 3, Want: denied(0, 2500*ms, 1500*ms)},
+			{At: 0, Cost: 1, Want: denied(0, 2500*ms, 1500*ms)},
+			{At: 1500 * ms, Kind: store.Check, Want: allowed(1, sec)},
 		}},
 		{Name: "queue of 1 never delays", Algorithms: queue, Requests: 10, Period: sec, Burst: 1, Steps: []Step{
 			{At: 0, Cost: 1, Want: queued(0, 100*ms, 0)},
@@ -267,6 +305,18 @@ func Cases() []Case {
 		}},
 		// The boundary problem: fixed windows admit twice the limit within
 		// 2ns across a boundary (the sliding window does not, below).
+		// Debt: the count above the limit is gone when the window ends.
+		{Name: "overdraft into debt until the window ends", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
+			{At: 0, Cost: 4, Want: allowed(6, minute)},
+			{At: 0, Kind: store.Overdraft, Cost: 8, Want: denied(0, minute, minute)},
+			{At: 30 * sec, Kind: store.Check, Want: denied(0, 30*sec, 30*sec)},
+			{At: 30 * sec, Kind: store.Refund, Cost: 3, Want: allowed(1, 30*sec)},
+			{At: 30 * sec, Kind: store.Check, Want: allowed(1, 30*sec)},
+			{At: 30 * sec, Kind: store.Refund, Cost: 100, Want: allowed(10, 0)},
+			// The bound: a count of MaxCount.
+			{At: minute, Kind: store.Overdraft, Cost: math.MaxInt64, Want: denied(0, minute, minute)},
+			{At: 2 * minute, Kind: store.Check, Want: allowed(10, 0)},
+		}},
 		{Name: "admits 2L across a boundary", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
 			{At: minute - ns, Cost: 10, Want: allowed(0, ns)},
 			{At: minute, Cost: 10, Want: allowed(0, minute)},
@@ -335,6 +385,17 @@ func Cases() []Case {
 		// The boundary problem, solved: the sliding window weighs the
 		// previous window in and admits the limit within 2ns across a
 		// boundary, no more.
+		// Debt: 15 in one window weigh 15·(P-e)/P in the next; a cost of 1
+		// fits again once that is at most 9, at e = 24s.
+		{Name: "overdraft into debt, weighed out", Algorithms: sliding, Requests: 10, Period: minute, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: 15, Want: denied(0, 2*minute, 84*sec)},
+			{At: minute, Kind: store.Check, Want: denied(0, minute, 24*sec)},
+			{At: minute + 24*sec, Kind: store.Check, Want: allowed(1, 36*sec)},
+			{At: minute + 24*sec, Cost: 1, Want: allowed(0, 96*sec)},
+			// Back off the current window's count first, then the previous.
+			{At: minute + 24*sec, Kind: store.Refund, Cost: 3, Want: allowed(2, 36*sec)},
+			{At: minute + 24*sec, Kind: store.Refund, Cost: math.MaxInt64, Want: allowed(10, 0)},
+		}},
 		{Name: "does not admit 2L across a boundary", Algorithms: sliding, Requests: 10, Period: minute, Steps: []Step{
 			{At: minute - ns, Cost: 10, Want: allowed(0, minute+ns)},
 			{At: minute, Cost: 1, Want: denied(0, minute, 6*sec)},

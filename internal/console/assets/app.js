@@ -20,6 +20,15 @@ async function getJSON(url) {
   return body;
 }
 
+// postJSON sends body as JSON: a request another origin's page cannot make
+// without a CORS preflight, which the daemon never answers.
+async function postJSON(url, body) {
+  const r = await fetch(url, { method: "POST", cache: "no-store", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const out = await r.json();
+  if (!r.ok) throw new Error(out.error || r.statusText);
+  return out;
+}
+
 // ---- tabs ----
 let active = "policies";
 const refreshers = {};
@@ -225,7 +234,7 @@ async function runSimulation(ev) {
   for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times"]) if (f.get(k)) q.set(k, f.get(k));
   $("#sim-error").textContent = "";
   let v;
-  try { v = await getJSON("/console/api/simulate?" + q); } catch (e) { $("#sim-error").textContent = e.message; return; }
+  try { v = await postJSON("/console/api/simulate", Object.fromEntries(q)); } catch (e) { $("#sim-error").textContent = e.message; return; }
   $("#sim-totals").replaceChildren(el("table", {},
     el("thead", {}, el("tr", {}, el("th", {}, "lane"), el("th", { class: "num" }, "admitted"), el("th", { class: "num" }, "denied"), el("th", { class: "num" }, `most admitted within ${v.period}`))),
     el("tbody", {}, ...v.lanes.map(l => el("tr", { "data-lane": l.lane }, el("td", {}, l.lane), el("td", { class: "num" }, l.admitted), el("td", { class: "num" }, l.denied), el("td", { class: "num" }, l.max_admitted_in_period))))));

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,9 @@ func StartConfig(t testing.TB, cfg daemon.Config) *Daemon {
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
+	if cfg.AuthzPolicy != "" && cfg.AdminAddr == "" {
+		cfg.AdminAddr = "127.0.0.1:0" // the daemon refuses to serve its admin surface beside authorized APIs
+	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 5 * time.Second
 	}
@@ -104,11 +108,16 @@ func (d *Daemon) Dial(t testing.TB) *grpc.ClientConn {
 	return conn
 }
 
-// Get fetches path from the daemon's HTTP port and returns the status code
-// and the body.
+// Get fetches path from the daemon and returns the status code and the
+// body: the probes (/healthz…, /readyz) from its HTTP port, anything else
+// from its admin address (the HTTP port without one).
 func (d *Daemon) Get(t testing.TB, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + d.HTTPAddr() + path)
+	addr := d.AdminAddr()
+	if strings.HasPrefix(path, "/healthz") || path == "/readyz" {
+		addr = d.HTTPAddr()
+	}
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -297,15 +297,14 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 		st, p := s.shards[shardOf[i]].lookup(key(i))
 		states, pos = append(states, st), append(pos, p)
 	}
-	if store.Settle(charges, states, now, decisions) {
-		// Buckets the shards hold first, at the places looked up above; then
-		// new ones, whose insertion may reclaim places (and so would move
-		// the ground under a later write by place).
-		for _, inserting := range [2]bool{false, true} {
-			for i := range charges {
-				if charges[i].Cost != 0 && decisions[i].Code == algorithms.Allowed && (pos[i] == absent) == inserting {
-					s.put(&s.shards[shardOf[i]], key(i), pos[i], states[i], now)
-				}
+	admitted := store.Settle(charges, states, now, decisions)
+	// Buckets the shards hold first, at the places looked up above; then
+	// new ones, whose insertion may reclaim places (and so would move the
+	// ground under a later write by place).
+	for _, inserting := range [2]bool{false, true} {
+		for i := range charges {
+			if charges[i].Applied(decisions[i], admitted) && (pos[i] == absent) == inserting {
+				s.put(&s.shards[shardOf[i]], key(i), pos[i], states[i], now)
 			}
 		}
 	}
@@ -324,19 +323,23 @@ func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
 	sh.mu.Lock()
 	now := s.clock.Now()
 	st, p := sh.lookup(key)
-	next, dec := c.Limit.Decide(st, now, c.Cost)
+	next, dec := c.Decide(st, now)
 	*d = dec
-	if c.Cost != 0 && dec.Code == algorithms.Allowed {
+	if c.Applied(dec, true) {
 		s.put(sh, key, p, next, now)
 	}
 	sh.mu.Unlock()
 }
 
 // put stores a charged state at position p, or inserts the bucket of
-// stored key key when p is absent. The shard's lock must be held.
+// stored key key when p is absent and st is not at rest (a refund can
+// leave a bucket at rest). The shard's lock must be held.
 func (s *Store) put(sh *shard, key []byte, p uint32, st algorithms.State, now int64) {
 	if p != absent {
 		sh.states[p] = st
+		return
+	}
+	if st.AtRest(now) {
 		return
 	}
 	size := BucketBytes(len(key))

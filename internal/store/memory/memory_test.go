@@ -313,3 +313,38 @@ func TestLongKeysAreDistinct(t *testing.T) {
 		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), int64(len(keys))*BucketBytes(DigestSize))
 	}
 }
+
+// A bucket in debt is kept until it is back at rest, debt included: Sweep
+// leaves it while it would deny, and reclaims it once at rest. A check and
+// a refund of a bucket the store does not hold store nothing.
+func TestDebtIsKeptUntilRest(t *testing.T) {
+	c := clock.NewFake(t0)
+	s := New(c)
+	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0) // at rest 1s after a full charge
+	key := []byte("tokens")
+	charge := func(kind store.Kind, cost int64) algorithms.Decision {
+		return apply(t, s, store.Charge{Domain: storetest.Domain, Key: key, Limit: l, Cost: cost, Kind: kind})[0]
+	}
+	for _, kind := range []store.Kind{store.Check, store.Refund} {
+		if d := charge(kind, 5); d.Code != algorithms.Allowed || s.Len() != 0 {
+			t.Fatalf("a %v of a new bucket: %+v, %d buckets held; want allowed, none", kind, d, s.Len())
+		}
+	}
+	// 30 tokens taken of 10: 20 in debt, 3s until at rest.
+	if d := charge(store.Overdraft, 30); d.Code != algorithms.Denied || d.ResetAfter != 3*time.Second {
+		t.Fatalf("an overdraft of 30 on 10: %+v, want denied, at rest in 3s", d)
+	}
+	c.Advance(3*time.Second - time.Nanosecond)
+	s.Sweep()
+	if s.Len() != 1 {
+		t.Fatal("Sweep reclaimed a bucket still in debt")
+	}
+	if d := charge(store.Check, 0); d.Code != algorithms.Allowed || d.Remaining != 9 {
+		t.Fatalf("a check 1ns before rest: %+v, want allowed, 9 remaining", d)
+	}
+	c.Advance(time.Nanosecond)
+	s.Sweep()
+	if s.Len() != 0 {
+		t.Fatal("Sweep kept a bucket at rest")
+	}
+}

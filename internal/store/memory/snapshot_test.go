@@ -397,3 +397,57 @@ func TestRestoreVersion1(t *testing.T) {
 		t.Errorf("holds %d buckets, want 2 (the short key's, and the long key's new one)", s.Len())
 	}
 }
+
+// Buckets in debt survive a restart: after an overdraft charge of three
+// times their capacity, a snapshot and a downtime shorter than the debt,
+// the restored store denies checks and charges exactly as the store that
+// wrote it, with the same waits, through the debt being paid back and a
+// refund, until the bucket is at rest.
+func TestRestoreBucketsInDebt(t *testing.T) {
+	for _, c := range bucketCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			debt := func(kind store.Kind, cost int64) store.Charge {
+				ch := charge(c.name, c.limit, cost)
+				ch.Kind = kind
+				return ch
+			}
+			oldClock := clock.NewFake(snapT0)
+			old := New(oldClock)
+			if d := storetest.Apply(t, old, debt(store.Overdraft, 3*c.limit.Capacity()))[0]; d.Code != algorithms.Denied {
+				t.Fatalf("an overdraft of three times the capacity: %+v, want denied (in debt)", d)
+			}
+			snap := writeRead(t, old, filepath.Join(t.TempDir(), "state"), snapT0)
+			const down = 500 * time.Millisecond
+			newClock := clock.NewFake(snapT0 + int64(down))
+			restarted := New(newClock)
+			if r := restarted.Restore(snap, snapT0+int64(down), nil); r.Buckets != 1 {
+				t.Fatalf("Restore = %+v, want the bucket in debt restored", r)
+			}
+			oldClock.Set(snapT0 + int64(down))
+			if d := storetest.Apply(t, restarted, debt(store.Check, 0))[0]; d.Code != algorithms.Denied {
+				t.Fatalf("a check right after the restart: %+v, want denied (in debt)", d)
+			}
+			// Through the debt and well past it (the buckets' debt takes
+			// three capacities' worth of refill).
+			steps := []store.Charge{debt(store.Check, 0), debt(store.Admit, c.cost), debt(store.Check, 0), debt(store.Refund, 1), debt(store.Overdraft, 1)}
+			var checks [2]int
+			for step := range 200 {
+				ch := steps[step%len(steps)]
+				want := storetest.Apply(t, old, ch)[0]
+				got := storetest.Apply(t, restarted, ch)[0]
+				if got != want {
+					t.Fatalf("%v of %d, %v after the restart: restored store decides %+v, the old one %+v",
+						ch.Kind, ch.Cost, time.Duration(newClock.Now()-snapT0), got, want)
+				}
+				if ch.Kind == store.Check {
+					checks[min(want.Code, algorithms.Denied)]++
+				}
+				oldClock.Advance(c.limit.Period() / 7)
+				newClock.Advance(c.limit.Period() / 7)
+			}
+			if checks[algorithms.Allowed] == 0 || checks[algorithms.Denied] == 0 {
+				t.Errorf("checks allowed, denied: %v; want both, in debt and after it", checks)
+			}
+		})
+	}
+}

@@ -21,9 +21,10 @@ import (
 
 // BenchmarkApply compares the memory store with Redis (on Redis TIME, as
 // in production) on requests of one fixed-window charge, one token-bucket
-// charge, and three charges (fixed window, sliding window, token bucket),
-// each on one of 1024 keys per descriptor, from benchCallers parallel
-// callers. The limits are ordinary ones that the traffic never exhausts. For Redis it
+// charge, one token-bucket check (store.Check: it must cost no more than
+// a charge), and three charges (fixed window, sliding window, token
+// bucket), each on one of 1024 keys per descriptor, from benchCallers
+// parallel callers. The limits are ordinary ones that the traffic never exhausts. For Redis it
 // reports:
 //
 //	redis-cpu-µs/req  Redis's CPU time (INFO CPU, user + system) per
@@ -40,10 +41,12 @@ func BenchmarkApply(b *testing.B) {
 	cases := []struct {
 		name   string
 		limits []*algorithms.Limit
+		kind   store.Kind
 	}{
-		{"fixed", []*algorithms.Limit{fixed}},
-		{"token", []*algorithms.Limit{token}},
-		{"3 charges", []*algorithms.Limit{fixed, sliding, token}},
+		{"fixed", []*algorithms.Limit{fixed}, store.Admit},
+		{"token", []*algorithms.Limit{token}, store.Admit},
+		{"token check", []*algorithms.Limit{token}, store.Check},
+		{"3 charges", []*algorithms.Limit{fixed, sliding, token}, store.Admit},
 	}
 	for _, tc := range cases {
 		stores := []struct {
@@ -71,7 +74,7 @@ func BenchmarkApply(b *testing.B) {
 					i := 0
 					for pb.Next() {
 						for j := range charges {
-							charges[j] = store.Charge{Domain: "bench", Key: engineKey("bench", fmt.Sprint(j), fmt.Sprint(i%1024)), Limit: tc.limits[j], Cost: 1}
+							charges[j] = store.Charge{Domain: "bench", Key: engineKey("bench", fmt.Sprint(j), fmt.Sprint(i%1024)), Limit: tc.limits[j], Cost: 1, Kind: tc.kind}
 						}
 						if err := st.s.Apply(context.Background(), charges, d); err != nil {
 							b.Error(err)

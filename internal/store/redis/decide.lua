@@ -237,9 +237,253 @@ local function decide(l, s, now, cost)
 end
 
 -- newLimit builds a limit from its parts (see the top of this file).
-local function newLimit(alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac)
+
+-- Checks, overdraft and refunds: internal/algorithms' usage.go. A next
+-- state false is the zero State (a refund brought the bucket back to rest:
+-- its key is deleted). The limit of an overdraft or a refund carries
+-- a1Ns, a1Frac (C - I) and kNs, kFrac for its whole cost or units (at most
+-- MaxSpan: Limit.TimesSaturated).
+
+-- MaxSpan = 2^62 = 2^14 · 2^48: the bound on a bucket's backlog.
+local MAXSPAN = { 0, 0, 16384 }
+
+-- backlog mirrors Limit.backlog.
+local function backlog(l, s, now)
+  if cmp(s.t, now) < 0 then
+    return ZERO, 0
+  end
+  local frac = s.n
+  if frac >= l.r then frac = l.r - 1 end
+  return sub(s.t, now), frac
+end
+
+-- gcraReport mirrors Limit.gcraReport.
+local function gcraReport(l, dNs, dFrac, extra)
+  local d = { code = ALLOWED, rem = gcraRemaining(l, dNs, dFrac), reset = ceilNs(dNs, dFrac), retry = ZERO, delay = ZERO }
+  local limNs, limFrac = l.spanNs, l.spanFrac
+  if extra > 0 then
+    limNs, limFrac = l.a1Ns, l.a1Frac
+  end
+  local c = cmp(dNs, limNs)
+  if c > 0 or c == 0 and dFrac > limFrac then
+    -- d > a1, so the difference is positive.
+    local wNs, wFrac = sub(dNs, l.a1Ns), dFrac - l.a1Frac
+    if wFrac < 0 then
+      wNs, wFrac = sub(wNs, ONE), wFrac + l.r
+    end
+    d.code = DENIED
+    d.retry = ceilNs(wNs, wFrac)
+  end
+  return d
+end
+
+-- gcraState mirrors gcraState.
+local function gcraState(now, dNs, dFrac)
+  if #dNs == 0 and dFrac == 0 then
+    return false
+  end
+  return { restAt = add(now, ceilNs(dNs, dFrac)), t = add(now, dNs), n = dFrac, m = 0 }
+end
+
+-- gcraOverdraft mirrors Limit.gcraOverdraft.
+local function gcraOverdraft(l, s, now, cost)
+  if cost > 0 and cost <= l.cap then
+    local next, d = gcra(l, s, now, cost)
+    if d.code == ALLOWED then
+      return next, d
+    end
+  end
+  local dNs, dFrac = backlog(l, s, now)
+  if cost <= 0 or cmp(dNs, MAXSPAN) >= 0 then
+    -- A backlog at the bound already (or past it) stays as it is.
+    return nil, gcraReport(l, dNs, dFrac, 0)
+  end
+  dNs, dFrac = add(dNs, l.kNs), dFrac + l.kFrac
+  if dFrac >= l.r then
+    dNs, dFrac = add(dNs, ONE), dFrac - l.r
+  end
+  local c = cmp(dNs, MAXSPAN)
+  if c > 0 or c == 0 and dFrac > 0 then
+    dNs, dFrac = MAXSPAN, 0
+  end
+  return gcraState(now, dNs, dFrac), gcraReport(l, dNs, dFrac, 0)
+end
+
+-- gcraRefund mirrors Limit.gcraRefund.
+local function gcraRefund(l, s, now, units)
+  local dNs, dFrac = backlog(l, s, now)
+  local next
+  if units > 0 and (#dNs > 0 or dFrac > 0) then
+    local c = cmp(dNs, l.kNs)
+    if c < 0 or c == 0 and dFrac <= l.kFrac then
+      dNs, dFrac = ZERO, 0
+    else
+      dNs, dFrac = sub(dNs, l.kNs), dFrac - l.kFrac
+      if dFrac < 0 then
+        dNs, dFrac = sub(dNs, ONE), dFrac + l.r
+      end
+    end
+    next = gcraState(now, dNs, dFrac)
+  end
+  local d = gcraReport(l, dNs, dFrac, 0)
+  d.code, d.retry = ALLOWED, ZERO
+  return next, d
+end
+
+-- fixedAt mirrors Limit.fixedAt.
+local function fixedAt(l, s, now)
+  local start = windowStart(l, now)
+  if cmp(start, s.t) > 0 then
+    return start, 0
+  end
+  return s.t, s.n
+end
+
+-- fixedReport mirrors Limit.fixedReport.
+local function fixedReport(l, start, count, now, extra)
+  local d = { code = ALLOWED, rem = math.max(l.cap - count, 0), reset = ZERO, retry = ZERO, delay = ZERO }
+  if count > 0 then
+    d.reset = csub(add(start, l.p), now)
+  end
+  if count + extra > l.cap then
+    d.code, d.retry = DENIED, d.reset
+  end
+  return d
+end
+
+-- fixedOverdraft mirrors Limit.fixedOverdraft.
+local function fixedOverdraft(l, s, now, cost)
+  local start, count = fixedAt(l, s, now)
+  if cost <= 0 then
+    return nil, fixedReport(l, start, count, now, 0)
+  end
+  count = math.min(count + cost, MAXCOUNT)
+  return { restAt = add(start, l.p), t = start, n = count, m = 0 }, fixedReport(l, start, count, now, 0)
+end
+
+-- fixedRefund mirrors Limit.fixedRefund.
+local function fixedRefund(l, s, now, units)
+  local start, count = fixedAt(l, s, now)
+  local next
+  if units > 0 and count > 0 then
+    count = math.max(count - units, 0)
+    next = false
+    if count > 0 then
+      next = { restAt = add(start, l.p), t = start, n = count, m = 0 }
+    end
+  end
+  local d = fixedReport(l, start, count, now, 0)
+  d.code, d.retry = ALLOWED, ZERO
+  return next, d
+end
+
+-- slidingAt mirrors Limit.slidingAt: start, cur, prev, e.
+local function slidingAt(l, s, now)
+  local p = l.p
+  local start = windowStart(l, now)
+  if cmp(start, s.t) <= 0 then
+    return s.t, s.n, s.m, csub(now, s.t)
+  elseif cmp(sub(start, s.t), add(p, p)) < 0 then
+    return start, 0, s.n, sub(now, start)
+  end
+  return start, 0, 0, sub(now, start)
+end
+
+-- slidingReport mirrors Limit.slidingReport.
+local function slidingReport(l, start, cur, prev, e, now, extra)
+  local p = l.p
+  local w = mul(small(prev), csub(p, e))
+  local d = { code = ALLOWED, rem = slidingRemaining(l, cur, prev, e, w), reset = ZERO, retry = ZERO, delay = ZERO }
+  if cur > 0 then
+    d.reset = csub(add(start, add(p, p)), now)
+  elseif prev > 0 then
+    d.reset = csub(add(start, p), now)
+  end
+  local k = l.cap - cur - extra
+  local kP = ZERO
+  if k > 0 then kP = mul(small(k), p) end
+  if k < 0 or cmp(w, kP) > 0 then
+    d.code = DENIED
+    d.retry = slidingRetry(l, start, now, cur, prev, l.cap - cur - 1, 1)
+  end
+  return d
+end
+
+-- slidingState mirrors Limit.slidingState.
+local function slidingState(l, start, cur, prev)
+  if cur > 0 then
+    return { restAt = add(start, add(l.p, l.p)), t = start, n = cur, m = prev }
+  elseif prev > 0 then
+    return { restAt = add(start, l.p), t = start, n = 0, m = prev }
+  end
+  return false
+end
+
+-- slidingOverdraft mirrors Limit.slidingOverdraft.
+local function slidingOverdraft(l, s, now, cost)
+  local start, cur, prev, e = slidingAt(l, s, now)
+  local next
+  if cost > 0 then
+    cur = math.min(cur + cost, MAXCOUNT)
+    next = slidingState(l, start, cur, prev)
+  end
+  return next, slidingReport(l, start, cur, prev, e, now, 0)
+end
+
+-- slidingRefund mirrors Limit.slidingRefund.
+local function slidingRefund(l, s, now, units)
+  local start, cur, prev, e = slidingAt(l, s, now)
+  local next
+  if units > 0 and cur + prev > 0 then
+    local back = math.min(units, cur)
+    cur = cur - back
+    prev = math.max(prev - (units - back), 0)
+    next = slidingState(l, start, cur, prev)
+  end
+  local d = slidingReport(l, start, cur, prev, e, now, 0)
+  d.code, d.retry = ALLOWED, ZERO
+  return next, d
+end
+
+-- apply mirrors store.Charge.Decide: the charge of kind and cost on the
+-- state s (for a check the limit's k and a are for a cost of 1).
+local function apply(l, s, now, kind, cost)
+  local alg = l.alg
+  if kind == CHECK then
+    -- Limit.Check
+    if alg == FIXED then
+      local start, count = fixedAt(l, s, now)
+      return nil, fixedReport(l, start, count, now, 1)
+    elseif alg == SLIDING then
+      local start, cur, prev, e = slidingAt(l, s, now)
+      return nil, slidingReport(l, start, cur, prev, e, now, 1)
+    end
+    local dNs, dFrac = backlog(l, s, now)
+    return nil, gcraReport(l, dNs, dFrac, 1)
+  elseif kind == OVERDRAFT then
+    if alg == FIXED then
+      return fixedOverdraft(l, s, now, cost)
+    elseif alg == SLIDING then
+      return slidingOverdraft(l, s, now, cost)
+    end
+    return gcraOverdraft(l, s, now, cost)
+  elseif kind == REFUND then
+    if alg == FIXED then
+      return fixedRefund(l, s, now, cost)
+    elseif alg == SLIDING then
+      return slidingRefund(l, s, now, cost)
+    end
+    return gcraRefund(l, s, now, cost)
+  end
+  return decide(l, s, now, cost)
+end
+
+-- newLimit builds a limit from its parts (see the top of this file; a1Ns,
+-- a1Frac only for an overdraft, above).
+local function newLimit(alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac, a1Ns, a1Frac)
   return {
     alg = alg, r = r, rb = small(r), p = p, cap = cap,
     spanNs = spanNs, spanFrac = spanFrac, kNs = kNs, kFrac = kFrac, aNs = aNs, aFrac = aFrac,
+    a1Ns = a1Ns, a1Frac = a1Frac,
   }
 end

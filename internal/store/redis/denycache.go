@@ -16,6 +16,14 @@ import (
 // is left, and never for longer. It holds at most max buckets; when full,
 // it drops the expired ones (at most once a second), and remembers no new
 // one while none has expired.
+//
+// Refunds are the exception to "charges only take": a refund through this
+// store forgets the bucket's denial, and a request that holds an overdraft
+// charge or a refund is never answered from the cache (they must reach
+// Redis, whatever the request decides); an overdraft's denial, which
+// charged, is not remembered. A check is a cost of 1: a denial of a check
+// or of an admit of cost 1 answers both. A refund made through another
+// daemon is seen here only once the remembered wait has passed.
 type denyCache struct {
 	mu        sync.Mutex
 	max       int
@@ -35,17 +43,45 @@ func newDenyCache(max int) *denyCache {
 }
 
 // denial returns the remembered denial that denies ch at now, if any: of
-// the same cost, its wait not over; peeks and shadow charges never are.
-// c.mu must be held.
+// the same cost, its wait not over; peeks, shadow charges, overdraft
+// charges and refunds never are. c.mu must be held.
 func (c *denyCache) denial(ch *store.Charge, now int64) (denial, bool) {
-	if ch.Shadow || ch.Cost <= 0 {
+	cost, ok := cachedCost(ch)
+	if !ok {
 		return denial{}, false
 	}
 	e, ok := c.entries[string(ch.Key)]
-	if !ok || now >= e.until || ch.Cost != e.cost {
+	if !ok || now >= e.until || cost != e.cost {
 		return denial{}, false
 	}
 	return e, true
+}
+
+// cachedCost returns the cost under which a denial of ch is remembered:
+// its cost for an admit, 1 for a check; false for a charge whose denial is
+// never remembered nor answered from the cache (a shadow charge, a peek,
+// an overdraft charge or a refund).
+func cachedCost(ch *store.Charge) (int64, bool) {
+	switch {
+	case ch.Shadow:
+		return 0, false
+	case ch.Kind == store.Check:
+		return 1, true
+	case ch.Kind == store.Admit && ch.Cost > 0:
+		return ch.Cost, true
+	}
+	return 0, false
+}
+
+// applied reports whether charges hold an overdraft charge or a refund:
+// a request that must reach Redis.
+func applied(charges []store.Charge) bool {
+	for i := range charges {
+		if k := charges[i].Kind; (k == store.Overdraft || k == store.Refund) && charges[i].Cost > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // deny reports whether a remembered denial denies the request charges at
@@ -55,7 +91,7 @@ func (c *denyCache) denial(ch *store.Charge, now int64) (denial, bool) {
 func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision, now int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.entries) == 0 {
+	if len(c.entries) == 0 || applied(charges) {
 		return false
 	}
 	hit := false
@@ -84,11 +120,19 @@ func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision
 	return true
 }
 
-// remember keeps the denials of non-shadow charges among decisions, of a
-// request sent at local time sent.
+// remember keeps the denials of non-shadow admits and checks among
+// decisions, of a request sent at local time sent, and forgets those of
+// the buckets it refunded.
 func (c *denyCache) remember(charges []store.Charge, decisions []algorithms.Decision, sent int64) {
 	for i := range charges {
-		if charges[i].Shadow || decisions[i].Code != algorithms.Denied {
+		if charges[i].Kind == store.Refund && charges[i].Cost > 0 {
+			c.mu.Lock()
+			delete(c.entries, string(charges[i].Key))
+			c.mu.Unlock()
+			continue
+		}
+		cost, ok := cachedCost(&charges[i])
+		if !ok || decisions[i].Code != algorithms.Denied {
 			continue
 		}
 		c.mu.Lock()
@@ -97,7 +141,7 @@ func (c *denyCache) remember(charges []store.Charge, decisions []algorithms.Deci
 		}
 		if len(c.entries) < c.max || c.has(charges[i].Key) {
 			d := decisions[i]
-			c.entries[string(charges[i].Key)] = denial{until: sent + int64(d.RetryAfter), cost: charges[i].Cost, sent: sent, d: d}
+			c.entries[string(charges[i].Key)] = denial{until: sent + int64(d.RetryAfter), cost: cost, sent: sent, d: d}
 		}
 		c.mu.Unlock()
 	}

@@ -249,7 +249,9 @@ func storedState(t *testing.T, c goredis.UniversalClient, key string) (tNs int64
 	at := func(i int) int64 {
 		ms := math.Float64frombits(binary.LittleEndian.Uint64(v[i:]))
 		sub := binary.LittleEndian.Uint32(v[i+8:])
-		if ms != math.Trunc(ms) || ms < 0 || ms > float64(algorithms.MaxTime/1e6) || sub >= 1e6 {
+		// A bucket's times are at most MaxTime + MaxSpan = MaxInt64 (a
+		// backlog of MaxSpan at MaxTime).
+		if ms != math.Trunc(ms) || ms < 0 || ms > float64(math.MaxInt64/1e6) || sub >= 1e6 {
 			t.Fatalf("key %q: %v ms + %d ns at byte %d is not a time", key, ms, sub, i)
 		}
 		return int64(ms)*1e6 + int64(sub)

@@ -98,12 +98,18 @@ local expiries = {}
 
 -- fastPut is state.lua's formatState and put for a state relative to now,
 -- over a key whose PXAT is kept (fastState's, nil for a key absent); it
--- returns the value written. When the new state's expiry is the one the
+-- returns the value written. t false is the zero State: the key is
+-- deleted. When the new state's expiry is the one the
 -- key has (every charge of a window but its first), the value is
 -- overwritten in place (SETRANGE, same 41 bytes, expiry untouched): the
 -- same value and expiry as SET ... PXAT, without a new string or a change
 -- to Redis's expiry table (measured about 0.3 µs less per charge).
 local function fastPut(key, t, n, m, restAt, expire, kept)
+  if t == false then
+    -- The zero State (a refund brought the bucket back to rest).
+    redis.call("DEL", key)
+    return ""
+  end
   local tMs, tSub = absT(t)
   local rMs, rSub = absRest(restAt)
   local v = packState(tMs, tSub, n, m, rMs, rSub)
@@ -220,7 +226,7 @@ end
 -- fastWrite writes a charge's next state read by fastRead: its count in
 -- place when fastRead found the state in its window, else as fastPut.
 local function fastWrite(key, inWindow, t, n, m, restAt, expire, kept)
-  if inWindow then
+  if inWindow and t then
     fixedPutCount(key, n)
   else
     fastPut(key, t, n, m, restAt, expire, kept)
@@ -363,4 +369,262 @@ local function fastDecide(l, t, n, m, cost)
     return fastSlidingWindow(l, t, n, m, cost)
   end
   return fastGcra(l, t, n, cost)
+end
+
+-- Checks, overdraft and refunds (internal/algorithms' usage.go). Each
+-- returns what fastDecide returns, with t false for a bucket brought back
+-- to rest: the zero State, whose key is deleted. The limit of a check, an
+-- overdraft or a refund carries a1Ns, a1Frac (C - I: the most backlog that
+-- admits a cost of 1), and of an overdraft or a refund kNs, kFrac for its
+-- whole cost or units; Go sends an overdraft or refund whose k
+-- reaches 2^50 ns down the bignum path, so d + k stays below 2^52 here,
+-- far below the bound on debt (MaxSpan), which this path never meets.
+--
+-- They are built, like the bignums library, by a function (fastUsage) the
+-- first time a script call meets a check, an overdraft charge or a refund:
+-- a script's body runs whole on every call, and creating these functions
+-- would cost every ordinary charge.
+local fastUsageLib
+local function fastUsage()
+if fastUsageLib then return fastUsageLib end
+
+-- fastFixedAt mirrors Limit.fixedAt.
+local function fastFixedAt(l, t, n)
+  local start = -sinceWindow(l)
+  if start > t then
+    return start, 0
+  end
+  return t, n
+end
+
+-- fastFixedReport mirrors Limit.fixedReport: code, remaining, reset,
+-- retry.
+local function fastFixedReport(l, start, count, extra)
+  local rem, reset = math.max(l.cap - count, 0), 0
+  if count > 0 then
+    reset = start + l.p
+  end
+  if count + extra > l.cap then
+    return DENIED, rem, reset, reset
+  end
+  return ALLOWED, rem, reset, 0
+end
+
+-- fastFixedOverdraft mirrors Limit.fixedOverdraft.
+local function fastFixedOverdraft(l, t, n, cost)
+  local start, count = fastFixedAt(l, t, n)
+  if cost <= 0 then
+    local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
+    return code, rem, reset, retry, 0
+  end
+  count = math.min(count + cost, MAXCOUNT)
+  local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
+  return code, rem, reset, retry, 0, start, count, 0, start + l.p
+end
+
+-- fastFixedRefund mirrors Limit.fixedRefund.
+local function fastFixedRefund(l, t, n, units)
+  local start, count = fastFixedAt(l, t, n)
+  if units <= 0 or count <= 0 then
+    local _, rem, reset = fastFixedReport(l, start, count, 0)
+    return ALLOWED, rem, reset, 0, 0
+  end
+  count = math.max(count - units, 0)
+  local _, rem, reset = fastFixedReport(l, start, count, 0)
+  if count == 0 then
+    return ALLOWED, rem, reset, 0, 0, false
+  end
+  return ALLOWED, rem, reset, 0, 0, start, count, 0, start + l.p
+end
+
+-- fastSlidingAt mirrors Limit.slidingAt: start, cur, prev, e.
+local function fastSlidingAt(l, t, n, m)
+  local p = l.p
+  local start = -sinceWindow(l)
+  if start <= t then
+    return t, n, m, math.max(-t, 0)
+  elseif start - t < p + p then
+    return start, 0, n, -start
+  end
+  return start, 0, 0, -start
+end
+
+-- fastSlidingReport mirrors Limit.slidingReport: code, remaining, reset,
+-- retry.
+local function fastSlidingReport(l, start, cur, prev, e, extra)
+  local p = l.p
+  local w = prev * (p - e)
+  local rem, reset = fastSlidingRemaining(l, cur, prev, e, w), 0
+  if cur > 0 then
+    reset = math.max(start + p + p, 0)
+  elseif prev > 0 then
+    reset = math.max(start + p, 0)
+  end
+  local k = l.cap - cur - extra
+  local kP = 0
+  if k > 0 then kP = k * p end
+  if k < 0 or w > kP then
+    return DENIED, rem, reset, math.max(fastSlidingRetry(l, start, cur, prev, l.cap - cur - 1, 1), 0)
+  end
+  return ALLOWED, rem, reset, 0
+end
+
+-- fastSlidingState mirrors Limit.slidingState: t, n, m, restAt, or false.
+local function fastSlidingState(l, start, cur, prev)
+  if cur > 0 then
+    return start, cur, prev, start + l.p + l.p
+  elseif prev > 0 then
+    return start, 0, prev, start + l.p
+  end
+  return false
+end
+
+-- fastSlidingOverdraft mirrors Limit.slidingOverdraft.
+local function fastSlidingOverdraft(l, t, n, m, cost)
+  local start, cur, prev, e = fastSlidingAt(l, t, n, m)
+  if cost <= 0 then
+    local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 0)
+    return code, rem, reset, retry, 0
+  end
+  cur = math.min(cur + cost, MAXCOUNT)
+  local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 0)
+  local nt, nn, nm, nr = fastSlidingState(l, start, cur, prev)
+  return code, rem, reset, retry, 0, nt, nn, nm, nr
+end
+
+-- fastSlidingRefund mirrors Limit.slidingRefund.
+local function fastSlidingRefund(l, t, n, m, units)
+  local start, cur, prev, e = fastSlidingAt(l, t, n, m)
+  if units <= 0 or cur + prev <= 0 then
+    local _, rem, reset = fastSlidingReport(l, start, cur, prev, e, 0)
+    return ALLOWED, rem, reset, 0, 0
+  end
+  local back = math.min(units, cur)
+  cur = cur - back
+  prev = math.max(prev - (units - back), 0)
+  local _, rem, reset = fastSlidingReport(l, start, cur, prev, e, 0)
+  local nt, nn, nm, nr = fastSlidingState(l, start, cur, prev)
+  return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
+end
+
+-- fastBacklog mirrors Limit.backlog (t is at most 2^51 ns here).
+local function fastBacklog(l, t, n)
+  if t < 0 then
+    return 0, 0
+  end
+  local frac = n
+  if frac >= l.r then frac = l.r - 1 end
+  return t, frac
+end
+
+-- fastGcraReport mirrors Limit.gcraReport: code, remaining, reset, retry.
+local function fastGcraReport(l, dNs, dFrac, extra)
+  local rem, reset = fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac)
+  local limNs, limFrac = l.spanNs, l.spanFrac
+  if extra > 0 then
+    limNs, limFrac = l.a1Ns, l.a1Frac
+  end
+  if dNs > limNs or dNs == limNs and dFrac > limFrac then
+    local wNs, wFrac = dNs - l.a1Ns, dFrac - l.a1Frac
+    if wFrac < 0 then
+      wNs, wFrac = wNs - 1, wFrac + l.r
+    end
+    return DENIED, rem, reset, fastCeilNs(wNs, wFrac)
+  end
+  return ALLOWED, rem, reset, 0
+end
+
+-- fastGcraState mirrors gcraState: t, n, m, restAt, or false at rest.
+local function fastGcraState(dNs, dFrac)
+  if dNs == 0 and dFrac == 0 then
+    return false
+  end
+  return dNs, dFrac, 0, fastCeilNs(dNs, dFrac)
+end
+
+-- fastGcraOverdraft mirrors Limit.gcraOverdraft.
+local function fastGcraOverdraft(l, t, n, cost)
+  if cost > 0 and cost <= l.cap then
+    local code, rem, reset, retry, delay, nt, nn, nm, nr = fastGcra(l, t, n, cost)
+    if code == ALLOWED then
+      return code, rem, reset, retry, delay, nt, nn, nm, nr
+    end
+  end
+  local dNs, dFrac = fastBacklog(l, t, n)
+  if cost <= 0 then
+    local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 0)
+    return code, rem, reset, retry, 0
+  end
+  dNs, dFrac = dNs + l.kNs, dFrac + l.kFrac
+  if dFrac >= l.r then
+    dNs, dFrac = dNs + 1, dFrac - l.r
+  end
+  local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 0)
+  local nt, nn, nm, nr = fastGcraState(dNs, dFrac)
+  return code, rem, reset, retry, 0, nt, nn, nm, nr
+end
+
+-- fastGcraRefund mirrors Limit.gcraRefund.
+local function fastGcraRefund(l, t, n, units)
+  local dNs, dFrac = fastBacklog(l, t, n)
+  if units > 0 and (dNs > 0 or dFrac > 0) then
+    dNs, dFrac = dNs - l.kNs, dFrac - l.kFrac
+    if dFrac < 0 then
+      dNs, dFrac = dNs - 1, dFrac + l.r
+    end
+    if dNs < 0 then
+      dNs, dFrac = 0, 0
+    end
+    local _, rem, reset = fastGcraReport(l, dNs, dFrac, 0)
+    local nt, nn, nm, nr = fastGcraState(dNs, dFrac)
+    return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
+  end
+  local _, rem, reset = fastGcraReport(l, dNs, dFrac, 0)
+  return ALLOWED, rem, reset, 0, 0
+end
+
+-- usageApply is fastApply for a check, an overdraft or a refund.
+local function usageApply(l, t, n, m)
+  local kind, alg = l.kind, l.alg
+  if kind == CHECK then
+    -- Limit.Check
+    if alg == FIXED then
+      local start, count = fastFixedAt(l, t, n)
+      local code, rem, reset, retry = fastFixedReport(l, start, count, 1)
+      return code, rem, reset, retry, 0
+    elseif alg == SLIDING then
+      local start, cur, prev, e = fastSlidingAt(l, t, n, m)
+      local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 1)
+      return code, rem, reset, retry, 0
+    end
+    local dNs, dFrac = fastBacklog(l, t, n)
+    local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 1)
+    return code, rem, reset, retry, 0
+  elseif kind == OVERDRAFT then
+    if alg == FIXED then
+      return fastFixedOverdraft(l, t, n, l.cost)
+    elseif alg == SLIDING then
+      return fastSlidingOverdraft(l, t, n, m, l.cost)
+    end
+    return fastGcraOverdraft(l, t, n, l.cost)
+  end
+  if alg == FIXED then
+    return fastFixedRefund(l, t, n, l.cost)
+  elseif alg == SLIDING then
+    return fastSlidingRefund(l, t, n, m, l.cost)
+  end
+  return fastGcraRefund(l, t, n, l.cost)
+end
+
+fastUsageLib = usageApply
+return fastUsageLib
+end
+
+-- fastApply mirrors store.Charge.Decide: the charge of the limit l (and
+-- its kind and cost) on the state t, n, m.
+local function fastApply(l, t, n, m)
+  if l.kind == ADMIT then
+    return fastDecide(l, t, n, m, l.cost)
+  end
+  return fastUsage()(l, t, n, m)
 end

@@ -4,6 +4,10 @@
 
 local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
 local ALLOWED, DENIED, OVER = 0, 1, 2
+-- store.Kind: how a charge is applied.
+local ADMIT, CHECK, OVERDRAFT, REFUND = 0, 1, 2, 3
+-- algorithms.MaxCount: a window's count saturates there.
+local MAXCOUNT = 4294967295
 -- MaxTime = 2^62 - 1 ns = 4611686018427 ms + 387903 ns.
 local MAXMS, MAXSUB = 4611686018427, 387903
 
@@ -33,8 +37,8 @@ end
 -- A bucket's state is stored as STATE, 41 bytes (a Redis string of at
 -- most 44 bytes is one allocation): a format byte, 1; t as whole
 -- milliseconds and the nanoseconds beyond them; n and m; restAt as t is.
--- Every field is an integer below 2^53 (times at most MaxTime, counts
--- below 2^33), which doubles and the 32-bit field (below 10^6) hold
+-- Every field is an integer below 2^53 (times at most MaxTime + MaxSpan =
+-- MaxInt64 ns, a backlog of MaxSpan at MaxTime; counts below 2^33), which doubles and the 32-bit field (below 10^6) hold
 -- exactly.
 local STATE = "<BdI4dddI4"
 local spack, sunpack, sbyte = struct.pack, struct.unpack, string.byte

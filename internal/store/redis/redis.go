@@ -4,12 +4,13 @@
 // # Same answers
 //
 // Apply decides exactly as the memory store does: store.Settle's rule over
-// algorithms.Limit.Decide, all or nothing. The decision runs inside Redis,
-// in a Lua script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after
-// a restart): it reads every bucket of the request, decides all the
-// charges, and writes the charged states only if no non-shadow charge is
-// denied or over capacity; otherwise it writes nothing and reports the
-// admissible charges as peeks.
+// algorithms.Limit's decisions. The decision runs inside Redis, in a Lua
+// script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after a
+// restart): it reads every bucket of the request, decides all the
+// charges, and writes the admits' states only if no non-shadow charge is
+// denied or over capacity (otherwise it reports the admissible ones as
+// peeks); it writes overdraft charges and refunds whatever the request
+// decides, and checks never.
 //
 // Requests share round trips (batch.go): a request is sent at once when
 // no batch is in flight, and requests that arrive while one is are sent
@@ -132,7 +133,10 @@
 // so the cache never denies longer than Redis would). A request that
 // charges such a bucket the same cost in that time is denied without
 // asking Redis: the denial would stand, as charges only ever take from a
-// bucket. The cached bucket reports its denial with the wait left; the
+// bucket (a refund through this store forgets the bucket's denial; one
+// through another daemon is seen once the wait has passed; a request with
+// an overdraft charge or a refund always reaches Redis; a check is a cost
+// of 1). The cached bucket reports its denial with the wait left; the
 // request's other charges are not read from Redis and are reported as
 // store.Settle reports a denied request's on buckets at rest, uncharged.
 // That keeps an attack over its limit off Redis.
@@ -164,11 +168,12 @@ type FailureMode uint8
 const (
 	// FailOpen decides every charge as if its bucket were at rest: the
 	// request is admitted unless a cost exceeds a capacity, and nothing is
-	// charged anywhere.
+	// charged anywhere (an overdraft charge or a refund is not recorded).
 	FailOpen FailureMode = iota
-	// FailClosed denies every charge of cost above 0, with RetryAfter
-	// FailClosedRetryAfter (a cost over capacity is still OverCapacity);
-	// peeks report 0 remaining.
+	// FailClosed denies every charge of cost above 0 and every check, with
+	// RetryAfter FailClosedRetryAfter (an admit over capacity is still
+	// OverCapacity); peeks and refunds are allowed and report 0 remaining.
+	// Nothing is recorded.
 	FailClosed
 )
 
@@ -730,9 +735,11 @@ func (s *Store) fallback(charges []store.Charge, idx []int, deniedElsewhere bool
 	for _, i := range idx {
 		c := &charges[i]
 		switch {
-		case c.Cost <= 0:
+		case c.Kind == store.Check:
+			decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}
+		case c.Cost <= 0 || c.Kind == store.Refund:
 			decisions[i] = algorithms.Decision{}
-		case c.Cost > c.Limit.Capacity():
+		case c.Cost > c.Limit.Capacity() && c.Kind != store.Overdraft:
 			decisions[i] = algorithms.Decision{Code: algorithms.OverCapacity}
 		default:
 			decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}

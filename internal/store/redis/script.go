@@ -42,7 +42,7 @@ var (
 // that takes the bignum path.
 var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
 	bignumLua + stateLua + decideLua +
-	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, " +
+	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, apply = apply, " +
 	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put}\n" +
 	"return bignumsLib\nend\n"
 
@@ -104,12 +104,13 @@ const maxChargeSpecs = 4096
 type chargeSpecKey struct {
 	limit  algorithms.Limit
 	cost   int64
+	kind   store.Kind
 	shadow bool
 }
 
 // of returns the charge string of c.
 func (cs *chargeSpecs) of(c *store.Charge) any {
-	k := chargeSpecKey{*c.Limit, c.Cost, c.Shadow}
+	k := chargeSpecKey{*c.Limit, c.Cost, c.Kind, c.Shadow}
 	if v, ok := cs.m.Load(k); ok {
 		return v
 	}
@@ -126,14 +127,29 @@ func (cs *chargeSpecs) of(c *store.Charge) any {
 func formatCharge(c *store.Charge) string {
 	l := c.Limit
 	capacity := l.Capacity()
-	// The decisions for a cost above Capacity are all OverCapacity,
-	// and for a cost at most 0 all peeks: pass those costs in a range
-	// that Lua's doubles hold exactly.
+	kind := c.Kind
+	if kind > store.Refund {
+		kind = store.Admit // as store.Charge.Decide takes it
+	}
+	// Pass costs in a range that Lua's doubles hold exactly, with the same
+	// decisions: for an admit, a cost above Capacity is OverCapacity
+	// whatever it is, and one at most 0 a peek; a check decides a cost of
+	// 1. A window's overdraft saturates its count at MaxCount, and a
+	// refund takes at most its two counts; the buckets take the size of an
+	// overdraft or refund from k, and only whether it is within Capacity
+	// from the cost.
 	cost := min(max(c.Cost, 0), capacity+1)
-	b := make([]byte, 0, 96)
-	b = append(b, flag(fastPath(l))...)
-	b = strconv.AppendInt(b, int64(l.Algorithm()), 10)
-	b = append(b, ' ')
+	switch {
+	case kind == store.Check:
+		cost = 1
+	case kind == store.Overdraft && l.Burst() == 0:
+		cost = min(max(c.Cost, 0), algorithms.MaxCount)
+	case kind == store.Refund && l.Burst() == 0:
+		cost = min(max(c.Cost, 0), 2*algorithms.MaxCount)
+	}
+	fast := fastPath(l)
+	b := make([]byte, 0, 128)
+	b = append(b, '0', '0'+byte(l.Algorithm()), ' ')
 	b = strconv.AppendInt(b, l.Requests(), 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(l.Period()), 16)
@@ -141,14 +157,32 @@ func formatCharge(c *store.Charge) string {
 	b = strconv.AppendInt(b, capacity, 10)
 	b = append(b, ' ')
 	b = append(b, flag(c.Shadow)...)
-	b = append(b, ' ')
+	b = append(b, '0'+byte(kind), ' ')
 	b = strconv.AppendInt(b, cost, 10)
 	switch l.Algorithm() {
 	case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
 		k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
-		b = appendRational(b, l, capacity)
-		b = appendRational(b, l, k)
-		b = appendRational(b, l, capacity-k)
+		rational := func(ns, frac int64) { b = appendRational(b, ns, frac) }
+		rational(l.Times(capacity))
+		if kind == store.Overdraft || kind == store.Refund {
+			// k of the whole cost, saturated at MaxSpan: d + k is bounded
+			// there (Limit.Overdraft). fast.lua keeps d + k below 2^52.
+			ns, frac := l.TimesSaturated(max(c.Cost, 0))
+			fast = fast && ns < 1<<50
+			rational(ns, frac)
+		} else {
+			rational(l.Times(k))
+		}
+		rational(l.Times(capacity - k))
+		switch kind {
+		case store.Overdraft, store.Refund:
+			rational(l.Times(capacity - 1))
+		case store.Check:
+			rational(l.Times(capacity - k)) // a1 = a, for a cost of 1
+		}
+	}
+	if fast {
+		b[0] = '1'
 	}
 	return string(b)
 }
@@ -176,11 +210,10 @@ func fastPath(l *algorithms.Limit) bool {
 	}
 }
 
-// appendRational appends n·P/R (0 ≤ n ≤ Capacity), Limit.Times, as
-// settle.lua takes it: " " and whole nanoseconds in hexadecimal, " " and
-// the remainder over R in decimal.
-func appendRational(b []byte, l *algorithms.Limit, n int64) []byte {
-	ns, frac := l.Times(n)
+// appendRational appends ns + frac/R (Limit.Times) as settle.lua takes
+// it: " " and whole nanoseconds in hexadecimal, " " and the remainder over
+// R in decimal.
+func appendRational(b []byte, ns, frac int64) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, ns, 16)
 	b = append(b, ' ')

@@ -9,7 +9,7 @@ import (
 )
 
 // TestChargeSpecs: the cached charge strings are exactly what formatCharge
-// makes for each limit, cost and shadow flag, across more distinct charges
+// makes for each limit, cost, kind and shadow flag, across more distinct charges
 // than the cache keeps (it starts over) and when asked again.
 func TestChargeSpecs(t *testing.T) {
 	var cs chargeSpecs
@@ -21,7 +21,7 @@ func TestChargeSpecs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		charges = append(charges, store.Charge{Limit: &l, Cost: int64(i % 3), Shadow: i%4 == 0})
+		charges = append(charges, store.Charge{Limit: &l, Cost: int64(i % 3), Shadow: i%4 == 0, Kind: store.Kind(i / 5 % 4)})
 	}
 	for round := range 2 {
 		for i := range charges {
@@ -40,7 +40,8 @@ func TestChargeSpecs(t *testing.T) {
 	a := cs.of(&store.Charge{Limit: &l, Cost: 1})
 	b := cs.of(&store.Charge{Limit: &l, Cost: 2})
 	c := cs.of(&store.Charge{Limit: &l, Cost: 1, Shadow: true})
-	if a == b || a == c || b == c {
-		t.Errorf("charges differing in cost or shadow share a string: %q %q %q", a, b, c)
+	d := cs.of(&store.Charge{Limit: &l, Cost: 1, Kind: store.Overdraft})
+	if a == b || a == c || b == c || d == a || d == b || d == c {
+		t.Errorf("charges differing in cost, shadow or kind share a string: %q %q %q %q", a, b, c, d)
 	}
 }

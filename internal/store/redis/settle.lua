@@ -17,18 +17,25 @@
 -- (a request's charges on the same limit and cost are the same string,
 -- parsed once per script call):
 --
---          fast ("1": the limit may take fast.lua's path) and algorithm
+--          fast ("1": the charge may take fast.lua's path) and algorithm
 --          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
---          ("1" or "0"), cost, and for the buckets C, k and a (see
---          decide.lua), each as whole ns (hex) and remainder over R
---          (decimal). Requests, Capacity, cost and the remainders are
---          decimal integers below 2^33 (the store passes a cost above
---          Capacity as Capacity+1 and a negative one as 0: the decisions
---          are the same).
+--          ("1" or "0") and kind (store.Kind, 0..3) as two digits, cost,
+--          and for the buckets C, k and a (see decide.lua), each as whole
+--          ns (hex) and remainder over R (decimal), and for a check, an
+--          overdraft or a refund a1 = C - I likewise. Requests, Capacity,
+--          cost and the remainders are decimal integers below 2^33 (the
+--          store passes an admit's cost above Capacity as Capacity+1, a
+--          check's as 1, a window's overdraft at most MaxCount and refund
+--          at most 2·MaxCount, a bucket's above Capacity as Capacity+1,
+--          and a negative one as 0: the decisions are the same; a bucket's
+--          overdraft or refund has k of its whole cost, at most MaxSpan).
 --
 -- Each charge is decided on fast.lua's path when its limit and state fit
 -- it, and on decide.lua's bignums otherwise: the same decision either way.
 -- Each charged bucket's state is written as state.lua's put writes it.
+-- A request is committed (admitted) iff no non-shadow charge is denied;
+-- its admits are written only then, its overdraft charges and refunds
+-- always (store.Settle's combining rule), its checks never.
 --
 -- Reply: one flat array. Per request, committed (1 when the charges were
 -- written, else 0), then per key its decision: on fast.lua's path five
@@ -38,9 +45,10 @@
 -- hexadecimal separated by spaces. In try mode (one request), when
 -- committed, the reply goes on with the decisions that Settle reports had
 -- the request been denied (the admitted charges as peeks of their old
--- state), one per key as before, then, per key written, its index (an
+-- state), one per key as before, then, per admit written, its index (an
 -- integer), its old value ("" for none) and its new value: what the store
--- needs to undo the charges should another slot deny.
+-- needs to undo the admits should another slot deny (overdraft charges
+-- and refunds are never undone).
 
 readNow(ARGV[1], ARGV[2])
 local expire = ARGV[3] == "1"
@@ -52,26 +60,30 @@ local match = string.match
 local specs = {}
 
 -- spec returns the charge ARGV[i] holds, parsed: fast, alg, r, p, cap,
--- shadow, cost, and for the buckets spanNs, spanFrac, kNs, kFrac, aNs,
--- aFrac, as numbers (the times exact only when fast) and, for the bignum
--- path, as strings (ph, spanHex, kHex, aHex).
+-- shadow, kind, cost, and for the buckets spanNs, spanFrac, kNs, kFrac,
+-- aNs, aFrac (and a1Ns, a1Frac for the other kinds), as numbers (the times
+-- exact only when fast) and, for the bignum path, as strings (ph, spanHex,
+-- kHex, aHex, a1Hex).
 local function spec(i)
   local s = ARGV[i]
   local c = specs[s]
   if c then return c end
-  local f, alg, r, p, cap, shadow, cost, rest = match(s, "^(%d)(%d) (%d+) (%x+) (%d+) (%d) (%d+)(.*)$")
+  local f, alg, r, p, cap, shadow, kind, cost, rest = match(s, "^(%d)(%d) (%d+) (%x+) (%d+) (%d)(%d) (%d+)(.*)$")
   c = {
     fast = f == "1", alg = tonumber(alg), r = tonumber(r), ph = p, p = tonumber(p, 16), cap = tonumber(cap),
-    shadow = shadow == "1", cost = tonumber(cost),
+    shadow = shadow == "1", kind = tonumber(kind), cost = tonumber(cost),
   }
+  c.spanHex, c.kHex, c.aHex, c.a1Hex, c.spanFrac, c.kFrac, c.aFrac, c.a1Frac = "0", "0", "0", "0", 0, 0, 0, 0
   if c.alg >= TOKEN then
-    local sn, sf, kn, kf, an, af = match(rest, "^ (%x+) (%d+) (%x+) (%d+) (%x+) (%d+)$")
+    local sn, sf, kn, kf, an, af, more = match(rest, "^ (%x+) (%d+) (%x+) (%d+) (%x+) (%d+)(.*)$")
     c.spanHex, c.kHex, c.aHex = sn, kn, an
     c.spanNs, c.spanFrac = tonumber(sn, 16), tonumber(sf)
     c.kNs, c.kFrac = tonumber(kn, 16), tonumber(kf)
     c.aNs, c.aFrac = tonumber(an, 16), tonumber(af)
-  else
-    c.spanHex, c.kHex, c.aHex, c.spanFrac, c.kFrac, c.aFrac = "0", "0", "0", 0, 0, 0
+    if c.kind ~= ADMIT then
+      local a1n, a1f = match(more, "^ (%x+) (%d+)$")
+      c.a1Hex, c.a1Ns, c.a1Frac = a1n, tonumber(a1n, 16), tonumber(a1f)
+    end
   end
   specs[s] = c
   return c
@@ -80,7 +92,7 @@ end
 local function bigLimit(B, c)
   local fromhex = B.fromhex
   return B.newLimit(c.alg, c.r, fromhex(c.ph), c.cap, fromhex(c.spanHex), c.spanFrac, fromhex(c.kHex), c.kFrac,
-    fromhex(c.aHex), c.aFrac)
+    fromhex(c.aHex), c.aFrac, fromhex(c.a1Hex), c.a1Frac)
 end
 
 -- stateOf returns the state v holds, or the zero State for none.
@@ -88,11 +100,26 @@ local function stateOf(B, v)
   return B.parseState(v) or { t = B.ZERO, n = 0, m = 0 }
 end
 
--- A charge is a table: cost, shadow, and on the fast path (fast true) its
--- limit l, old state t, n, m and its key's expiry kept, decision code, rem,
--- reset, retry, delay and next state nt, nn, nm, nr (nt nil when
--- unchanged); on the bignum path its limit bl, old state bs, decision d
--- (and code = d.code) and next state.
+-- A charge is a table: kind, cost, shadow, and on the fast path (fast
+-- true) its limit l, old state t, n, m and its key's expiry kept, decision
+-- code, rem, reset, retry, delay and next state nt, nn, nm, nr (nt nil when
+-- unchanged, false for the zero State); on the bignum path its limit bl,
+-- old state bs, decision d (and code = d.code) and next state (nil when
+-- unchanged, false for the zero State).
+
+-- written reports whether a charge of kind whose next state is nt (nil
+-- when unchanged) is written in a request committed or not: an admit only
+-- when committed, an overdraft or refund always, a check never (its nt is
+-- nil).
+local function written(kind, nt, committed)
+  return nt ~= nil and (committed or kind ~= ADMIT)
+end
+
+-- peeked reports whether Settle reports a charge of a denied request as a
+-- peek of its old state: an admit that was allowed (and not a peek).
+local function peeked(kind, code, cost)
+  return kind == ADMIT and code == ALLOWED and cost ~= 0
+end
 
 -- reply is the script's reply, size its length.
 local reply, size = {}, 0
@@ -128,32 +155,37 @@ end
 -- bucket's old value.
 local function charge(key, i)
   local sp = spec(i)
-  local cost, shadow = sp.cost, sp.shadow
+  local kind, cost, shadow = sp.kind, sp.cost, sp.shadow
   local old = redis.call("GET", key)
   if sp.fast then
     local ok, t, n, m, kept = fastState(old, sp)
     if ok then
-      local code, rem, reset, retry, delay, nt, nn, nm, nr = fastDecide(sp, t, n, m, cost)
+      local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m)
       return {
-        fast = true, cost = cost, shadow = shadow, l = sp, t = t, n = n, m = m, kept = kept,
+        fast = true, kind = kind, cost = cost, shadow = shadow, l = sp, t = t, n = n, m = m, kept = kept,
         code = code, rem = rem, reset = reset, retry = retry, delay = delay, nt = nt, nn = nn, nm = nm, nr = nr,
       }, old
     end
   end
   local B = bignums()
   local bl, bs = bigLimit(B, sp), stateOf(B, old)
-  local next, d = B.decide(bl, bs, B.bigNow(), cost)
-  return { cost = cost, shadow = shadow, bl = bl, bs = bs, d = d, code = d.code, next = next }, old
+  local next, d = B.apply(bl, bs, B.bigNow(), kind, cost)
+  return { kind = kind, cost = cost, shadow = shadow, bl = bl, bs = bs, d = d, code = d.code, nt = next }, old
 end
 
--- store writes c's charged state under key and returns the value written.
+-- store writes c's next state under key (deletes the key for the zero
+-- State) and returns the value written.
 local function store(key, c)
   if c.fast then
     return fastPut(key, c.nt, c.nn, c.nm, c.nr, expire, c.kept)
   end
+  if c.nt == false then
+    redis.call("DEL", key)
+    return ""
+  end
   local B = bignums()
-  local v = B.formatState(c.next)
-  B.put(key, v, c.next.restAt, expire)
+  local v = B.formatState(c.nt)
+  B.put(key, v, c.nt.restAt, expire)
   return v
 end
 
@@ -163,23 +195,19 @@ end
 -- for one charge on locals instead of the shared arrays: measured about
 -- 0.3 µs less per request, of about 2 µs with its GET and SET.)
 local function settleOneFast(key, sp)
-  local cost = sp.cost
   local ok, t, n, m, kept, inWindow = fastRead(redis.call("GET", key), sp)
   if not ok then
     return false
   end
-  local code, rem, reset, retry, delay, nt, nn, nm, nr = fastDecide(sp, t, n, m, cost)
-  if code ~= ALLOWED and not sp.shadow then
-    -- Denied: a single charge is not admitted, so reported as it is.
-    size = size + 1
-    reply[size] = 0
-  else
-    if code == ALLOWED and cost > 0 then
-      fastWrite(key, inWindow, nt, nn, nm, nr, expire, kept)
-    end
-    size = size + 1
-    reply[size] = 1
+  local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m)
+  -- A single charge is reported as it is, committed or not: a denied
+  -- admit was not allowed, so has nothing to write.
+  local committed = code == ALLOWED or sp.shadow
+  if written(sp.kind, nt, committed) then
+    fastWrite(key, inWindow, nt, nn, nm, nr, expire, kept)
   end
+  size = size + 1
+  reply[size] = committed and 1 or 0
   emitFast(code, rem, reset, retry, delay)
   return true
 end
@@ -206,34 +234,26 @@ local function settleManyFast(k, a, count)
       return false
     end
     local code
-    code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastDecide(sp, t, n, m, sp.cost)
+    code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastApply(sp, t, n, m)
     fSp[i], fT[i], fN[i], fM[i], fKept[i], fIn[i], fCode[i] = sp, t, n, m, kept, inWindow, code
     if code ~= ALLOWED and not sp.shadow then
       commit = false
     end
   end
   size = size + 1
-  if not commit then
-    -- Settle's denial: every decision, the admitted charges as peeks of
-    -- their bucket's old state.
-    reply[size] = 0
-    for i = 1, count do
-      local sp = fSp[i]
-      if fCode[i] == ALLOWED and sp.cost ~= 0 then
-        emitFast(fastDecide(sp, fT[i], fN[i], fM[i], 0))
-      else
-        emitFast(fCode[i], fRem[i], fReset[i], fRetry[i], fDelay[i])
-      end
-    end
-    return true
-  end
-  reply[size] = 1
+  reply[size] = commit and 1 or 0
   for i = 1, count do
-    local code = fCode[i]
-    if code == ALLOWED and fSp[i].cost > 0 then
+    local sp, code = fSp[i], fCode[i]
+    if written(sp.kind, fNt[i], commit) then
       fastWrite(KEYS[k + i], fIn[i], fNt[i], fNn[i], fNm[i], fNr[i], expire, fKept[i])
     end
-    emitFast(code, fRem[i], fReset[i], fRetry[i], fDelay[i])
+    if not commit and peeked(sp.kind, code, sp.cost) then
+      -- Settle's denial: the admitted charges as peeks of their bucket's
+      -- old state.
+      emitFast(fastDecide(sp, fT[i], fN[i], fM[i], 0))
+    else
+      emitFast(code, fRem[i], fReset[i], fRetry[i], fDelay[i])
+    end
   end
   return true
 end
@@ -266,10 +286,22 @@ local function settle(k, a, count)
   local function peeks()
     for i = 1, count do
       local c = charges[i]
-      emit(c, c.code == ALLOWED and c.cost ~= 0)
+      emit(c, peeked(c.kind, c.code, c.cost))
     end
   end
 
+  -- Overdraft charges and refunds are written whatever the request
+  -- decides; admits only when it is committed.
+  local undo = {}
+  for i = 1, count do
+    local c = charges[i]
+    if written(c.kind, c.nt, commit) then
+      local v = store(KEYS[k + i], c)
+      if try and c.kind == ADMIT then
+        undo[#undo + 1] = { i, olds[i] or "", v }
+      end
+    end
+  end
   size = size + 1
   if not commit then
     reply[size] = 0
@@ -277,20 +309,12 @@ local function settle(k, a, count)
     return
   end
   reply[size] = 1
-  local written = {}
   for i = 1, count do
-    local c = charges[i]
-    emit(c, false)
-    if c.code == ALLOWED and c.cost > 0 then
-      local v = store(KEYS[k + i], c)
-      if try then
-        written[#written + 1] = { i, olds[i] or "", v }
-      end
-    end
+    emit(charges[i], false)
   end
   if try then
     peeks()
-    for _, w in ipairs(written) do
+    for _, w in ipairs(undo) do
       reply[size + 1], reply[size + 2], reply[size + 3] = w[1], w[2], w[3]
       size = size + 3
     end

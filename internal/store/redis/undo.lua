@@ -8,8 +8,11 @@
 -- what the charge wrote (and then as state.lua's put writes a state, or
 -- deleted if it had none): if another request has charged the bucket
 -- since, the charge stays (the request then consumed quota there; it never
--- admits more). Bucket states only move forward under charges, so an equal
--- value means no charge came in between.
+-- admits more). Bucket states move forward under charges and back only
+-- under refunds, so an equal value means that nothing came in between, or
+-- that what did cancelled out exactly: either way the restored state is
+-- the one without the undone charge. Only admits are undone: a share's
+-- overdraft charges and refunds stand (settle.lua does not report them).
 
 readNow(ARGV[1], ARGV[2])
 local B = bignums()

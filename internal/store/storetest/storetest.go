@@ -9,7 +9,8 @@
 // MaxRequests per nanosecond, costs up to MaxInt64 and clocks going back),
 // against store.Settle applied directly to a map of states on long random
 // timelines of multi-charge requests, and under concurrent requests on one
-// bucket (exactly the bound admitted).
+// bucket (exactly the bound admitted; every overdraft charge and refund
+// landing exactly once).
 package storetest
 
 import (
@@ -64,6 +65,7 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
 	t.Run("RandomTimelines", func(t *testing.T) { RandomTimelines(t, newStore, opts.RandomRequests) })
 	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines) })
+	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines) })
 }
 
 const (
@@ -91,9 +93,9 @@ func EdgeCases(t *testing.T, newStore Factory) {
 				}
 				for i, st := range tc.Steps {
 					c.Set(st.Now())
-					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost})
+					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost, Kind: st.Kind})
 					if got[0] != st.Want {
-						t.Fatalf("step %d (at %v, cost %d):\n got %+v\nwant %+v", i, st.At, st.Cost, got[0], st.Want)
+						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, got[0], st.Want)
 					}
 				}
 			})
@@ -101,8 +103,10 @@ func EdgeCases(t *testing.T, newStore Factory) {
 	}
 }
 
-// AllOrNothing: a request is charged on all its buckets or on none, and a
-// denied request reports its admissible charges as peeks.
+// AllOrNothing: a request's ordinary charges are charged on all their
+// buckets or on none, and a denied request reports its admissible charges
+// as peeks; its overdraft charges and refunds are applied whatever it
+// decides, and its checks charge nothing (store.Settle's combining rule).
 func AllOrNothing(t *testing.T, newStore Factory) {
 	ten := MustLimit(t, algorithms.TokenBucket, 10, time.Minute, 0)
 	two := MustLimit(t, algorithms.FixedWindow, 2, time.Minute, 0)
@@ -111,6 +115,14 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost}
 	}
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
+	kind := func(k store.Kind, c store.Charge) store.Charge { c.Kind = k; return c }
+	check := func(key string, l *algorithms.Limit) store.Charge { return kind(store.Check, charge(key, l, 0)) }
+	overdraft := func(key string, l *algorithms.Limit, cost int64) store.Charge {
+		return kind(store.Overdraft, charge(key, l, cost))
+	}
+	refund := func(key string, l *algorithms.Limit, units int64) store.Charge {
+		return kind(store.Refund, charge(key, l, units))
+	}
 	C := algorithms.Allowed
 	D, O := algorithms.Denied, algorithms.OverCapacity
 
@@ -159,6 +171,52 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		wantCodes: []algorithms.Code{C, C, C},
 		wantRem:   []int64{10, 2, 3},
 		after:     []int64{10, 2, 3},
+	}, {
+		name:      "a check charges nothing",
+		charges:   []store.Charge{check("wide", ten), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{C, C},
+		wantRem:   []int64{10, 1},
+		after:     []int64{10, 1, 3},
+	}, {
+		name:      "a check of a bucket in debt denies the request",
+		before:    []store.Charge{overdraft("wide", ten, 12)},
+		charges:   []store.Charge{check("wide", ten), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{D, C},
+		wantRem:   []int64{0, 2},
+		after:     []int64{0, 2, 3},
+	}, {
+		name:      "an overdraft into debt is charged, and denies the ordinary charges",
+		charges:   []store.Charge{overdraft("wide", ten, 15), charge("narrow", two, 1), charge("third", three, 1)},
+		wantCodes: []algorithms.Code{D, C, C},
+		wantRem:   []int64{0, 2, 3},
+		after:     []int64{0, 2, 3},
+	}, {
+		name:      "an overdraft is charged when an ordinary charge denies the request",
+		before:    []store.Charge{charge("narrow", two, 2)},
+		charges:   []store.Charge{overdraft("wide", ten, 4), charge("narrow", two, 1), charge("third", three, 1)},
+		wantCodes: []algorithms.Code{C, D, C},
+		wantRem:   []int64{6, 0, 3},
+		after:     []int64{6, 0, 3},
+	}, {
+		name:      "a refund is given back when the request is denied",
+		before:    []store.Charge{charge("wide", ten, 6), charge("narrow", two, 2)},
+		charges:   []store.Charge{refund("wide", ten, 4), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{C, D},
+		wantRem:   []int64{8, 0},
+		after:     []int64{8, 0, 3},
+	}, {
+		name:      "a refund never goes past rest",
+		before:    []store.Charge{charge("wide", ten, 6), charge("third", three, 2)},
+		charges:   []store.Charge{refund("wide", ten, 100), refund("third", three, 1)},
+		wantCodes: []algorithms.Code{C, C},
+		wantRem:   []int64{10, 2},
+		after:     []int64{10, 2, 2},
+	}, {
+		name:      "a shadow overdraft into debt is charged and denies nothing",
+		charges:   []store.Charge{shadow(overdraft("wide", ten, 11)), charge("narrow", two, 1)},
+		wantCodes: []algorithms.Code{D, C},
+		wantRem:   []int64{0, 1},
+		after:     []int64{0, 1, 3},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,11 +271,10 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 		states[i] = r.states[string(charges[i].Key)]
 	}
 	d := make([]algorithms.Decision, len(charges))
-	if store.Settle(charges, states, now, d) {
-		for i := range charges {
-			if charges[i].Cost != 0 && d[i].Code == algorithms.Allowed {
-				r.states[string(charges[i].Key)] = states[i]
-			}
+	admitted := store.Settle(charges, states, now, d)
+	for i := range charges {
+		if charges[i].Applied(d[i], admitted) {
+			r.states[string(charges[i].Key)] = states[i]
 		}
 	}
 	return d
@@ -225,8 +282,9 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 
 // RandomTimelines compares the store with store.Settle on random limits
 // (every algorithm; rates from 1 per 146 years to 2^32 per nanosecond,
-// 7 per 3s among them), random requests of one to four charges (costs
-// from 0 to past capacity, some shadow) and random times: steps of a
+// 7 per 3s among them), random requests of one to four charges (every
+// Kind: admits, checks, overdraft charges deep into debt and refunds;
+// costs from 0 to past capacity and MaxInt64, some shadow) and random times: steps of a
 // nanosecond to years, near the epoch and near MaxTime, and steps back.
 func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 	for seed := range uint64(4) {
@@ -259,8 +317,8 @@ func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 				for i := range charges {
 					if got[i] != want[i] {
 						l := charges[i].Limit
-						t.Fatalf("request %d at %d, charge %d (%v %d per %d, capacity %d; cost %d, shadow %v):\n got %+v\nwant %+v",
-							n, now, i, l.Algorithm(), l.Requests(), int64(l.Period()), l.Capacity(), charges[i].Cost, charges[i].Shadow, got[i], want[i])
+						t.Fatalf("request %d at %d, charge %d (%v %d per %d, capacity %d; %v of %d, shadow %v):\n got %+v\nwant %+v",
+							n, now, i, l.Algorithm(), l.Requests(), int64(l.Period()), l.Capacity(), charges[i].Kind, charges[i].Cost, charges[i].Shadow, got[i], want[i])
 					}
 				}
 			}
@@ -329,7 +387,20 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 		default:
 			cost = 1 + rng.Int64N(min(capacity, 3))
 		}
-		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Shadow: rng.IntN(8) == 0}
+		kind := store.Admit
+		switch rng.IntN(10) {
+		case 0, 1:
+			kind = store.Check
+		case 2, 3, 4:
+			kind = store.Overdraft
+			if rng.IntN(3) == 0 {
+				// Deep into debt: up to the bound.
+				cost = capacity + rng.Int64N(math.MaxInt64-capacity)>>rng.IntN(63)
+			}
+		case 5, 6:
+			kind = store.Refund
+		}
+		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Kind: kind, Shadow: rng.IntN(8) == 0}
 	}
 	return charges
 }
@@ -392,6 +463,52 @@ func ConcurrentOneKey(t *testing.T, newStore Factory, goroutines int) {
 			wg.Wait()
 			if got := admitted.Load(); got != 100 {
 				t.Fatalf("admitted %d of %d, want exactly 100", got, 12*goroutines)
+			}
+		})
+	}
+}
+
+// ConcurrentUsage: goroutines charge one bucket with overdraft charges,
+// refunds and checks at once, at one instant; every overdraft and refund
+// lands exactly once, so the bucket ends with exactly their sum used (past
+// its capacity: in debt, as the last check says).
+func ConcurrentUsage(t *testing.T, newStore Factory, goroutines int) {
+	const rounds, charged, refunded = 12, 9, 4
+	for _, alg := range algorithms.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := newStore(t, clock.NewFake(T0))
+			l := MustLimit(t, alg, 1000, time.Hour, 0)
+			key := []byte("shared")
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						// Each refund follows its own overdraft: the bucket is
+						// never refunded past rest.
+						for _, c := range []store.Charge{
+							{Domain: Domain, Key: key, Limit: l, Kind: store.Overdraft, Cost: charged},
+							{Domain: Domain, Key: key, Limit: l, Kind: store.Check},
+							{Domain: Domain, Key: key, Limit: l, Kind: store.Refund, Cost: refunded},
+						} {
+							if err := s.Apply(context.Background(), []store.Charge{c}, make([]algorithms.Decision, 1)); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			used := int64(goroutines * rounds * (charged - refunded))
+			d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: store.Check})[0]
+			if want := max(l.Capacity()-used, 0); d.Remaining != want || (d.Code == algorithms.Denied) != (used >= l.Capacity()) {
+				t.Fatalf("after %d used: %+v, want %d remaining, denied iff %d ≥ %d", used, d, want, used, l.Capacity())
+			}
+			// Refunding what is used brings the bucket back to rest exactly.
+			if d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: store.Refund, Cost: used - 1})[0]; d.Remaining != l.Capacity()-1 {
+				t.Fatalf("a refund of %d of the %d used: %+v, want %d remaining", used-1, used, d, l.Capacity()-1)
 			}
 		})
 	}

@@ -1,0 +1,230 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+)
+
+// now is the start of a minute, so a fixed window of a minute has a whole
+// minute left.
+const now = int64(1767225600) * int64(time.Second)
+
+func TestSettleCombiningRule(t *testing.T) {
+	window, err := algorithms.NewLimit(algorithms.FixedWindow, 10, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 token per second, 10 at most.
+	bucket, err := algorithms.NewLimit(algorithms.TokenBucket, 1, time.Second, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type charge struct {
+		kind   store.Kind
+		limit  *algorithms.Limit
+		used   int64 // charged (as an overdraft) before the request
+		cost   int64
+		shadow bool
+	}
+	type want struct {
+		code       algorithms.Code
+		remaining  int64
+		retryAfter time.Duration
+		applied    bool
+		left       int64 // Remaining of a peek on the state stored afterwards
+	}
+	const (
+		ok     = algorithms.Allowed
+		denied = algorithms.Denied
+		over   = algorithms.OverCapacity
+	)
+	tests := []struct {
+		name     string
+		charges  []charge
+		admitted bool
+		want     []want
+	}{
+		{
+			name:     "a check of an unused bucket reports it uncharged",
+			charges:  []charge{{kind: store.Check, limit: &window, cost: 5}},
+			admitted: true,
+			want:     []want{{code: ok, remaining: 10, left: 10}},
+		},
+		{
+			name:     "a check with one left is allowed and charges nothing",
+			charges:  []charge{{kind: store.Check, limit: &bucket, used: 9}},
+			admitted: true,
+			want:     []want{{code: ok, remaining: 1, left: 1}},
+		},
+		{
+			name: "a check of a used-up bucket denies the request and its admits",
+			charges: []charge{
+				{kind: store.Check, limit: &bucket, used: 10},
+				{kind: store.Admit, limit: &window, cost: 3},
+			},
+			want: []want{
+				{code: denied, remaining: 0, retryAfter: time.Second},
+				{code: ok, remaining: 10, left: 10},
+			},
+		},
+		{
+			name: "a check of a bucket in debt waits for the debt and one token",
+			charges: []charge{
+				{kind: store.Check, limit: &bucket, used: 13},
+			},
+			want: []want{{code: denied, remaining: 0, retryAfter: 4 * time.Second}},
+		},
+		{
+			name: "an overdraft that fits is an admit",
+			charges: []charge{
+				{kind: store.Overdraft, limit: &window, used: 4, cost: 6},
+				{kind: store.Admit, limit: &bucket, cost: 2},
+			},
+			admitted: true,
+			want: []want{
+				{code: ok, remaining: 0, applied: true, left: 0},
+				{code: ok, remaining: 8, applied: true, left: 8},
+			},
+		},
+		{
+			name: "an overdraft into debt is applied and denies the ordinary charges",
+			charges: []charge{
+				{kind: store.Overdraft, limit: &window, used: 4, cost: 1200},
+				{kind: store.Admit, limit: &bucket, cost: 2},
+			},
+			want: []want{
+				{code: denied, remaining: 0, retryAfter: time.Minute, applied: true, left: 0},
+				{code: ok, remaining: 10, left: 10},
+			},
+		},
+		{
+			name: "an overdraft is applied when an admit denies the request",
+			charges: []charge{
+				{kind: store.Overdraft, limit: &window, cost: 3},
+				{kind: store.Admit, limit: &bucket, used: 9, cost: 2},
+			},
+			want: []want{
+				{code: ok, remaining: 7, applied: true, left: 7},
+				{code: denied, remaining: 1, retryAfter: time.Second, left: 1},
+			},
+		},
+		{
+			name: "a refund is applied when an admit denies the request",
+			charges: []charge{
+				{kind: store.Refund, limit: &window, used: 8, cost: 3},
+				{kind: store.Admit, limit: &bucket, cost: 11},
+			},
+			want: []want{
+				{code: ok, remaining: 5, applied: true, left: 5},
+				{code: over, remaining: 10, left: 10},
+			},
+		},
+		{
+			name: "a refund never goes past rest",
+			charges: []charge{
+				{kind: store.Refund, limit: &bucket, used: 2, cost: 1 << 62},
+			},
+			admitted: true,
+			want:     []want{{code: ok, remaining: 10, applied: true, left: 10}},
+		},
+		{
+			name: "a refund out of debt",
+			charges: []charge{
+				{kind: store.Refund, limit: &bucket, used: 14, cost: 6},
+				{kind: store.Admit, limit: &window, cost: 1},
+			},
+			admitted: true,
+			want: []want{
+				{code: ok, remaining: 2, applied: true, left: 2},
+				{code: ok, remaining: 9, applied: true, left: 9},
+			},
+		},
+		{
+			name: "a shadow overdraft into debt is applied and denies nothing",
+			charges: []charge{
+				{kind: store.Overdraft, limit: &window, cost: 11, shadow: true},
+				{kind: store.Admit, limit: &bucket, cost: 1},
+			},
+			admitted: true,
+			want: []want{
+				{code: denied, remaining: 0, retryAfter: time.Minute, applied: true, left: 0},
+				{code: ok, remaining: 9, applied: true, left: 9},
+			},
+		},
+		{
+			name: "a denied shadow check denies nothing",
+			charges: []charge{
+				{kind: store.Check, limit: &window, used: 10, shadow: true},
+				{kind: store.Admit, limit: &bucket, cost: 1},
+			},
+			admitted: true,
+			want: []want{
+				{code: denied, remaining: 0, retryAfter: time.Minute, left: 0},
+				{code: ok, remaining: 9, applied: true, left: 9},
+			},
+		},
+		{
+			name: "a charge of 0 is a peek whatever the kind",
+			charges: []charge{
+				{kind: store.Overdraft, limit: &window, used: 3},
+				{kind: store.Refund, limit: &bucket, used: 3},
+				{kind: store.Admit, limit: &bucket},
+			},
+			admitted: true,
+			want: []want{
+				{code: ok, remaining: 7, left: 7},
+				{code: ok, remaining: 7, left: 7},
+				{code: ok, remaining: 10, left: 10},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			charges := make([]store.Charge, len(tt.charges))
+			states := make([]algorithms.State, len(tt.charges))
+			for i, c := range tt.charges {
+				charges[i] = store.Charge{Key: []byte{byte(i)}, Limit: c.limit, Cost: c.cost, Kind: c.kind, Shadow: c.shadow}
+				states[i], _ = c.limit.Overdraft(algorithms.State{}, now, c.used)
+			}
+			before := append([]algorithms.State(nil), states...)
+			decisions := make([]algorithms.Decision, len(charges))
+			admitted := store.Settle(charges, states, now, decisions)
+			if admitted != tt.admitted {
+				t.Errorf("admitted %v, want %v", admitted, tt.admitted)
+			}
+			for i, w := range tt.want {
+				d := decisions[i]
+				if d.Code != w.code || d.Remaining != w.remaining || d.RetryAfter != w.retryAfter {
+					t.Errorf("charge %d (%v): %v remaining %d retry after %v, want %v remaining %d retry after %v",
+						i, charges[i].Kind, d.Code, d.Remaining, d.RetryAfter, w.code, w.remaining, w.retryAfter)
+				}
+				applied := charges[i].Applied(d, admitted)
+				if applied != w.applied {
+					t.Errorf("charge %d (%v): applied %v, want %v", i, charges[i].Kind, applied, w.applied)
+				}
+				stored := before[i]
+				if applied {
+					stored = states[i]
+				} else if states[i] != before[i] {
+					t.Errorf("charge %d (%v): not applied, but its state changed", i, charges[i].Kind)
+				}
+				if _, peek := charges[i].Limit.Decide(stored, now, 0); peek.Remaining != w.left {
+					t.Errorf("charge %d (%v): %d left afterwards, want %d", i, charges[i].Kind, peek.Remaining, w.left)
+				}
+			}
+		})
+	}
+}
+
+func TestKindString(t *testing.T) {
+	for k, want := range map[store.Kind]string{
+		store.Admit: "admit", store.Check: "check", store.Overdraft: "overdraft", store.Refund: "refund", 9: "Kind(9)",
+	} {
+		if got := k.String(); got != want {
+			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
+		}
+	}
+}
