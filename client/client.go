@@ -204,12 +204,35 @@ func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descri
 	}
 	sent := c.clock.Now()
 	var key []byte // the request's, for the local short-circuit
-	if c.local != nil {
+	local := c.local != nil && !recordsUsage(descriptors)
+	if local {
 		key = appendRequestKey(make([]byte, 0, 128), domain, descriptors)
 		if wait, policy, ok := c.local.check(sent, key); ok {
 			return Decision{Source: SourceLocal, RetryAfter: wait, Policy: policy}, nil
 		}
 	}
+	d, err := c.ask(ctx, domain, descriptors)
+	if err == nil && local && d.Source == SourceService && !d.Allowed && !d.Never && d.RetryAfter > 0 {
+		c.local.remember(sent, key, d.RetryAfter, d.Policy)
+	}
+	return d, err
+}
+
+// recordsUsage reports whether a descriptor of ds records usage whatever
+// the service decides.
+func recordsUsage(ds []Descriptor) bool {
+	for _, d := range ds {
+		if d.recordsUsage() {
+			return true
+		}
+	}
+	return false
+}
+
+// ask sends a request of domain and descriptors to the service and
+// returns its decision, or the failure policy's; an error only when ctx
+// ends first.
+func (c *Client) ask(ctx context.Context, domain string, descriptors []Descriptor) (Decision, error) {
 	req := &ratelimitv1.ShouldRateLimitRequest{
 		Domain:      domain,
 		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
@@ -227,11 +250,7 @@ func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descri
 		return c.fail(err), nil
 	}
 	c.recovered()
-	d := decide(resp, descriptors)
-	if c.local != nil && !d.Allowed && !d.Never && d.RetryAfter > 0 {
-		c.local.remember(sent, key, d.RetryAfter, d.Policy)
-	}
-	return d, nil
+	return decide(resp, descriptors), nil
 }
 
 // decide reads the service's answer to a request of ds.

@@ -25,6 +25,7 @@ type Descriptor struct {
 	hits    uint32
 	hasHits bool
 	limit   *Limit
+	op      ratelimitv1.Operation
 }
 
 type entry struct{ key, value string }
@@ -50,6 +51,27 @@ func (d Descriptor) With(key, value string) Descriptor {
 func (d Descriptor) WithHits(n uint32) Descriptor {
 	d.hits, d.hasHits = n, true
 	return d
+}
+
+// WithOperation returns d asking op of its buckets instead of a charge
+// (ratelimitv1.Operation documents each): OPERATION_CHECK asks whether a
+// charge of 1 would be admitted and charges nothing; OPERATION_OVERDRAFT
+// charges its cost in full, into debt if need be, for usage that already
+// happened; OPERATION_REFUND gives its cost back; OPERATION_ADMIT charges
+// it only if it fits, whatever the policy says of overdraft. A request
+// holding an overdraft charge or a refund is always sent to the service:
+// the local short-circuit never answers it, nor remembers its denial, as
+// its charge must land. Reserve makes these calls for usage known only
+// afterwards.
+func (d Descriptor) WithOperation(op ratelimitv1.Operation) Descriptor {
+	d.op = op
+	return d
+}
+
+// recordsUsage reports whether d's charge is applied whatever the service
+// decides: an overdraft charge or a refund.
+func (d Descriptor) recordsUsage() bool {
+	return d.op == ratelimitv1.Operation_OPERATION_OVERDRAFT || d.op == ratelimitv1.Operation_OPERATION_REFUND
 }
 
 // WithLimit returns d decided by l instead of the service's policy, in any
@@ -82,7 +104,7 @@ func (d Descriptor) cost() uint32 {
 }
 
 func (d Descriptor) proto() *ratelimitv1.Descriptor {
-	out := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.entries))}
+	out := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.entries)), Operation: d.op}
 	for i, e := range d.entries {
 		out.Entries[i] = &ratelimitv1.Entry{Key: e.key, Value: e.value}
 	}

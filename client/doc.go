@@ -21,6 +21,22 @@
 //
 // The service charges every descriptor or, when any denies, none.
 //
+// # Usage known afterwards
+//
+// Work whose cost is known only when it is done (the tokens of an LLM
+// answer) reserves an estimate first and settles for the actual cost:
+//
+//	r, err := c.Reserve(ctx, 500, "llm", client.NewDescriptor("tenant", "acme"))
+//	...
+//	if !r.Allowed {
+//		return fmt.Errorf("%v", r.Decision) // the budget has no 500 tokens left
+//	}
+//	used := callTheModel()
+//	r.Settle(ctx, used) // charges used-500 in full (into debt if need be), or refunds 500-used
+//
+// Cancel gives a reservation back. Descriptor.WithOperation asks a single
+// check, overdraft charge or refund directly.
+//
 // # When the service cannot decide
 //
 // Each call has a deadline (WithTimeout). A service that is unreachable,

@@ -96,8 +96,8 @@ func (l *localDeny) remove(r *denial) {
 }
 
 // appendRequestKey appends the key of a request: its domain and every
-// descriptor in order, each with its entries, its cost and its inline
-// limit. Every string is length-prefixed and every list counted, so two
+// descriptor in order, each with its entries, its cost, its operation and
+// its inline limit. Every string is length-prefixed and every list counted, so two
 // requests share a key only when the service would see the same request.
 // A descriptor without WithHits and one WithHits(1) share a key: both cost
 // 1.
@@ -111,6 +111,7 @@ func appendRequestKey(b []byte, domain string, ds []Descriptor) []byte {
 			b = appendString(b, e.value)
 		}
 		b = binary.AppendUvarint(b, uint64(d.cost()))
+		b = binary.AppendUvarint(b, uint64(d.op))
 		l := d.limit
 		if l == nil {
 			b = append(b, 0)

@@ -89,7 +89,7 @@ Flags:
 	console := fs.Bool("console", true, "serve the web console at /console on --admin-addr, or --http-addr without it (--console=false to disable)")
 	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
 	fs.IntVar(&cfg.MaxDetailedSeries, "max-detailed-series", metrics.DefaultMaxDetailedSeries, "most metric series of one detailed_metric rule; the hits of further values count on its descriptor=\"_overflow_\" series")
-	addPolicyLimitFlags(fs, &cfg.PolicyLimits)
+	addPolicyBoundFlags(fs, &cfg.PolicyBounds)
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --admin-addr, or --http-addr without it (never /debug/pprof/cmdline); only where operators alone reach that address")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
@@ -100,6 +100,7 @@ Flags:
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")
 	fs.IntVar(&b.MaxValueBytes, "max-value-bytes", b.MaxValueBytes, "longest entry value, in bytes")
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
+	fs.BoolVar(&cfg.OverdraftByDefault, "overdraft-by-default", false, "make every limit whose policy does not say overdraft: an overdraft limit: charges are taken in full, leaving the bucket in debt (token budgets charged after the response)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	redisFlags := addRedisFlags(fs, &cfg)
 	xdsFlags := addXDSFlags(fs, &cfg)
@@ -140,7 +141,7 @@ Flags:
 		fmt.Fprintf(stderr, "ratelimitd: --max-detailed-series %d: want at least 1\n", cfg.MaxDetailedSeries)
 		return 2
 	}
-	if err := checkPolicyLimits(cfg.PolicyLimits); err != nil { // a zero limit would be read as "the default"
+	if err := checkPolicyBounds(cfg.PolicyBounds); err != nil { // a zero limit would be read as "the default"
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
 	}
@@ -215,16 +216,16 @@ Flags:
 	}
 }
 
-// addPolicyLimitFlags adds the flags that bound policy files, for serving
+// addPolicyBoundFlags adds the flags that bound policy files, for serving
 // and for check-config alike.
-func addPolicyLimitFlags(fs *flag.FlagSet, l *config.Limits) {
-	*l = config.DefaultLimits
+func addPolicyBoundFlags(fs *flag.FlagSet, l *config.PolicyBounds) {
+	*l = config.DefaultPolicyBounds
 	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together, in `bytes`; larger ones are rejected before they are read")
 	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together)")
 }
 
-// checkPolicyLimits refuses a policy bound below 1, naming its flag.
-func checkPolicyLimits(l config.Limits) error {
+// checkPolicyBounds refuses a policy bound below 1, naming its flag.
+func checkPolicyBounds(l config.PolicyBounds) error {
 	switch {
 	case l.MaxBytes < 1:
 		return fmt.Errorf("--max-policy-bytes %d: want at least 1", l.MaxBytes)
@@ -267,8 +268,8 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--max-policy-bytes N] [--max-policy-descriptors N] PATH")
 		fs.PrintDefaults()
 	}
-	var limits config.Limits
-	addPolicyLimitFlags(fs, &limits)
+	var limits config.PolicyBounds
+	addPolicyBoundFlags(fs, &limits)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -277,7 +278,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "PATH is one policy file, or a directory of them; run 'ratelimitd check-config --help' for the flags")
 		return 2
 	}
-	if err := checkPolicyLimits(limits); err != nil {
+	if err := checkPolicyBounds(limits); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd check-config: %v\n", err)
 		return 2
 	}
@@ -290,6 +291,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "ok: domain %q from %s\n", d.Name, d.Source)
 		if !d.HasRules() {
 			fmt.Fprintf(stdout, "warning: domain %q has no rate limits: it admits every request\n", d.Name)
+		}
+		for _, key := range d.OverdraftRules() {
+			fmt.Fprintf(stdout, "overdraft: %s takes charges in full, into debt if need be\n", key)
 		}
 	}
 	return 0

@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 )
 
 // redisFlags are the flags of the Redis store that need work after
-// parsing; the rest write into cfg.Redis directly.
+// parsing; the rest write into cfg.Redis and cfg.RedisGuard directly.
 type redisFlags struct {
 	cluster                string
 	passwordFile           string
@@ -24,7 +25,7 @@ type redisFlags struct {
 
 func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	f := &redisFlags{}
-	r := &cfg.Redis
+	r, g := &cfg.Redis, &cfg.RedisGuard
 	fs.StringVar(&cfg.Store, "store", "memory", "where buckets live: memory (this daemon's own) or redis (shared by every daemon on the same Redis; see docs/redis.md)")
 	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis)")
 	fs.StringVar(&f.cluster, "redis-cluster", "", "Redis Cluster seed `addresses`, comma-separated (instead of --redis-addr)")
@@ -35,12 +36,12 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	fs.StringVar(&f.tlsCert, "redis-tls-cert", "", "PEM client certificate `file` for Redis (with --redis-tls-key; implies --redis-tls)")
 	fs.StringVar(&f.tlsKey, "redis-tls-key", "", "PEM private key `file` of --redis-tls-cert")
 	fs.DurationVar(&r.Timeout, "redis-timeout", redisstore.DefaultTimeout, "how long one request may wait for Redis before the failure mode decides it")
-	fs.Var(&r.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
-	fs.IntVar(&r.BreakerFailures, "redis-breaker-failures", redisstore.DefaultBreakerFailures, "open the circuit breaker after `n` failed exchanges with Redis in a row: requests are then decided by the failure mode at once, without waiting for Redis")
-	fs.DurationVar(&r.BreakerCooloff, "redis-breaker-cooloff", redisstore.DefaultBreakerCooloff, "how long the open circuit breaker decides by the failure mode before one request probes Redis again")
+	fs.Var(&g.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
+	fs.IntVar(&g.BreakerFailures, "redis-breaker-failures", guard.DefaultBreakerFailures, "open the circuit breaker after `n` failed exchanges with Redis in a row: requests are then decided by the failure mode at once, without waiting for Redis")
+	fs.DurationVar(&g.BreakerCooloff, "redis-breaker-cooloff", guard.DefaultBreakerCooloff, "how long the open circuit breaker decides by the failure mode before one request probes Redis again")
 	fs.StringVar(&r.KeyPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "`prefix` of every Redis key")
 	fs.BoolVar(&r.SpreadKeys, "redis-spread-keys", false, "no {domain} hash tag: spread a domain's buckets over a cluster's nodes; requests then settle per slot (see docs/redis.md)")
-	fs.IntVar(&r.DenyCache, "redis-deny-cache", 0, "remember up to `n` buckets over their limit until their retry_after, denying them without asking Redis (0: off)")
+	fs.IntVar(&g.DenyCache, "redis-deny-cache", 0, "remember up to `n` buckets over their limit until their retry_after, denying them without asking Redis (0: off)")
 	return f
 }
 
@@ -49,10 +50,10 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 	if cfg.Store != "redis" {
 		return nil
 	}
-	if cfg.Redis.BreakerFailures < 1 {
+	if cfg.RedisGuard.BreakerFailures < 1 {
 		return errors.New("--redis-breaker-failures: must be at least 1")
 	}
-	if cfg.Redis.BreakerCooloff <= 0 {
+	if cfg.RedisGuard.BreakerCooloff <= 0 {
 		return errors.New("--redis-breaker-cooloff: must be positive")
 	}
 	password, err := secret("redis-password-file", f.passwordFile, "RATELIMITD_REDIS_PASSWORD")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 )
 
@@ -29,22 +30,23 @@ func TestRedisFlags(t *testing.T) {
 		args    []string
 		env     string
 		want    redisstore.Config
+		guard   guard.Config
 		wantErr bool
 	}{{
 		name: "standalone with every option",
 		args: []string{"--store", "redis", "--redis-addr", "10.1.2.3:6380", "--redis-timeout", "50ms", "--redis-failure-mode", "closed",
 			"--redis-key-prefix", "rl:", "--redis-deny-cache", "1000", "--redis-username", "rl", "--redis-password-file", secretFile,
 			"--redis-breaker-failures", "5", "--redis-breaker-cooloff", "250ms"},
-		want: redisstore.Config{Addr: "10.1.2.3:6380", Timeout: 50 * time.Millisecond, FailureMode: redisstore.FailClosed,
-			KeyPrefix: "rl:", DenyCache: 1000, Username: "rl", Password: "s3cret",
-			BreakerFailures: 5, BreakerCooloff: 250 * time.Millisecond},
+		want: redisstore.Config{Addr: "10.1.2.3:6380", Timeout: 50 * time.Millisecond,
+			KeyPrefix: "rl:", Username: "rl", Password: "s3cret"},
+		guard: guard.Config{FailureMode: guard.FailClosed, DenyCache: 1000, BreakerFailures: 5, BreakerCooloff: 250 * time.Millisecond},
 	}, {
 		name: "cluster seeds replace the address; the password from the environment",
 		args: []string{"--store", "redis", "--redis-cluster", "a:7000, b:7001,", "--redis-spread-keys"},
 		env:  "fromenv",
 		want: redisstore.Config{ClusterAddrs: []string{"a:7000", "b:7001"}, SpreadKeys: true, Password: "fromenv",
-			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix,
-			BreakerFailures: redisstore.DefaultBreakerFailures, BreakerCooloff: redisstore.DefaultBreakerCooloff},
+			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
 	}, {
 		name:    "a breaker that never opens",
 		args:    []string{"--store", "redis", "--redis-breaker-failures", "0"},
@@ -54,10 +56,10 @@ func TestRedisFlags(t *testing.T) {
 		args:    []string{"--store", "redis", "--redis-breaker-cooloff", "0s"},
 		wantErr: true,
 	}, {
-		name: "the password from a file, its line break dropped",
-		args: []string{"--store", "redis", "--redis-password-file", crlfFile},
-		want: redisstore.Config{Addr: "127.0.0.1:6379", Password: "with crlf", Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix,
-			BreakerFailures: redisstore.DefaultBreakerFailures, BreakerCooloff: redisstore.DefaultBreakerCooloff},
+		name:  "the password from a file, its line break dropped",
+		args:  []string{"--store", "redis", "--redis-password-file", crlfFile},
+		want:  redisstore.Config{Addr: "127.0.0.1:6379", Password: "with crlf", Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
 	}, {
 		name:    "a password file and the environment both",
 		args:    []string{"--store", "redis", "--redis-password-file", secretFile},
@@ -100,6 +102,9 @@ func TestRedisFlags(t *testing.T) {
 			}
 			if err == nil && !reflect.DeepEqual(cfg.Redis, tt.want) {
 				t.Fatalf("got  %+v\nwant %+v", cfg.Redis, tt.want)
+			}
+			if err == nil && !reflect.DeepEqual(cfg.RedisGuard, tt.guard) {
+				t.Fatalf("guard: got  %+v\nwant %+v", cfg.RedisGuard, tt.guard)
 			}
 		})
 	}

@@ -38,17 +38,19 @@ Flags:
 		fs.PrintDefaults()
 	}
 	var (
-		algs     = fs.String("algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare")
-		requests = fs.Int64("requests", 10, "requests per period")
-		period   = fs.Duration("period", time.Minute, "the limit's period")
-		burst    = fs.Int64("burst", 0, "capacity of the bucket algorithms (0: --requests)")
-		t        simulate.Traffic
-		times    = fs.String("times", "", "for --pattern recorded: arrival `times` from 0, comma-separated durations (1s,1.5s,…)")
-		bin      = fs.Duration("bin", 0, "width of one interval of the CSV and chart (0: a hundredth of --duration)")
-		csvPath  = fs.String("csv", "-", "CSV output `file` (- for standard output)")
-		svgPath  = fs.String("svg", "", "SVG chart output `file`")
-		pattern  = fs.String("pattern", string(simulate.Boundary), "traffic: steady, bursts, boundary, poisson or recorded")
+		algs      = fs.String("algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare")
+		requests  = fs.Int64("requests", 10, "requests per period")
+		period    = fs.Duration("period", time.Minute, "the limit's period")
+		burst     = fs.Int64("burst", 0, "capacity of the bucket algorithms (0: --requests)")
+		t         simulate.Traffic
+		times     = fs.String("times", "", "for --pattern recorded: arrival `times` from 0, comma-separated durations (1s,1.5s,…)")
+		bin       = fs.Duration("bin", 0, "width of one interval of the CSV and chart (0: a hundredth of --duration)")
+		csvPath   = fs.String("csv", "-", "CSV output `file` (- for standard output)")
+		svgPath   = fs.String("svg", "", "SVG chart output `file`")
+		pattern   = fs.String("pattern", string(simulate.Boundary), "traffic: steady, bursts, boundary, poisson or recorded")
+		overdraft = fs.Bool("overdraft", false, "the limits take overdraft charges (a token budget charged after the fact): each request is checked, then charged its whole --cost, into debt if need be")
 	)
+	fs.Int64Var(&t.Cost, "cost", 1, "what each request uses (tokens, for a token budget)")
 	fs.DurationVar(&t.Duration, "duration", 2*time.Minute, "how long to simulate")
 	fs.Float64Var(&t.Rate, "rate", 1, "requests a second, for steady and poisson")
 	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
@@ -88,6 +90,7 @@ Flags:
 			fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
 			return 2
 		}
+		lane.Overdraft = *overdraft
 		lanes = append(lanes, lane)
 	}
 	res, err := simulate.Run(context.Background(), t, lanes, *bin, *period)

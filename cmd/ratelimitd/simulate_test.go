@@ -50,3 +50,20 @@ func TestSimulate(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateTokenBudget: --overdraft and --cost simulate a token budget
+// charged after the fact, and the CSV says when it is in debt.
+func TestSimulateTokenBudget(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"simulate", "--algorithms", "fixed_window", "--requests", "1000", "--period", "1m", "--overdraft", "--cost", "300",
+		"--pattern", "steady", "--rate", "1", "--duration", "1m", "--bin", "10s"}
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if want := "fixed_window         admitted      4  denied     56"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("summary %q, want %q", stderr.String(), want)
+	}
+	if want := "0,fixed_window,4,6,0,0,1\n"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("CSV %q lacks the first interval in debt %q", stdout.String(), want)
+	}
+}

@@ -31,13 +31,18 @@ descriptors:
 `
 
 func client(t *testing.T, p *process) rl.RateLimitServiceClient {
+	return rl.NewRateLimitServiceClient(dial(t, p))
+}
+
+// dial connects to p's gRPC port until the test ends.
+func dial(t *testing.T, p *process) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rl.NewRateLimitServiceClient(conn)
+	return conn
 }
 
 func ask(t *testing.T, c rl.RateLimitServiceClient, hits uint32, kv ...string) *rl.ShouldRateLimitResponse {

@@ -62,9 +62,10 @@
 //     peeks: PermissionDenied (ReasonPeekOnly).
 //
 // A call is a peek when it charges nothing: every descriptor's cost is 0
-// (engine.Cost). In ratelimit.v1 that is every descriptor setting its own
-// hits to 0. In Envoy v3 it is every descriptor carrying a hits_addend of
-// 0: the request-level hits_addend is 0 in what Envoy sends by default and
+// (engine.Cost), or it is a check. In ratelimit.v1 that is every
+// descriptor setting its own hits to 0 or asking OPERATION_CHECK; a refund
+// or an overdraft charge of a cost above 0 is a charge. In Envoy v3 it is
+// every descriptor carrying a hits_addend of 0 (a check): the request-level hits_addend is 0 in what Envoy sends by default and
 // means 1, so Envoy's ordinary calls charge. A request without descriptors
 // counts as a charge.
 //

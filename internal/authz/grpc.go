@@ -13,8 +13,9 @@ import (
 )
 
 // Ask returns what a rate limit request asks for: its domain, and Peek
-// when it charges nothing (every descriptor's cost is 0, by engine.Cost)
-// or Charge. ok is false for a message that is no rate limit request. It
+// when it charges nothing (every descriptor a check, or of cost 0 by
+// engine.Cost) or Charge. A refund or an overdraft charge of cost > 0 is a
+// Charge: it changes what others may take. ok is false for a message that is no rate limit request. It
 // knows ratelimit.v1's ShouldRateLimitRequest and Envoy v3's
 // RateLimitRequest; an HTTP/JSON adapter that decodes into either, or into
 // an engine.Request (AccessOf), asks the same question.
@@ -23,6 +24,9 @@ func Ask(req any) (domain string, access Access, ok bool) {
 	case *ratelimitv1.ShouldRateLimitRequest:
 		access = Peek
 		for _, d := range r.GetDescriptors() {
+			if d.GetOperation() == ratelimitv1.Operation_OPERATION_CHECK {
+				continue
+			}
 			if engine.Cost(uint64(r.GetHits()), ownHits(d.Hits != nil, uint64(d.GetHits()))) > 0 {
 				access = Charge
 				break
@@ -50,14 +54,14 @@ func Ask(req any) (domain string, access Access, ok bool) {
 }
 
 // AccessOf returns Peek when the engine request charges nothing (every
-// descriptor's cost 0, by engine.Cost), else Charge; a request without
-// descriptors is a Charge.
+// descriptor a check, or of cost 0 by engine.Cost), else Charge; a request
+// without descriptors is a Charge.
 func AccessOf(r *engine.Request) Access {
 	if len(r.Descriptors) == 0 {
 		return Charge
 	}
 	for i := range r.Descriptors {
-		if engine.Cost(r.Hits, r.Descriptors[i].Hits) > 0 {
+		if r.Descriptors[i].Op != engine.OpCheck && engine.Cost(r.Hits, r.Descriptors[i].Hits) > 0 {
 			return Charge
 		}
 	}

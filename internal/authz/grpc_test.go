@@ -55,6 +55,18 @@ func TestAsk(t *testing.T) {
 		{"v1: one descriptor charges", v1(0, zero, one), Charge},
 		{"v1: one descriptor without hits of its own", v1(0, zero, nil), Charge},
 		{"v1: no descriptors", v1(0), Charge},
+		{"v1: checks charge nothing", func() any {
+			r := v1(5, nil, one)
+			for _, d := range r.Descriptors {
+				d.Operation = ratelimitv1.Operation_OPERATION_CHECK
+			}
+			return r
+		}(), Peek},
+		{"v1: a refund charges", func() any {
+			r := v1(0, zero, one)
+			r.Descriptors[1].Operation = ratelimitv1.Operation_OPERATION_REFUND
+			return r
+		}(), Charge},
 		{"envoy: Envoy's default (hits_addend 0 means 1)", envoy(0, nil), Charge},
 		{"envoy: hits_addend 0 on every descriptor", envoy(0, ezero, ezero), Peek},
 		{"envoy: over the request's hits_addend", envoy(3, ezero), Peek},

@@ -75,6 +75,14 @@
 //   - retry_jitter: a Go duration such as "250ms"; a denial's retry-after
 //     may be lengthened by a random amount up to it, so that denied clients
 //     do not all return at once. Default 0.
+//   - overdraft: true makes a charge to the limit an overdraft charge: it
+//     is taken in full whatever is left, so usage known only afterwards (an
+//     LLM answer's tokens) always lands, and the bucket may go into debt,
+//     denying checks and charges until its own refill has paid the debt
+//     back (see the engine). false: a charge is admitted only when it
+//     fits. When absent (Limit.Overdraft is OverdraftDefault), the daemon's
+//     --overdraft-by-default decides; it is off unless set. Not allowed
+//     with unlimited: true or requests_per_unit: 0, which keep no bucket.
 //
 // And on a descriptor, rate_limits: a list of rate_limit blocks, for
 // several limits on one descriptor; a request is admitted only when every
@@ -108,14 +116,16 @@
 // unit or algorithm; a requests_per_unit, burst or unit_multiplier that is
 // missing where required, not a whole number, or out of range; unlimited
 // together with unit, requests_per_unit, algorithm, burst, unit_multiplier
-// or retry_jitter; burst with a window algorithm; a retry_jitter that is
+// retry_jitter or overdraft; algorithm, burst or overdraft with
+// requests_per_unit: 0; overdraft that is not a boolean; burst with a
+// window algorithm; a retry_jitter that is
 // not a duration or is negative; a period beyond algorithms.MaxSpan or a
 // bucket that takes longer to drain; replaces entries without a name,
 // naming their own limit, or naming no limit of the domain; rate_limit and
 // rate_limits together, or an empty one. A file's problems are listed up
 // to 1000, then counted.
 //
-// Loading is bounded (Limits, DefaultLimits): a file larger than
+// Loading is bounded (PolicyBounds, DefaultPolicyBounds): a file larger than
 // MaxBytes (2 MiB by default), or a directory whose files are larger
 // together, is rejected from its size before it is read; a policy with more
 // than MaxDescriptors descriptors (100,000 by default, counting each use of

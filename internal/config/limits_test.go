@@ -87,18 +87,18 @@ func TestLoadLimits(t *testing.T) {
 	tests := []struct {
 		name   string
 		path   string
-		limits config.Limits
+		limits config.PolicyBounds
 		want   string // the one problem; "" for a policy
 	}{
-		{"a file at the byte limit", filepath.Join(one, "a.yaml"), config.Limits{MaxBytes: size, MaxDescriptors: 3}, ""},
-		{"a file one byte over", filepath.Join(one, "a.yaml"), config.Limits{MaxBytes: size - 1, MaxDescriptors: 3},
+		{"a file at the byte limit", filepath.Join(one, "a.yaml"), config.PolicyBounds{MaxBytes: size, MaxDescriptors: 3}, ""},
+		{"a file one byte over", filepath.Join(one, "a.yaml"), config.PolicyBounds{MaxBytes: size - 1, MaxDescriptors: 3},
 			filepath.Join(one, "a.yaml") + ": " + itoa(size) + " bytes, more than the limit of " + itoa(size-1) + " (--max-policy-bytes); not parsed"},
-		{"two files each within, together over", two, config.Limits{MaxBytes: size + 10, MaxDescriptors: 100},
+		{"two files each within, together over", two, config.PolicyBounds{MaxBytes: size + 10, MaxDescriptors: 100},
 			two + ": the policy files are " + itoa(2*size) + " bytes together, more than the limit of " + itoa(size+10) + " (--max-policy-bytes)"},
-		{"descriptors at the limit", filepath.Join(one, "a.yaml"), config.Limits{MaxBytes: 1 << 20, MaxDescriptors: 3}, ""},
-		{"one descriptor over", filepath.Join(one, "a.yaml"), config.Limits{MaxBytes: 1 << 20, MaxDescriptors: 2},
+		{"descriptors at the limit", filepath.Join(one, "a.yaml"), config.PolicyBounds{MaxBytes: 1 << 20, MaxDescriptors: 3}, ""},
+		{"one descriptor over", filepath.Join(one, "a.yaml"), config.PolicyBounds{MaxBytes: 1 << 20, MaxDescriptors: 2},
 			filepath.Join(one, "a.yaml") + ":7: descriptors[2]: more than 2 descriptors (--max-policy-descriptors; aliases expanded, the files of a directory together); stopped here"},
-		{"descriptors of a directory counted together", two, config.Limits{MaxBytes: 1 << 20, MaxDescriptors: 5},
+		{"descriptors of a directory counted together", two, config.PolicyBounds{MaxBytes: 1 << 20, MaxDescriptors: 5},
 			filepath.Join(two, "b.yaml") + ":7: descriptors[2]: more than 5 descriptors (--max-policy-descriptors; aliases expanded, the files of a directory together); stopped here"},
 	}
 	for _, tt := range tests {
@@ -115,7 +115,7 @@ func TestLoadLimits(t *testing.T) {
 			}
 		})
 	}
-	if _, err := config.LoadWithin(one, config.Limits{MaxBytes: 0, MaxDescriptors: 1}); err == nil {
+	if _, err := config.LoadWithin(one, config.PolicyBounds{MaxBytes: 0, MaxDescriptors: 1}); err == nil {
 		t.Error("a zero byte limit was accepted")
 	}
 }

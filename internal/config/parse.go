@@ -21,10 +21,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
 )
 
-// Limits bound what loading a policy may cost, so that an oversize file
+// PolicyBounds bound what loading a policy may cost, so that an oversize file
 // is rejected before it is read into memory, and one whose aliases expand
 // enormously is stopped early.
-type Limits struct {
+type PolicyBounds struct {
 	// MaxBytes is the most bytes of one policy file, and of all the files
 	// of a directory together. A file beyond it is rejected from its size
 	// (os.Stat) without being read; reading stops one byte past it in any
@@ -36,15 +36,15 @@ type Limits struct {
 	MaxDescriptors int
 }
 
-// DefaultLimits are generous for hand-written policies (envoyproxy/ratelimit
+// DefaultPolicyBounds are generous for hand-written policies (envoyproxy/ratelimit
 // policy files are usually kilobytes) and keep loading a policy within
 // about 100 MB of memory: the YAML decoder holds ~50 bytes a byte of file
 // while it runs, a loaded descriptor ~600 bytes.
-var DefaultLimits = Limits{MaxBytes: 2 << 20, MaxDescriptors: 100_000}
+var DefaultPolicyBounds = PolicyBounds{MaxBytes: 2 << 20, MaxDescriptors: 100_000}
 
 // Check reports a limit that is not positive: such a limit would reject
 // every policy.
-func (l Limits) Check() error {
+func (l PolicyBounds) Check() error {
 	switch {
 	case l.MaxBytes <= 0:
 		return fmt.Errorf("max policy bytes is %d: want at least 1", l.MaxBytes)
@@ -54,8 +54,8 @@ func (l Limits) Check() error {
 	return nil
 }
 
-// Load reads the policy at path within DefaultLimits; see LoadWithin.
-func Load(path string) (*Policy, error) { return LoadWithin(path, DefaultLimits) }
+// Load reads the policy at path within DefaultPolicyBounds; see LoadWithin.
+func Load(path string) (*Policy, error) { return LoadWithin(path, DefaultPolicyBounds) }
 
 // LoadWithin reads the policy at path: one YAML file (whatever its name),
 // or a directory whose *.yaml and *.yml files each hold one domain. In a
@@ -65,13 +65,13 @@ func Load(path string) (*Policy, error) { return LoadWithin(path, DefaultLimits)
 //
 // It checks every file completely and returns the policy, or every problem
 // it finds as Errors. A domain defined in two files is a problem of the
-// second file. Beyond the limits l (see Limits): a file larger than
+// second file. Beyond the limits l (see PolicyBounds): a file larger than
 // l.MaxBytes is a problem of that file, and a directory whose files are
 // larger together is a problem of the directory, found before any file is
 // read; more than l.MaxDescriptors descriptors is a problem where the first
 // one too many is. A path that cannot be read, or a directory without
 // policy files, is reported as a single error of another type.
-func LoadWithin(path string, l Limits) (*Policy, error) {
+func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}
@@ -223,13 +223,13 @@ func policyDirBelow(dir string, depth int) string {
 }
 
 // Parse returns the policy in data, one policy file's contents, or every
-// problem in it (see Errors), within DefaultLimits. source names the file in
+// problem in it (see Errors), within DefaultPolicyBounds. source names the file in
 // errors and becomes the domain's Source.
 func Parse(source string, data []byte) (*Policy, error) {
-	if int64(len(data)) > DefaultLimits.MaxBytes {
-		return nil, Errors{tooLarge(source, int64(len(data)), DefaultLimits.MaxBytes)}
+	if int64(len(data)) > DefaultPolicyBounds.MaxBytes {
+		return nil, Errors{tooLarge(source, int64(len(data)), DefaultPolicyBounds.MaxBytes)}
 	}
-	d, _, errs := parseDomain(source, data, DefaultLimits.MaxDescriptors, DefaultLimits.MaxDescriptors)
+	d, _, errs := parseDomain(source, data, DefaultPolicyBounds.MaxDescriptors, DefaultPolicyBounds.MaxDescriptors)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -252,7 +252,7 @@ var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
 		"quota_mode", "share_threshold", "value_to_metric", "metadata"}
 	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "unit_multiplier", "retry_jitter"}
+		"algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft"}
 	replacesFields = []string{"name"}
 )
 
@@ -266,8 +266,8 @@ type parser struct {
 	replaces []replacesRef   // every replaces entry, checked against names at the end
 
 	descriptorCount int // so far, to stop at maxDescriptors
-	maxDescriptors  int // what is left of Limits.MaxDescriptors
-	descriptorLimit int // Limits.MaxDescriptors, for the report
+	maxDescriptors  int // what is left of PolicyBounds.MaxDescriptors
+	descriptorLimit int // PolicyBounds.MaxDescriptors, for the report
 	tooMany         bool
 	dropped         int // problems beyond maxProblems
 }
@@ -406,22 +406,45 @@ func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, up level
 	}
 }
 
-// descriptor checks one descriptor and adds it to parent.
+// descriptor checks one descriptor and adds it to parent: counted against
+// the policy's bound, then its entry, its rule and the descriptors below.
 func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, where map[Entry]string) {
-	if p.descriptorCount >= p.maxDescriptors {
-		if !p.tooMany { // reported even beyond maxProblems
-			p.tooMany = true
-			p.errs = append(p.errs, &FieldError{File: p.file, Line: y.Line, Field: path,
-				Problem: fmt.Sprintf("more than %d descriptors (--max-policy-descriptors; aliases expanded, the files of a directory together); stopped here", p.descriptorLimit)})
-		}
+	if !p.count(y, path) {
 		return
 	}
-	p.descriptorCount++
 	m := p.nodes.Fields(y, path, descriptorFields)
 	if m == nil {
 		return
 	}
-	var e Entry
+	e, entryOK := p.entry(y, m, path, where)
+	n := &node{}
+	here := p.rule(m, path, e, up, n)
+	p.descriptors(m["descriptors"], yamlnode.Join(path, "descriptors"), n, here)
+	if entryOK {
+		parent.add(e, n)
+	}
+}
+
+// count counts the descriptor at y against the policy's bound and reports
+// whether it is within it; the first one beyond is reported, even beyond
+// maxProblems.
+func (p *parser) count(y *yaml.Node, path string) bool {
+	if p.descriptorCount >= p.maxDescriptors {
+		if !p.tooMany {
+			p.tooMany = true
+			p.errs = append(p.errs, &FieldError{File: p.file, Line: y.Line, Field: path,
+				Problem: fmt.Sprintf("more than %d descriptors (--max-policy-descriptors; aliases expanded, the files of a directory together); stopped here", p.descriptorLimit)})
+		}
+		return false
+	}
+	p.descriptorCount++
+	return true
+}
+
+// entry checks a descriptor's key and value, and that no earlier
+// descriptor of its level (where) has the same; ok is false when the
+// descriptor cannot be added to its level.
+func (p *parser) entry(y *yaml.Node, m map[string]*yaml.Node, path string, where map[Entry]string) (e Entry, ok bool) {
 	keyOK := false
 	if v := m["key"]; v == nil || yamlnode.IsNull(v) {
 		p.errorf(y, yamlnode.Join(path, "key"), "missing: every descriptor has a key")
@@ -433,24 +456,29 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 	if v := m["value"]; v != nil {
 		e.Value, valueOK = p.nodes.Str(v, yamlnode.Join(path, "value"))
 	}
-	if keyOK && valueOK {
-		if first, dup := where[e]; dup {
-			what := fmt.Sprintf("key %q without a value", e.Key)
-			if e.Value != "" {
-				what = fmt.Sprintf("key %q and value %q", e.Key, e.Value)
-			}
-			p.errorf(y, path, "a second descriptor with %s at this level (the first is %s)", what, first)
-			keyOK = false
-		} else {
-			where[e] = path
-		}
+	if !keyOK || !valueOK {
+		return e, false
 	}
+	if first, dup := where[e]; dup {
+		what := fmt.Sprintf("key %q without a value", e.Key)
+		if e.Value != "" {
+			what = fmt.Sprintf("key %q and value %q", e.Key, e.Value)
+		}
+		p.errorf(y, path, "a second descriptor with %s at this level (the first is %s)", what, first)
+		return e, false
+	}
+	where[e] = path
+	return e, true
+}
 
+// rule checks the descriptor's own fields (its limits and the flags that
+// qualify them), sets n's rule and sharing, and returns what the
+// descriptors below it inherit.
+func (p *parser) rule(m map[string]*yaml.Node, path string, e Entry, up level, n *node) level {
 	here := level{statKey: up.statKey + "." + e.Key, shared: up.shared, depth: up.depth + 1}
 	if e.Value != "" {
 		here.statKey += "_" + e.Value
 	}
-	n := &node{}
 	// The fields below are rare: their paths are built only when present,
 	// as a file with aliases may hold hundreds of thousands of descriptors.
 	if v := m["share_threshold"]; v != nil && p.shareThreshold(v, yamlnode.Join(path, "share_threshold"), e.Value) {
@@ -479,24 +507,24 @@ func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, w
 			copy(n.rule.Shared, here.shared)
 		}
 	}
-	p.descriptors(m["descriptors"], yamlnode.Join(path, "descriptors"), n, here)
+	return here
+}
 
-	if !keyOK || !valueOK {
-		return
-	}
+// add makes c the child of n selected by e.
+func (n *node) add(e Entry, c *node) {
 	switch {
 	case e.Value == "":
-		if parent.keyOnly == nil {
-			parent.keyOnly = map[string]*node{}
+		if n.keyOnly == nil {
+			n.keyOnly = map[string]*node{}
 		}
-		parent.keyOnly[e.Key] = n
+		n.keyOnly[e.Key] = c
 	case strings.Contains(e.Value, "*"):
-		parent.wildcard = append(parent.wildcard, newWildcard(e.Key, e.Value, n))
+		n.wildcard = append(n.wildcard, newWildcard(e.Key, e.Value, c))
 	default:
-		if parent.exact == nil {
-			parent.exact = map[Entry]*node{}
+		if n.exact == nil {
+			n.exact = map[Entry]*node{}
 		}
-		parent.exact[e] = n
+		n.exact[e] = c
 	}
 }
 
@@ -601,14 +629,19 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	}
 
 	l.Unit = p.unit(m["unit"], y, yamlnode.Join(path, "unit"))
-	requests, denyAll := p.requestsPerUnit(m["requests_per_unit"], y, yamlnode.Join(path, "requests_per_unit"))
-	l.DenyAll = denyAll
-	alg := p.algorithm(m["algorithm"], yamlnode.Join(path, "algorithm"))
-	burst := p.burst(m["burst"], yamlnode.Join(path, "burst"), alg)
+	a := arithmetic{alg: p.algorithm(m["algorithm"], yamlnode.Join(path, "algorithm"))}
+	a.requests, l.DenyAll = p.requestsPerUnit(m["requests_per_unit"], y, yamlnode.Join(path, "requests_per_unit"))
+	a.burst = p.burst(m["burst"], yamlnode.Join(path, "burst"), a.alg)
 	l.UnitMultiplier = p.unitMultiplier(m["unit_multiplier"], yamlnode.Join(path, "unit_multiplier"))
 	l.RetryJitter = p.retryJitter(m["retry_jitter"], yamlnode.Join(path, "retry_jitter"))
-	if l.DenyAll && (m["burst"] != nil || m["algorithm"] != nil) {
-		p.errorf(y, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; algorithm and burst do not apply")
+	l.Overdraft = p.overdraft(m["overdraft"], yamlnode.Join(path, "overdraft"))
+	if l.DenyAll {
+		for _, f := range []string{"algorithm", "burst", "overdraft"} {
+			if m[f] != nil {
+				p.errorf(y, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; algorithm, burst and overdraft do not apply")
+				break
+			}
+		}
 	}
 	if p.problems() > nerrs {
 		return nil
@@ -617,10 +650,23 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 		l.Key = denyAllKey
 		return l
 	}
-	if !p.rate(l, alg, requests, burst, y, m["unit_multiplier"], path) {
+	var ok bool
+	if a.period, ok = p.period(l, m["unit_multiplier"], path); !ok {
 		return nil
 	}
+	if l.Rate, ok = p.rate(a, y, path); !ok {
+		return nil
+	}
+	l.Key = limitKey("", &l.Rate)
 	return l
+}
+
+// arithmetic is what a limit's algorithms.Limit is made of.
+type arithmetic struct {
+	alg      algorithms.Algorithm
+	requests int64
+	period   time.Duration
+	burst    int64 // 0 for the default
 }
 
 // limitName returns rate_limit.name ("" when absent) and records it among
@@ -666,7 +712,7 @@ func (p *parser) replacesList(v *yaml.Node, path, own string) []string {
 
 // checkUnlimited reports the fields that an unlimited limit may not have.
 func (p *parser) checkUnlimited(m map[string]*yaml.Node, path string) {
-	for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter"} {
+	for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft"} {
 		if v := m[f]; v != nil && !yamlnode.IsNull(v) {
 			p.errorf(v, yamlnode.Join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
 		}
@@ -763,24 +809,39 @@ func (p *parser) retryJitter(v *yaml.Node, path string) time.Duration {
 	return 0
 }
 
-// rate sets l's arithmetic (Rate and Key) from its checked fields, and
-// reports false, with the problem, when the period is too long or the
-// algorithm refuses the numbers. multiplier is the unit_multiplier field,
-// where a period too long is reported.
-func (p *parser) rate(l *Limit, alg algorithms.Algorithm, requests, burst int64, block, multiplier *yaml.Node, path string) bool {
+// overdraft returns rate_limit.overdraft: OverdraftDefault when absent
+// or null.
+func (p *parser) overdraft(v *yaml.Node, path string) Overdraft {
+	switch {
+	case v == nil || yamlnode.IsNull(v):
+		return OverdraftDefault
+	case p.boolean(v, path):
+		return OverdraftOn
+	}
+	return OverdraftOff
+}
+
+// period returns l's period, UnitMultiplier × Unit, and reports false,
+// with the problem at the unit_multiplier field multiplier, when it is
+// longer than algorithms.MaxSpan.
+func (p *parser) period(l *Limit, multiplier *yaml.Node, path string) (time.Duration, bool) {
 	unit := l.Unit.Duration()
 	if l.UnitMultiplier > int64(algorithms.MaxSpan/unit) {
 		p.errorf(multiplier, yamlnode.Join(path, "unit_multiplier"), "%d × %v is longer than the longest period, %v", l.UnitMultiplier, l.Unit, algorithms.MaxSpan)
-		return false
+		return 0, false
 	}
-	r, err := algorithms.NewLimit(alg, requests, time.Duration(l.UnitMultiplier)*unit, burst)
+	return time.Duration(l.UnitMultiplier) * unit, true
+}
+
+// rate returns the arithmetic a, or reports false, with the problem at
+// the rate_limit block at path, when the algorithm refuses the numbers.
+func (p *parser) rate(a arithmetic, block *yaml.Node, path string) (algorithms.Limit, bool) {
+	r, err := algorithms.NewLimit(a.alg, a.requests, a.period, a.burst)
 	if err != nil {
 		p.errorf(block, path, "%v", err)
-		return false
+		return algorithms.Limit{}, false
 	}
-	l.Rate = r
-	l.Key = limitKey("", &l.Rate)
-	return true
+	return r, true
 }
 
 // yaml11Bools are the booleans of YAML 1.1, which envoyproxy/ratelimit's

@@ -81,11 +81,41 @@ type Limit struct {
 	// RetryJitter is the most that may be added at random to a denial's
 	// retry_after. 0 for none.
 	RetryJitter time.Duration
+	// Overdraft is rate_limit.overdraft: whether a charge is taken in full
+	// whatever is left, leaving the bucket in debt (see TakesOverdraft).
+	// It does not change the bucket's arithmetic, so it is not part of Key:
+	// turning it on or off keeps the buckets and their debt.
+	Overdraft Overdraft
 	// Key identifies the limit's arithmetic (algorithm, requests, period,
 	// burst) for bucket keys: equal Keys share state, so a reload that
 	// leaves a limit's arithmetic alone keeps its buckets, and a change to
 	// it starts new buckets. Never empty.
 	Key string
+}
+
+// Overdraft is a limit's rate_limit.overdraft.
+type Overdraft uint8
+
+const (
+	// OverdraftDefault: the policy does not say; the daemon's default
+	// decides (--overdraft-by-default, off unless set).
+	OverdraftDefault Overdraft = iota
+	// OverdraftOff: overdraft: false.
+	OverdraftOff
+	// OverdraftOn: overdraft: true.
+	OverdraftOn
+)
+
+// TakesOverdraft reports whether a charge to l is an overdraft charge:
+// taken in full whatever is left, the bucket going into debt, rather than
+// admitted only when it fits. byDefault is the answer for a limit whose
+// policy does not say. Unlimited and deny-all limits keep no bucket and
+// never take overdraft.
+func (l *Limit) TakesOverdraft(byDefault bool) bool {
+	if l.Unlimited || l.DenyAll {
+		return false
+	}
+	return l.Overdraft == OverdraftOn || l.Overdraft == OverdraftDefault && byDefault
 }
 
 // Unit is a policy file's rate_limit.unit.

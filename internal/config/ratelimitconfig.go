@@ -42,7 +42,7 @@ type RateLimitConfig struct {
 // unit; requests_per_unit 0 denies every request; an unlimited limit's unit
 // and requests_per_unit are ignored (upstream's conversion always fills
 // them). detailed_metric and shadow_mode are as in a file.
-func FromRateLimitConfigs(configs []RateLimitConfig, l Limits) (*Policy, error) {
+func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}

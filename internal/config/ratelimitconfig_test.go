@@ -59,7 +59,7 @@ func viewJSON(t *testing.T, p *Policy) string {
 }
 
 func TestFromRateLimitConfigsEqualsTheFile(t *testing.T) {
-	got, err := FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig()}}, DefaultLimits)
+	got, err := FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig()}}, DefaultPolicyBounds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestFromRateLimitConfigsEqualsTheFile(t *testing.T) {
 }
 
 func TestFromRateLimitConfigsEmptyIsEmptyPolicy(t *testing.T) {
-	p, err := FromRateLimitConfigs(nil, DefaultLimits)
+	p, err := FromRateLimitConfigs(nil, DefaultPolicyBounds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +87,12 @@ func TestFromRateLimitConfigsEmptyIsEmptyPolicy(t *testing.T) {
 
 func TestFromRateLimitConfigsExtensions(t *testing.T) {
 	ext, err := structpb.NewStruct(map[string]any{"limits": map[string]any{
-		"per_rule": map[string]any{"algorithm": "token_bucket", "burst": 20},
+		"per_rule": map[string]any{"algorithm": "token_bucket", "burst": 20, "overdraft": true},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig(), Extensions: ext}}, DefaultLimits)
+	p, err := FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig(), Extensions: ext}}, DefaultPolicyBounds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +104,8 @@ func TestFromRateLimitConfigsExtensions(t *testing.T) {
 		t.Fatal("no rule matched")
 	}
 	rate := r.Limits[0].Rate
-	if rate.Algorithm().String() != "token_bucket" || rate.Burst() != 20 {
-		t.Errorf("limit %v burst %d, want token_bucket burst 20", rate.Algorithm(), rate.Burst())
+	if rate.Algorithm().String() != "token_bucket" || rate.Burst() != 20 || r.Limits[0].Overdraft != OverdraftOn {
+		t.Errorf("limit %v burst %d overdraft %v, want token_bucket burst 20 overdraft on", rate.Algorithm(), rate.Burst(), r.Limits[0].Overdraft)
 	}
 }
 
@@ -140,7 +140,7 @@ func TestFromRateLimitConfigsProblems(t *testing.T) {
 			"descriptors[0].descriptors[0].rate_limit.colour: unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := FromRateLimitConfigs(tc.configs, DefaultLimits)
+			_, err := FromRateLimitConfigs(tc.configs, DefaultPolicyBounds)
 			var errs Errors
 			if !errors.As(err, &errs) {
 				t.Fatalf("error %v, want Errors", err)
@@ -160,7 +160,7 @@ func TestFromRateLimitConfigsProblems(t *testing.T) {
 func TestFromRateLimitConfigsCountsDescriptorsTogether(t *testing.T) {
 	a, b := gatewayConfig(), gatewayConfig()
 	b.Name, b.Domain = "other", "other"
-	_, err := FromRateLimitConfigs([]RateLimitConfig{{Config: a}, {Config: b}}, Limits{MaxBytes: 1 << 20, MaxDescriptors: 4})
+	_, err := FromRateLimitConfigs([]RateLimitConfig{{Config: a}, {Config: b}}, PolicyBounds{MaxBytes: 1 << 20, MaxDescriptors: 4})
 	if err == nil || !strings.Contains(err.Error(), "more than 4 descriptors") {
 		t.Errorf("error %v, want more than 4 descriptors", err)
 	}

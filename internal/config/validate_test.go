@@ -85,7 +85,8 @@ func TestValidation(t *testing.T) {
 		{"unit unknown in envoy's enum", head + "      unit: unknown\n      requests_per_unit: 1\n", []problem{{5, "descriptors[0].rate_limit.unit", "unknown unit"}}},
 
 		// requests_per_unit.
-		{"requests 0 with an algorithm", head + "      unit: second\n      requests_per_unit: 0\n      algorithm: token_bucket\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; algorithm and burst do not apply"}}},
+		{"requests 0 with an algorithm", head + "      unit: second\n      requests_per_unit: 0\n      algorithm: token_bucket\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; algorithm, burst and overdraft do not apply"}}},
+		{"requests 0 with overdraft", head + "      unit: second\n      requests_per_unit: 0\n      overdraft: true\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; algorithm, burst and overdraft do not apply"}}},
 		{"requests negative", head + "      unit: second\n      requests_per_unit: -5\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "negative: -5"}}},
 		{"requests fractional", head + "      unit: second\n      requests_per_unit: 1.5\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "want a whole number; got 1.5"}}},
 		{"requests quoted", head + "      unit: second\n      requests_per_unit: '10'\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", `want a whole number; got "10"`}}},
@@ -164,6 +165,11 @@ func TestValidation(t *testing.T) {
 			[]problem{{6, "descriptors[0].rate_limits[1].unlimited", "only limit of its descriptor"}}},
 		{"problem deep in rate_limits", "domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limits:\n          - {unit: second, requests_per_unit: 1}\n          - {unit: fortnight, requests_per_unit: 1}\n",
 			[]problem{{8, "descriptors[0].descriptors[0].rate_limits[1].unit", `unknown unit "fortnight"`}}},
+
+		// overdraft.
+		{"overdraft not a boolean", head + "      unit: second\n      requests_per_unit: 1\n      overdraft: sometimes\n", []problem{{7, "descriptors[0].rate_limit.overdraft", `want true or false; got "sometimes"`}}},
+		{"overdraft with unlimited", head + "      unlimited: true\n      overdraft: false\n", []problem{{6, "descriptors[0].rate_limit.overdraft", "not allowed with unlimited: true"}}},
+		{"overdraft under the descriptor", "domain: d\ndescriptors:\n  - key: k\n    overdraft: true\n", []problem{{4, "descriptors[0].overdraft", "unknown field"}}},
 
 		// The example of the brief, and every problem of a file at once.
 		{"nested path", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: c\n        rate_limit:\n          unit: secnd\n          requests_per_unit: 1\n",
@@ -430,7 +436,7 @@ func TestBounds(t *testing.T) {
 	_, err := Parse("t.yaml", []byte(b.String()))
 	var errs Errors
 	if !errors.As(err, &errs) || len(errs) != 2 || errs[0].Field != "x" ||
-		!strings.HasPrefix(errs[1].Problem, fmt.Sprintf("more than %d descriptors (", DefaultLimits.MaxDescriptors)) {
+		!strings.HasPrefix(errs[1].Problem, fmt.Sprintf("more than %d descriptors (", DefaultPolicyBounds.MaxDescriptors)) {
 		t.Errorf("alias expansion: got\n%v", err)
 	}
 

@@ -59,6 +59,9 @@ type LimitView struct {
 	Period          string   `json:"period,omitempty"`
 	RetryJitter     string   `json:"retry_jitter,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
+	// Overdraft is rate_limit.overdraft as the file gave it; absent when
+	// the file does not say (the daemon's default decides).
+	Overdraft *bool `json:"overdraft,omitempty"`
 	// Key is Limit.Key: limits with equal keys share buckets.
 	Key string `json:"key"`
 }
@@ -130,9 +133,33 @@ func (l *Limit) view() LimitView {
 	if l.DenyAll {
 		return v
 	}
+	if l.Overdraft != OverdraftDefault {
+		on := l.Overdraft == OverdraftOn
+		v.Overdraft = &on
+	}
 	v.Algorithm = l.Rate.Algorithm().String()
 	v.RequestsPerUnit = l.Rate.Requests()
 	v.Burst = l.Rate.Burst()
 	v.Period = l.Rate.Period().String()
 	return v
+}
+
+// OverdraftRules returns the StatKey of each rule of d that has a limit
+// saying overdraft: true, in the order View lists them.
+func (d *Domain) OverdraftRules() []string {
+	var keys []string
+	var walk func([]DescriptorView)
+	walk = func(ds []DescriptorView) {
+		for _, dv := range ds {
+			for _, l := range dv.RateLimits {
+				if l.Overdraft != nil && *l.Overdraft {
+					keys = append(keys, dv.StatKey)
+					break
+				}
+			}
+			walk(dv.Descriptors)
+		}
+	}
+	walk(d.root.view())
+	return keys
 }

@@ -15,8 +15,8 @@ descriptors:
       - key: user
         detailed_metric: true
         rate_limits:
-          - {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 20, name: burst, retry_jitter: 250ms}
-          - {unit: minute, unit_multiplier: 10, requests_per_unit: 6000, name: sustained}
+          - {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 20, name: burst, retry_jitter: 250ms, overdraft: true}
+          - {unit: minute, unit_multiplier: 10, requests_per_unit: 6000, name: sustained, overdraft: false}
   - key: path
     value: /b*
     rate_limit: {unit: second, requests_per_unit: 0}
@@ -122,6 +122,7 @@ descriptors:
                   "burst": 20,
                   "period": "1s",
                   "retry_jitter": "250ms",
+                  "overdraft": true,
                   "key": "token_bucket/10/1s/20"
                 },
                 {
@@ -131,6 +132,7 @@ descriptors:
                   "unit_multiplier": 10,
                   "requests_per_unit": 6000,
                   "period": "10m0s",
+                  "overdraft": false,
                   "key": "fixed_window/6000/10m0s/6000"
                 }
               ],

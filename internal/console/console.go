@@ -31,6 +31,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
+	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
@@ -190,8 +192,35 @@ type Bucket struct {
 	Unlimited  bool   `json:"unlimited,omitempty"`
 	Shadow     bool   `json:"shadow,omitempty"`
 	Remaining  int64  `json:"remaining"`
-	// ResetAfter is how long until the bucket is back at rest.
+	// ResetAfter is how long until the bucket is back at rest, its debt
+	// included.
 	ResetAfter string `json:"reset_after"`
+	// Debt is how many units a token or leaky bucket owes beyond empty,
+	// after overdraft charges took more than was left: checks and charges
+	// are denied until its refill has paid them back. A window's debt does
+	// not show apart from Remaining 0: the window's end clears it.
+	Debt int64 `json:"debt,omitempty"`
+}
+
+// bucketDebt returns the units a bucket of l owes beyond empty, given the
+// ResetAfter of a peek at it: a token or leaky bucket's ResetAfter is its
+// backlog, resetAfter × requests / period units, of which capacity are a
+// full bucket's worth. 0 for the windows, and for a bucket not in debt.
+func bucketDebt(l *algorithms.Limit, resetAfter time.Duration) int64 {
+	if l.Algorithm() == algorithms.FixedWindow || l.Algorithm() == algorithms.SlidingWindow || resetAfter <= 0 {
+		return 0
+	}
+	units := new(big.Int).Mul(big.NewInt(int64(resetAfter)), big.NewInt(l.Requests()))
+	period := big.NewInt(int64(l.Period()))
+	units.Add(units, period).Sub(units, big.NewInt(1)).Quo(units, period) // rounded up
+	debt := units.Sub(units, big.NewInt(l.Capacity()))
+	if debt.Sign() <= 0 {
+		return 0
+	}
+	if !debt.IsInt64() {
+		return math.MaxInt64
+	}
+	return debt.Int64()
 }
 
 // inspect peeks at the buckets of a descriptor and of each of its
@@ -234,6 +263,9 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 		if st.Rule != nil {
 			row.Rule = st.Rule.StatKey
 		}
+		if l := st.Limit; l != nil && !l.Unlimited && !l.DenyAll {
+			row.Debt = bucketDebt(&l.Rate, st.ResetAfter)
+		}
 		if l := st.Limit; l != nil {
 			row.Unlimited = l.Unlimited
 			if l.Name != "" {
@@ -265,9 +297,12 @@ func entriesText(entries []config.Entry) string {
 
 // simulate runs a simulation from the parameters of the JSON body (an
 // object of strings): the lanes are either a rule of the policy (domain
-// and stat_key) or the algorithms named by alg with requests, period and
-// burst; the traffic is pattern with its parameters (rate, size, every,
-// seed, times as durations separated by commas) over duration.
+// and stat_key) or the algorithms named by alg with requests, period,
+// burst and overdraft ("true": a token budget charged after the fact; a
+// rule's limits say it themselves, or the daemon's --overdraft-by-default
+// for those that do not); the traffic is pattern with its parameters
+// (rate, size, every, seed, times as durations separated by commas, cost)
+// over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 	if t, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); t != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type: want application/json")
@@ -358,6 +393,7 @@ func (c *Console) lanes(get func(string) string) ([]simulate.Lane, time.Duration
 		if err != nil {
 			return nil, 0, err
 		}
+		lane.Overdraft = get("overdraft") == "true"
 		lanes = append(lanes, lane)
 	}
 	return lanes, period, nil
@@ -405,6 +441,11 @@ func (c *Console) ruleLanes(domain, statKey string) ([]simulate.Lane, time.Durat
 		if lv.Name != "" {
 			lane.Name = lv.Name + " (" + lane.Name + ")"
 		}
+		if lv.Overdraft != nil {
+			lane.Overdraft = *lv.Overdraft
+		} else {
+			lane.Overdraft = c.o.Engine != nil && c.o.Engine.OverdraftByDefault()
+		}
 		if period == 0 {
 			period = p
 		}
@@ -450,6 +491,11 @@ func trafficFrom(get func(string) string, period time.Duration) (simulate.Traffi
 	if s := get("seed"); s != "" {
 		if t.Seed, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return t, errors.New("seed: want a whole number")
+		}
+	}
+	if s := get("cost"); s != "" {
+		if t.Cost, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return t, errors.New("cost: want a whole number of units each request uses")
 		}
 	}
 	if s := get("times"); s != "" {

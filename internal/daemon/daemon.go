@@ -43,6 +43,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
@@ -100,6 +101,10 @@ type Config struct {
 	// Redis configures the Redis store (Store "redis"). It decides on Redis
 	// TIME, not Clock; its Logger is the daemon's.
 	Redis redisstore.Config
+	// RedisGuard says how the daemon decides while Redis fails: failure
+	// mode, circuit breaker, deny cache (internal/store/guard). Its Name
+	// and Logger are set by the daemon.
+	RedisGuard guard.Config
 	// MaxBuckets bounds the memory store's buckets (0 for
 	// memory.DefaultMaxBuckets).
 	MaxBuckets int
@@ -134,9 +139,9 @@ type Config struct {
 	// MaxDetailedSeries caps the metric series of each detailed_metric
 	// rule (0: metrics.DefaultMaxDetailedSeries).
 	MaxDetailedSeries int
-	// PolicyLimits bounds the policy files at ConfigPath, at start and at
-	// every reload (zero value: config.DefaultLimits).
-	PolicyLimits config.Limits
+	// PolicyBounds bounds the policy files at ConfigPath, at start and at
+	// every reload (zero value: config.DefaultPolicyBounds).
+	PolicyBounds config.PolicyBounds
 	// Pprof serves /debug/pprof/ on the HTTP address (never its cmdline).
 	Pprof bool
 	// NoConsole turns off the web console (/console), which is served on
@@ -153,6 +158,10 @@ type Config struct {
 	// ShadowMode is global shadow mode (engine.WithShadowMode): no request
 	// is denied, on either API.
 	ShadowMode bool
+	// OverdraftByDefault makes every limit whose policy does not say
+	// overdraft: an overdraft limit (engine.WithOverdraftByDefault), for
+	// token budgets in policies that cannot say it, as over xDS.
+	OverdraftByDefault bool
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
@@ -253,7 +262,8 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	decideWith, traced := d.tracedEngineOptions()
 	d.engine = engine.New(d.loadedPolicy().Policy, decideWith, append(traced,
-		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode), engine.WithObserver(d.observe))...)
+		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))...)
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
@@ -273,7 +283,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "response_headers", cfg.ResponseHeaders.String(),
+		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
 		"tls", tlsMode(d.tls), "store", d.store.String(), "traces", d.tracingMode())
 	return d, nil
 }
@@ -309,10 +319,10 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	if err := cfg.Bounds.Check(); err != nil {
 		return cfg, fmt.Errorf("request bounds: %w", err)
 	}
-	if cfg.PolicyLimits == (config.Limits{}) {
-		cfg.PolicyLimits = config.DefaultLimits
+	if cfg.PolicyBounds == (config.PolicyBounds{}) {
+		cfg.PolicyBounds = config.DefaultPolicyBounds
 	}
-	if err := cfg.PolicyLimits.Check(); err != nil {
+	if err := cfg.PolicyBounds.Check(); err != nil {
 		return cfg, err
 	}
 	if cfg.SweepInterval <= 0 {
@@ -374,7 +384,7 @@ func (d *Daemon) loadPolicy() error {
 	policy := config.Default()
 	if d.cfg.ConfigPath != "" {
 		var err error
-		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyLimits); err != nil {
+		if policy, err = config.LoadWithin(d.cfg.ConfigPath, d.cfg.PolicyBounds); err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) && pe.Path == d.cfg.ConfigPath {
 				return fmt.Errorf("--config %s: %w", pe.Path, pe.Err)
@@ -655,6 +665,10 @@ func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := d.store.misconfigured(); err != nil {
+		http.Error(w, "not ready: the store refuses the daemon's configuration: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	resp, err := d.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)

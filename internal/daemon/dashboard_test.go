@@ -12,7 +12,7 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
 
@@ -93,7 +93,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	writeFile(t, policy, billingDomain)
 	memory := daemontest.StartConfig(t, daemon.Config{ConfigPath: policy, AuthzPolicy: authzPath})
 	srv := redistest.Start(t)
-	redis := daemontest.Start(t, billingDomain, withRedis(srv.Addr(), redisstore.FailOpen))
+	redis := daemontest.Start(t, billingDomain, withRedis(srv.Addr(), guard.FailOpen))
 	if _, err := rl.NewRateLimitServiceClient(redis.Dial(t)).ShouldRateLimit(context.Background(), req("billing", desc("user", "ann"))); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
@@ -29,10 +30,11 @@ descriptors:
 
 // withRedis makes a daemon keep its buckets in the Redis at addr, with a
 // timeout that a loaded test machine does not reach while Redis answers.
-func withRedis(addr string, mode redisstore.FailureMode) func(*daemon.Config) {
+func withRedis(addr string, mode guard.FailureMode) func(*daemon.Config) {
 	return func(c *daemon.Config) {
 		c.Store = "redis"
-		c.Redis = redisstore.Config{Addr: addr, Timeout: 2 * time.Second, FailureMode: mode}
+		c.Redis = redisstore.Config{Addr: addr, Timeout: 2 * time.Second}
+		c.RedisGuard.FailureMode = mode
 	}
 }
 
@@ -43,7 +45,7 @@ func TestTwoDaemonsShareOneRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	var clients []rl.RateLimitServiceClient
 	for range 2 {
-		d := daemontest.Start(t, sharedPolicy, withRedis(srv.Addr(), redisstore.FailClosed))
+		d := daemontest.Start(t, sharedPolicy, withRedis(srv.Addr(), guard.FailClosed))
 		clients = append(clients, rl.NewRateLimitServiceClient(d.Dial(t)))
 	}
 	var admitted atomic.Int64
@@ -84,11 +86,11 @@ func TestTwoDaemonsShareOneRedis(t *testing.T) {
 // again once it is back.
 func TestRedisStoppedMidRun(t *testing.T) {
 	tests := []struct {
-		mode     redisstore.FailureMode
+		mode     guard.FailureMode
 		wantCode rl.Code
 	}{
-		{redisstore.FailOpen, rl.Code_CODE_OK},
-		{redisstore.FailClosed, rl.Code_CODE_OVER_LIMIT},
+		{guard.FailOpen, rl.Code_CODE_OK},
+		{guard.FailClosed, rl.Code_CODE_OVER_LIMIT},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
@@ -176,7 +178,8 @@ func TestShutdownWhileRedisHangs(t *testing.T) {
 	srv := redistest.Start(t)
 	d := daemontest.Start(t, sharedPolicy, func(c *daemon.Config) {
 		c.Store = "redis"
-		c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: time.Minute, FailureMode: redisstore.FailOpen}
+		c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: time.Minute}
+		c.RedisGuard.FailureMode = guard.FailOpen
 		c.ShutdownGrace = 300 * time.Millisecond
 	})
 	client := rl.NewRateLimitServiceClient(d.Dial(t))

@@ -33,7 +33,7 @@ func (d *Daemon) Reload() error {
 	}
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
-	p, err := config.LoadWithin(path, d.cfg.PolicyLimits)
+	p, err := config.LoadWithin(path, d.cfg.PolicyBounds)
 	now := time.Now()
 	if err != nil {
 		d.metrics.PolicyReloaded(nil, now, err)

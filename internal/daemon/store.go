@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/snapshot"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
@@ -46,6 +47,10 @@ type storeBackend interface {
 	// store with Config.StateFile), those that keep accepts, before the
 	// daemon serves; a store that keeps none does nothing.
 	restore(keep func(key []byte) bool)
+	// misconfigured returns why the store refuses to work with the
+	// daemon's configuration (Redis's ACL or password), nil while it does
+	// not: the daemon is then not ready (/readyz says why).
+	misconfigured() error
 	// close releases what the store holds, once no call is deciding.
 	close()
 	// String names the store in the start log line.
@@ -120,6 +125,7 @@ func (b *memoryBackend) collectors() []prometheus.Collector {
 	return c
 }
 func (b *memoryBackend) routes(*http.ServeMux) {}
+func (b *memoryBackend) misconfigured() error  { return nil }
 func (b *memoryBackend) restore(keep func(key []byte) bool) {
 	if b.snapshots != nil {
 		b.snapshots.load(keep)
@@ -136,17 +142,29 @@ func (b *memoryBackend) close() {
 }
 func (b *memoryBackend) String() string { return "memory" }
 
-// redisBackend is the Redis store, shared by every daemon on the same Redis.
+// redisCheckTimeout bounds the Redis store's check at start (a dozen
+// round trips).
+const redisCheckTimeout = 5 * time.Second
+
+// redisBackend is the Redis store, shared by every daemon on the same
+// Redis, in the guard that decides while Redis fails.
 type redisBackend struct {
-	*redisstore.Store
-	name string
+	*guard.Guard
+	redis *redisstore.Store
+	name  string
 }
 
 func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	rc := cfg.Redis
 	rc.Logger = cfg.Logger
-	user := rc.OnHealth
-	rc.OnHealth = func(up bool, err error) {
+	rs, err := redisstore.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	gc := cfg.RedisGuard
+	gc.Name, gc.Logger = "redis", cfg.Logger
+	user := gc.OnHealth
+	gc.OnHealth = func(up bool, err error) {
 		status := healthpb.HealthCheckResponse_SERVING
 		if !up {
 			status = healthpb.HealthCheckResponse_NOT_SERVING
@@ -156,23 +174,42 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 			user(up, err)
 		}
 	}
-	rs, err := redisstore.New(rc)
+	g, err := guard.New(rs, gc)
 	if err != nil {
-		return nil, err
+		rs.Close()
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	// Everything the store does, once, on keys of its own: Redis refusing
+	// any of it is a configuration error, and the daemon does not start.
+	// Redis unreachable is an outage, decided by the failure mode.
+	ctx, cancel := context.WithTimeout(context.Background(), redisCheckTimeout)
+	err = rs.Check(ctx)
+	cancel()
+	switch {
+	case guard.IsConfigError(err):
+		g.Close()
+		rs.Close()
+		return nil, fmt.Errorf("redis refuses ratelimitd (a configuration error, not an outage; see docs/redis.md, Security): %w", err)
+	case err != nil:
+		cfg.Logger.Warn("redis: could not check the configuration at start; serving, deciding by the failure mode while redis fails",
+			"failure_mode", gc.FailureMode.String(), "err", err)
 	}
 	hs.SetServingStatus(RedisHealthService, healthpb.HealthCheckResponse_SERVING)
 	name := "redis " + cfg.Redis.Addr
 	if len(cfg.Redis.ClusterAddrs) > 0 {
 		name = "redis cluster"
 	}
-	return &redisBackend{Store: rs, name: name}, nil
+	return &redisBackend{Guard: g, redis: rs, name: name}, nil
 }
 
-func (b *redisBackend) run(ctx context.Context)            { b.Run(ctx, time.Second) }
-func (b *redisBackend) collectors() []prometheus.Collector { return b.Collectors() }
-func (b *redisBackend) restore(func(key []byte) bool)      {}
-func (b *redisBackend) close()                             { b.Close() }
-func (b *redisBackend) String() string                     { return b.name }
+func (b *redisBackend) run(ctx context.Context) { b.Run(ctx, time.Second) }
+func (b *redisBackend) collectors() []prometheus.Collector {
+	return append(b.redis.Collectors(), b.Guard.Collectors()...)
+}
+func (b *redisBackend) restore(func(key []byte) bool) {}
+func (b *redisBackend) misconfigured() error          { return b.Misconfigured() }
+func (b *redisBackend) close()                        { b.Guard.Close(); b.redis.Close() }
+func (b *redisBackend) String() string                { return b.name }
 
 // routes serves GET /healthz/redis: 200 "ok" while the store reaches
 // Redis, 503 with the failure while it does not.

@@ -14,7 +14,7 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/tracing"
 	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
@@ -139,7 +139,7 @@ func TestTracesOverHTTPWithRedis(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.HTTPURL)
 	t.Setenv("OTEL_SERVICE_NAME", "edge-limits")
 	srv := redistest.Start(t)
-	d := daemontest.Start(t, tracedPolicy, withRedis(srv.Addr(), redisstore.FailClosed))
+	d := daemontest.Start(t, tracedPolicy, withRedis(srv.Addr(), guard.FailClosed))
 	tracedCalls(t, d)
 	d.Stop()
 

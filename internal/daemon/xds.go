@@ -54,7 +54,7 @@ func (d *Daemon) awaitXDS() (err error) {
 	if d.xds, err = xdspolicy.New(xc, d.applyXDS); err != nil {
 		return err
 	}
-	empty, err := config.FromRateLimitConfigs(nil, d.cfg.PolicyLimits)
+	empty, err := config.FromRateLimitConfigs(nil, d.cfg.PolicyBounds)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (d *Daemon) awaitXDS() (err error) {
 func (d *Daemon) applyXDS(version string, configs []config.RateLimitConfig) error {
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
-	p, err := config.FromRateLimitConfigs(configs, d.cfg.PolicyLimits)
+	p, err := config.FromRateLimitConfigs(configs, d.cfg.PolicyBounds)
 	now := time.Now()
 	if err != nil {
 		err = fmt.Errorf("xDS version %q refused (NACK): %w", version, err)

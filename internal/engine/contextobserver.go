@@ -10,4 +10,4 @@ type ContextObserver func(ctx context.Context, req *Request, resp *Response)
 
 // WithContextObserver sets the engine's context observer (none by
 // default).
-func WithContextObserver(o ContextObserver) Option { return func(e *Engine) { e.seenCtx = o } }
+func WithContextObserver(o ContextObserver) Option { return func(e *Engine) { e.contextObserver = o } }

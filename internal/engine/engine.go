@@ -4,6 +4,55 @@
 //
 // Both APIs (ratelimit.v1 and Envoy's v3) translate into a Request and out
 // of a Response; every semantic decision is made here once.
+//
+// # Operations and how they combine
+//
+// Each descriptor asks one operation (Descriptor.Op) of each of its
+// limits' buckets, and each becomes one store.Charge of a store.Kind:
+//
+//   - OpCharge of Cost > 0: on a limit that takes overdraft
+//     (config.Limit.TakesOverdraft, with the engine's
+//     WithOverdraftByDefault) an overdraft charge (store.Overdraft): taken in
+//     full whatever is left, the bucket going into debt if need be; on any
+//     other limit an admission (store.Admit), taken only if it fits. Cost 0
+//     is a peek: reported, not charged.
+//   - OpCheck: would a charge of 1 be admitted now (store.Check)? Nothing is
+//     charged; a check denies exactly when such a charge would be denied, a
+//     bucket in debt included.
+//   - OpOverdraft: an overdraft charge on every limit, whatever the policy
+//     says of overdraft.
+//   - OpRefund: Cost units given back (store.Refund), never past the
+//     bucket's rest state (a full bucket, an empty window).
+//   - OpAdmit: an admission on every limit, whatever the policy says of
+//     overdraft.
+//
+// One request's charges combine by one rule, which the stores implement
+// (store.Settle):
+//
+//  1. Overdraft charges and refunds are always applied, whatever the other
+//     descriptors decide: they record usage that already happened, or give
+//     it back.
+//  2. Admissions are applied all or nothing: iff no descriptor that is not
+//     a shadow denies, where a check denies when a charge of 1 would be
+//     denied, an admission when its cost does not fit, and an overdraft
+//     charge when it leaves its bucket in debt. A refund never denies. A
+//     request denied outright by a requests_per_unit: 0 limit applies no
+//     admission either.
+//  3. What was not applied is reported as a peek would report it.
+//  4. A shadow_mode rule (and global shadow mode) never denies the request,
+//     but its overdraft charges and refunds are applied like any other:
+//     shadow mode means "never hold a request back", not "do not count".
+//
+// The decision of an overdraft charge reports its bucket after the charge:
+// Denied, with the wait until a charge of 1 would be admitted, when the
+// bucket is left in debt (as envoyproxy/ratelimit answers OVER_LIMIT once
+// its counter is past the limit); Allowed otherwise. A bucket in debt
+// reports Remaining 0 and a ResetAfter that includes the debt.
+//
+// Two descriptors of one request that name the same bucket share one
+// charge of their summed cost when they ask the same operation of it
+// (both checks, both refunds, …); a request in which they ask different
+// ones is invalid.
 package engine
 
 import (
@@ -26,14 +75,14 @@ import (
 // Engine decides requests against the current policy. It is safe for
 // concurrent use.
 type Engine struct {
-	policy atomic.Pointer[config.Policy]
-	store  store.Store
-	bounds Bounds
-	jitter func(max time.Duration) time.Duration
-	shadow bool     // WithShadowMode
-	seen   Observer // WithObserver; nil for none
-
-	seenCtx ContextObserver // WithContextObserver; nil for none
+	policy             atomic.Pointer[config.Policy]
+	store              store.Store
+	bounds             Bounds
+	jitter             func(max time.Duration) time.Duration
+	shadow             bool            // WithShadowMode
+	overdraftByDefault bool            // WithOverdraftByDefault
+	observer           Observer        // WithObserver; nil for none
+	contextObserver    ContextObserver // WithContextObserver; nil for none
 }
 
 // Option configures an Engine.
@@ -55,6 +104,21 @@ func WithJitter(f func(max time.Duration) time.Duration) Option {
 // admitted: Response.Code is Allowed and Response.Shadowed is true. Statuses
 // are unchanged: each still says what its limit decided.
 func WithShadowMode(on bool) Option { return func(e *Engine) { e.shadow = on } }
+
+// WithOverdraftByDefault makes every limit whose policy does not say
+// overdraft: (config.OverdraftDefault), inline limits included, take
+// overdraft charges (off by default): see config.Limit.TakesOverdraft.
+// Upstream counts every charge in full unless its
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is set; policies that arrive
+// without ratelimitd's extensions (as over xDS) need this to keep token
+// budgets.
+func WithOverdraftByDefault(on bool) Option {
+	return func(e *Engine) { e.overdraftByDefault = on }
+}
+
+// OverdraftByDefault reports WithOverdraftByDefault: whether limits whose
+// policy does not say overdraft: take overdraft charges.
+func (e *Engine) OverdraftByDefault() bool { return e.overdraftByDefault }
 
 // Observer is told about each request the engine decides. It is called
 // once per call of ShouldRateLimit that returns nil, after resp is
@@ -78,7 +142,7 @@ func sinceEpoch() time.Duration { return time.Since(epoch) }
 // WithObserver sets the engine's observer (none by default), the hook that
 // metrics use so that they count what the engine decided rather than
 // decide anything again.
-func WithObserver(o Observer) Option { return func(e *Engine) { e.seen = o } }
+func WithObserver(o Observer) Option { return func(e *Engine) { e.observer = o } }
 
 // New returns an engine deciding with policy p and keeping buckets in s.
 func New(p *config.Policy, s store.Store, opts ...Option) *Engine {
@@ -105,10 +169,12 @@ func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 // ShouldRateLimit decides req and writes the answer into resp, reusing
 // resp.Statuses' storage. It returns an *InvalidError for a malformed
 // request, or the store's error if the store failed (then nothing is known
-// to have been charged).
+// to have been charged, except that a request with quota descriptors may
+// have had its overdraft charges and refunds applied before a retry
+// failed).
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Response) error {
 	var start time.Duration
-	if e.seen != nil {
+	if e.observer != nil {
 		start = sinceEpoch()
 	}
 	if err := e.bounds.validate(req); err != nil {
@@ -117,23 +183,26 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	w := workPool.Get().(*work)
 	defer w.release()
 
-	if err := w.plan(e.policy.Load(), req, e.shadow); err != nil {
+	if err := w.plan(e.policy.Load(), req, e.shadow, e.overdraftByDefault); err != nil {
 		return err
 	}
 	for len(w.charges) > 0 {
 		if err := e.store.Apply(ctx, w.charges, w.decisions); err != nil {
 			return err
 		}
+		for _, a := range w.applied {
+			w.decisions[a.charge] = a.decision
+		}
 		if w.quotas == 0 || !w.retryOnOtherQuota() {
 			break
 		}
 	}
 	e.respond(w, req, resp)
-	if e.seen != nil {
-		e.seen(req, resp, sinceEpoch()-start)
+	if e.observer != nil {
+		e.observer(req, resp, sinceEpoch()-start)
 	}
-	if e.seenCtx != nil {
-		e.seenCtx(ctx, req, resp)
+	if e.contextObserver != nil {
+		e.contextObserver(ctx, req, resp)
 	}
 	return nil
 }
@@ -147,11 +216,40 @@ type work struct {
 	decisions []algorithms.Decision
 	uses      []use          // one per (descriptor, limit) pair
 	rules     []*config.Rule // per descriptor; nil when unmatched
+	roles     []role         // per descriptor
 	limits    [][]*config.Limit
 	replaced  map[string]bool // names replaced by a matched limit
 
-	quotas int    // descriptors in a quota_mode rule (not in shadow mode)
-	failed []bool // per descriptor, after a quota retry: over its limit
+	quotas  int             // descriptors in a quota_mode rule (not in shadow mode)
+	failed  []bool          // per descriptor, after a quota retry: over its limit
+	applied []appliedCharge // overdraft charges and refunds a retry must not apply again
+}
+
+// role is how a descriptor's decision counts toward its request's,
+// decided once, in plan, from its rule.
+type role uint8
+
+const (
+	// ordinary: the descriptor denies the request when one of its limits
+	// denies it (an unmatched or inline descriptor is ordinary too).
+	ordinary role = iota
+	// shadow: a shadow_mode rule, which never denies the request.
+	shadow
+	// quota: a quota_mode rule, which denies the request only together
+	// with every other quota of it (see Response.Code).
+	quota
+)
+
+func roleOf(r *config.Rule) role {
+	switch {
+	case r == nil:
+		return ordinary
+	case r.ShadowMode:
+		return shadow
+	case r.QuotaMode:
+		return quota
+	}
+	return ordinary
 }
 
 // use ties a descriptor's limit to the charge that decides it.
@@ -159,8 +257,22 @@ type use struct {
 	descriptor int
 	limit      *config.Limit
 	cost       int64
-	replaced   bool // another matched limit replaces this one
-	charge     int  // index in charges; -1 when nothing is charged
+	kind       store.Kind // how the limit's bucket is charged
+	replaced   bool       // another matched limit replaces this one
+	charge     int        // index in charges; -1 when nothing is charged
+}
+
+// deniedOutright reports whether u is a requests_per_unit: 0 limit that
+// denies its descriptor without a bucket: anything but a refund or a peek.
+func (u *use) deniedOutright() bool {
+	return !u.replaced && u.limit.DenyAll && (u.kind == store.Check || u.kind != store.Refund && u.cost > 0)
+}
+
+// appliedCharge is the decision of a charge that the store applied for
+// good (an overdraft charge or a refund) before a quota retry.
+type appliedCharge struct {
+	charge   int
+	decision algorithms.Decision
 }
 
 var workPool = sync.Pool{New: func() any { return new(work) }}
@@ -177,14 +289,16 @@ func (w *work) release() {
 	}
 	w.keys, w.keyEnds = w.keys[:0], w.keyEnds[:0]
 	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
-	w.rules, w.limits = w.rules[:0], w.limits[:0]
-	w.quotas, w.failed = 0, w.failed[:0]
+	w.rules, w.roles, w.limits = w.rules[:0], w.roles[:0], w.limits[:0]
+	w.quotas, w.failed, w.applied = 0, w.failed[:0], w.applied[:0]
 	workPool.Put(w)
 }
 
-// plan matches every descriptor and lists the buckets to charge; with
-// shadowAll, every charge is a shadow charge (global shadow mode).
-func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
+// plan matches every descriptor, decides its role and the kind of each
+// of its charges, and lists the buckets to charge; with shadowAll, every
+// charge is a shadow charge (global shadow mode); overdraftByDefault is
+// WithOverdraftByDefault.
+func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefault bool) error {
 	dom := p.Domain(req.Domain)
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -205,6 +319,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 			}
 		}
 		w.rules = append(w.rules, rule)
+		w.roles = append(w.roles, roleOf(rule))
 		w.limits = append(w.limits, limits)
 		for _, l := range limits {
 			for _, name := range l.Replaces {
@@ -221,24 +336,28 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
-		shadow := shadowAll || w.rules[i] != nil && w.rules[i].ShadowMode
-		quota := !shadow && w.rules[i] != nil && w.rules[i].QuotaMode
-		if quota {
+		r := w.roles[i]
+		shadowCharge := shadowAll || r == shadow
+		if r == quota && !shadowAll {
 			w.quotas++
 		}
 		quotaDenied := false
 		for _, l := range w.limits[i] {
-			u := use{descriptor: i, limit: l, cost: cost, charge: -1}
+			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
-			if !u.replaced && l.DenyAll && cost > 0 && !shadow {
-				if quota {
+			if u.deniedOutright() && !shadowCharge {
+				if r == quota {
 					quotaDenied = true
 				} else {
 					denied = true
 				}
 			}
 			if !u.replaced && !l.Unlimited && !l.DenyAll {
-				u.charge = w.charge(req.Domain, d.Entries, w.rules[i], l, cost, shadow)
+				c, err := w.charge(req.Domain, d.Entries, w.rules[i], &u, shadowCharge)
+				if err != nil {
+					return err
+				}
+				u.charge = c
 			}
 			w.uses = append(w.uses, u)
 		}
@@ -250,18 +369,28 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 		denied = true // no quota can admit the request
 	}
 	// Keys are final only now: appending may have moved w.keys. A request
-	// that a deny-all limit denies outright charges nothing: its other
-	// buckets are only peeked, for their statuses.
+	// that a deny-all limit denies outright admits nothing: its other
+	// admissions are only peeked, for their statuses (overdraft charges and
+	// refunds are applied all the same).
 	start := 0
 	for i := range w.charges {
 		w.charges[i].Key = w.keys[start:w.keyEnds[i]]
 		start = w.keyEnds[i]
-		if denied {
+		if denied && w.charges[i].Kind == store.Admit {
 			w.charges[i].Cost = 0
 		}
 	}
 	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
 	return nil
+}
+
+// kindOf returns how a descriptor asking op at cost charges limit l.
+func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.Kind {
+	k := op.kind()
+	if op == OpCharge && cost > 0 && l.TakesOverdraft(overdraftByDefault) {
+		return store.Overdraft
+	}
+	return k
 }
 
 // retryOnOtherQuota is called after the store denied or admitted the
@@ -274,7 +403,9 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll bool) error {
 // quota descriptors. A store that admits the retry has charged the request
 // with every other descriptor and at least one quota within its limits.
 // A store that denies it (a bucket filled in between) may be retried in
-// turn, until no quota is left.
+// turn, until no quota is left. Overdraft charges and refunds, which the
+// first Apply applied for good, are retried as shadow checks, which store
+// nothing, and keep their first decisions (w.applied).
 func (w *work) retryOnOtherQuota() bool {
 	w.failed = slices.Grow(w.failed[:0], len(w.rules))[:len(w.rules)]
 	clear(w.failed)
@@ -283,7 +414,7 @@ func (w *work) retryOnOtherQuota() bool {
 		switch {
 		case u.replaced:
 		case u.limit.DenyAll:
-			w.failed[u.descriptor] = w.failed[u.descriptor] || u.cost > 0
+			w.failed[u.descriptor] = w.failed[u.descriptor] || u.deniedOutright()
 		case u.charge >= 0 && w.decisions[u.charge].Code != algorithms.Allowed:
 			w.failed[u.descriptor] = true
 			vetoed = vetoed || !w.charges[u.charge].Shadow
@@ -293,12 +424,11 @@ func (w *work) retryOnOtherQuota() bool {
 		return false // admitted (or denied outright, with nothing charged)
 	}
 	open := false
-	for i, r := range w.rules {
-		quota := r != nil && r.QuotaMode && !r.ShadowMode
+	for i, r := range w.roles {
 		switch {
-		case w.failed[i] && !quota && (r == nil || !r.ShadowMode):
+		case w.failed[i] && r == ordinary:
 			return false // a descriptor that is not a quota denies the request
-		case quota && !w.failed[i]:
+		case r == quota && !w.failed[i]:
 			open = true
 		}
 	}
@@ -308,6 +438,12 @@ func (w *work) retryOnOtherQuota() bool {
 	for _, u := range w.uses {
 		if u.charge >= 0 && w.failed[u.descriptor] {
 			w.charges[u.charge].Shadow = true
+		}
+	}
+	for i := range w.charges {
+		if c := &w.charges[i]; c.Kind == store.Overdraft || c.Kind == store.Refund {
+			w.applied = append(w.applied, appliedCharge{charge: i, decision: w.decisions[i]})
+			c.Kind, c.Shadow = store.Check, true
 		}
 	}
 	return true
@@ -335,11 +471,12 @@ func Cost(requestHits uint64, descriptorHits *uint64) int64 {
 	return int64(hits)
 }
 
-// charge adds a charge of cost on the bucket of (domain, entries, limit)
-// and returns its index; rule is the rule matched (nil for an inline
-// limit). Two descriptors naming the same bucket share one charge of their
-// summed cost, so the store sees each bucket once.
-func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, l *config.Limit, cost int64, shadow bool) int {
+// charge adds u's charge on the bucket of (domain, entries, u.limit) and
+// returns its index; rule is the rule matched (nil for an inline limit).
+// Two descriptors naming the same bucket share one charge of their summed
+// cost, so the store sees each bucket once; when they ask different kinds
+// of charge of it, the request is invalid.
+func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, u *use, shadow bool) (int, error) {
 	start := 0
 	if n := len(w.keyEnds); n > 0 {
 		start = w.keyEnds[n-1]
@@ -348,25 +485,42 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	if rule != nil {
 		shared = rule.Shared
 	}
-	w.keys = appendKey(w.keys, domain, entries, shared, l.Key)
+	w.keys = appendKey(w.keys, domain, entries, shared, u.limit.Key)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
 		if bytes.Equal(w.keys[prev:end], key) {
 			w.keys = w.keys[:start]
 			c := &w.charges[i]
-			if c.Cost > math.MaxInt64-cost {
+			if c.Kind != u.kind {
+				return 0, w.conflict(i, u)
+			}
+			if c.Cost > math.MaxInt64-u.cost {
 				c.Cost = math.MaxInt64
 			} else {
-				c.Cost += cost
+				c.Cost += u.cost
 			}
-			return i
+			return i, nil
 		}
 		prev = end
 	}
 	w.keyEnds = append(w.keyEnds, len(w.keys))
-	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &l.Rate, Cost: cost, Shadow: shadow})
-	return len(w.charges) - 1
+	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &u.limit.Rate, Cost: u.cost, Kind: u.kind, Shadow: shadow})
+	return len(w.charges) - 1, nil
+}
+
+// conflict reports u, whose bucket charge i already charges with another
+// kind of charge.
+func (w *work) conflict(i int, u *use) error {
+	first := 0
+	for _, v := range w.uses {
+		if v.charge == i {
+			first = v.descriptor
+			break
+		}
+	}
+	return invalid(fmt.Sprintf("descriptors[%d]", u.descriptor), "asks %v of the bucket that descriptors[%d] asks %v of; one request asks one operation of a bucket",
+		u.kind, first, w.charges[i].Kind)
 }
 
 // appendKey appends the bucket key of (domain, entries, limit key): each
@@ -401,11 +555,14 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 	resp.Code, resp.RetryAfter, resp.Never, resp.Shadowed = algorithms.Allowed, 0, false, false
 	resp.Statuses = resp.Statuses[:0]
 	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		cost := costOf(req, d)
 		resp.Statuses = append(resp.Statuses, Status{
-			Cost:    costOf(req, &req.Descriptors[i]),
+			Cost:    cost,
+			Kind:    d.Op.kind(),
 			Matched: w.limits[i] != nil,
 			Rule:    w.rules[i],
-			Shadow:  w.rules[i] != nil && w.rules[i].ShadowMode,
+			Shadow:  w.roles[i] == shadow,
 		})
 	}
 	for _, u := range w.uses {
@@ -417,7 +574,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 		case u.limit.Unlimited:
 			d = algorithms.Decision{Remaining: UnlimitedRemaining}
 		case u.limit.DenyAll:
-			if u.cost > 0 {
+			if u.deniedOutright() {
 				d.Code = algorithms.OverCapacity
 			}
 		default:
@@ -426,8 +583,8 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 				d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
 			}
 		}
-		if st.Limit == nil || decides(d, st) {
-			st.Code, st.Limit = d.Code, u.limit
+		if st.Limit == nil || moreRestrictive(d, st) {
+			st.Code, st.Limit, st.Kind = d.Code, u.limit, u.kind
 			st.Remaining, st.ResetAfter, st.RetryAfter = d.Remaining, d.ResetAfter, d.RetryAfter
 		}
 		if !st.Shadow && !e.shadow { // a shadow rule observes; it never holds a request back
@@ -441,7 +598,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 		if st.Shadow {
 			continue
 		}
-		if w.rules[i] != nil && w.rules[i].QuotaMode {
+		if w.roles[i] == quota {
 			quotas++
 			switch st.Code {
 			case algorithms.OverCapacity:
@@ -479,10 +636,10 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 	}
 }
 
-// decides reports whether decision d is more restrictive than the one
+// moreRestrictive reports whether decision d binds harder than the one
 // status st holds: over capacity beats denied beats allowed; among denials
 // the longer retry wins, among admissions the fewer remaining.
-func decides(d algorithms.Decision, st *Status) bool {
+func moreRestrictive(d algorithms.Decision, st *Status) bool {
 	if rank(d.Code) != rank(st.Code) {
 		return rank(d.Code) > rank(st.Code)
 	}

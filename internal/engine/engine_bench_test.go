@@ -15,14 +15,16 @@ import (
 // [path, user] under the default policy — through validation, matching,
 // the memory store and the decision, spread over 4096 users. Run with
 // -cpu 1,2 to see how it scales with cores.
-func BenchmarkShouldRateLimit(b *testing.B) {
+func BenchmarkShouldRateLimit(b *testing.B) { benchmarkPerUser(b, Descriptor{}) }
+
+// benchmarkPerUser sends requests of one descriptor like d, [path, user]
+// under the default policy, spread over 4096 users.
+func benchmarkPerUser(b *testing.B, d Descriptor) {
 	e := New(config.Default(), memory.New(clock.NewMonotonic()))
 	reqs := make([]Request, 4096)
 	for i := range reqs {
-		reqs[i] = Request{Domain: "default", Descriptors: []Descriptor{{Entries: []config.Entry{
-			{Key: "path", Value: "/orders"},
-			{Key: "user", Value: fmt.Sprintf("user-%04d", i)},
-		}}}}
+		d.Entries = []config.Entry{{Key: "path", Value: "/orders"}, {Key: "user", Value: fmt.Sprintf("user-%04d", i)}}
+		reqs[i] = Request{Domain: "default", Descriptors: []Descriptor{d}}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -72,4 +74,12 @@ func BenchmarkShouldRateLimitThreeTiers(b *testing.B) {
 			i += 7
 		}
 	})
+}
+
+// BenchmarkShouldRateLimitCheck is BenchmarkShouldRateLimit with every
+// request a check (OpCheck, as Envoy's hits_addend 0): it must cost no
+// more than the charge.
+func BenchmarkShouldRateLimitCheck(b *testing.B) {
+	zero := uint64(0)
+	benchmarkPerUser(b, Descriptor{Op: OpCheck, Hits: &zero})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Request is one question: may this request, named by its domain and
@@ -32,9 +33,60 @@ type Descriptor struct {
 	// Hits, when not nil, is this descriptor's cost, overriding the
 	// request's. 0 is a peek: the bucket is reported, not charged.
 	Hits *uint64
+	// Op is what the descriptor asks of its buckets (OpCharge when zero);
+	// see the package doc for how operations combine.
+	Op Op
 	// Limit, when not nil, decides this descriptor instead of the policy,
 	// in any domain.
 	Limit *InlineLimit
+}
+
+// Op is what a descriptor asks of its buckets.
+type Op uint8
+
+const (
+	// OpCharge charges the descriptor's cost: in full on a limit that
+	// takes overdraft (config.Limit.TakesOverdraft), else only if it fits
+	// (all or nothing with the request's other admissions). Cost 0 is a
+	// peek.
+	OpCharge Op = iota
+	// OpCheck asks whether a charge of 1 would be admitted now and charges
+	// nothing; the cost is ignored. It denies when such a charge would be
+	// denied: when the bucket is empty or in debt.
+	OpCheck
+	// OpOverdraft charges the cost in full on every limit, whatever the
+	// policy says of overdraft: the bucket may go into debt.
+	OpOverdraft
+	// OpRefund gives the cost back, never past the bucket's rest state. It
+	// never denies.
+	OpRefund
+	// OpAdmit charges the cost only if it fits, on every limit, whatever
+	// the policy says of overdraft (a reservation made ahead of use).
+	OpAdmit
+)
+
+var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpOverdraft: "overdraft", OpRefund: "refund", OpAdmit: "admit"}
+
+// String returns "charge", "check", "overdraft", "refund" or "admit".
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// kind returns the store kind of o on a limit that takes no overdraft
+// (unknown ops are charges).
+func (o Op) kind() store.Kind {
+	switch o {
+	case OpCheck:
+		return store.Check
+	case OpOverdraft:
+		return store.Overdraft
+	case OpRefund:
+		return store.Refund
+	}
+	return store.Admit
 }
 
 // InlineLimit is a limit carried by the request itself.
@@ -49,8 +101,10 @@ type InlineLimit struct {
 // Response is the answer to a Request.
 type Response struct {
 	// Code is Allowed when every non-shadow descriptor was admitted, else
-	// Denied (OverCapacity is reported per status only). When Denied,
-	// nothing was charged anywhere.
+	// Denied (OverCapacity is reported per status only). When Denied, no
+	// admission was charged anywhere; overdraft charges and refunds are
+	// applied whatever Code says (see the package doc), and an overdraft
+	// charge that leaves its bucket in debt is itself a denial.
 	//
 	// Descriptors of quota_mode rules (config.Rule.QuotaMode) are the
 	// exception, as in envoyproxy/ratelimit: they deny the request only
@@ -110,10 +164,17 @@ type Status struct {
 	// Cost is the descriptor's cost: its own Hits when set, else the
 	// request's Hits, where 0 means 1 (0 only for a peek). When the
 	// response's Code is Allowed, each of the descriptor's buckets that
-	// admitted it was charged Cost; otherwise nothing was charged and Cost
-	// is what it asked for. It is set for unmatched descriptors too.
-	// Metrics count hits with it, as Envoy's service does.
+	// admitted it was charged Cost; otherwise no admission was charged and
+	// Cost is what it asked for. An overdraft charge of Cost, or a refund
+	// of Cost, was applied either way. For a check Cost is ignored. It is
+	// set for unmatched descriptors too. Metrics count hits with it, as
+	// Envoy's service does.
 	Cost int64
+	// Kind is how the deciding limit's bucket was charged (store.Admit for
+	// a charge that must fit, or a peek; store.Overdraft, store.Check,
+	// store.Refund); for a descriptor without a deciding limit, what its
+	// Op asks of a limit that takes no overdraft.
+	Kind store.Kind
 }
 
 // MostRestrictive returns the index of the status whose limit binds this
@@ -132,7 +193,7 @@ func (r *Response) MostRestrictive() int {
 		if st.Limit == nil || st.Limit.Unlimited || st.Shadow {
 			continue
 		}
-		if best < 0 || decides(algorithms.Decision{Code: st.Code, Remaining: st.Remaining, RetryAfter: st.RetryAfter}, &r.Statuses[best]) {
+		if best < 0 || moreRestrictive(algorithms.Decision{Code: st.Code, Remaining: st.Remaining, RetryAfter: st.RetryAfter}, &r.Statuses[best]) {
 			best = i
 		}
 	}

@@ -15,8 +15,21 @@
 //   - hits_addend is the cost charged to each descriptor without its own;
 //     0 means 1.
 //   - descriptors[].hits_addend, when set, is that descriptor's cost and
-//     wins over the request's; 0 is a peek: the descriptor is reported,
-//     nothing is charged.
+//     wins over the request's. Set to 0 it is a check (engine.OpCheck), as
+//     Envoy Gateway's cost.request and Envoy AI Gateway send it before a
+//     request whose cost is known only afterwards: OVER_LIMIT when a
+//     charge of 1 would be denied right now (the budget spent, or in debt),
+//     with Retry-After the exact wait for that charge, OK otherwise;
+//     nothing is charged. (The request-level
+//     hits_addend 0 still means 1.) Upstream answers such a check
+//     OVER_LIMIT only once its counter is past the limit, not when it is
+//     exactly at it; see docs/envoy.md.
+//   - a charge (hits_addend > 0) to a limit that takes overdraft
+//     (overdraft: true, or --overdraft-by-default) is taken in full,
+//     leaving the bucket in debt if need be: the stream-done charge of the
+//     tokens a response used always lands. Its status is OVER_LIMIT when
+//     it leaves the bucket in debt, as upstream's is once its counter
+//     passes the limit; Envoy ignores the answer to it.
 //   - descriptors[].limit, an override, replaces the policy's rule for that
 //     descriptor with a fixed window of requests_per_unit per
 //     unit_multiplier × unit (a month is 30 days, a year 365), counted per
@@ -24,17 +37,20 @@
 //     policy has: in an unknown domain the descriptor is unmatched. An
 //     override of 0 requests, of an UNKNOWN unit or of unit_multiplier 0 is
 //     InvalidArgument.
-//   - descriptors[].is_negative_hits (a refund) is not supported: a request
-//     that sets it is InvalidArgument rather than charged.
+//   - descriptors[].is_negative_hits: true makes the descriptor's cost a
+//     refund (engine.OpRefund): that many units are given back, never past
+//     the bucket's rest state (a full bucket, an empty window). A refund is
+//     always OK and applied whatever the other descriptors decide.
 //
 // # Response
 //
 // overall_code is OVER_LIMIT when the engine denies the request — when any
 // descriptor that is not in a shadow_mode rule is over its limit — and OK
 // otherwise, also when global shadow mode (engine.WithShadowMode) admitted a
-// request it would have denied. When it is OVER_LIMIT nothing was charged
-// on any descriptor. statuses has one entry per descriptor, in request
-// order:
+// request it would have denied. When it is OVER_LIMIT no descriptor was
+// charged, except by overdraft charges and refunds, which are always
+// applied (see the engine). statuses has one entry per descriptor, in
+// request order:
 //
 //   - unmatched (no rule, unknown domain, or every limit of its rule
 //     replaced by another matched rule's replaces): code OK and nothing
@@ -130,8 +146,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest
 }
 
 // request translates an Envoy request. It rejects only what the engine's
-// types cannot hold (a refund, an override whose unit is not a period); the
-// engine validates the rest. The engine's field names are Envoy's too.
+// types cannot hold (an override whose unit is not a period); the engine
+// validates the rest. The engine's field names are Envoy's too.
 func request(in *rlsv3.RateLimitRequest) (*engine.Request, error) {
 	req := &engine.Request{
 		Domain:            in.GetDomain(),
@@ -145,12 +161,15 @@ func request(in *rlsv3.RateLimitRequest) (*engine.Request, error) {
 		for j, e := range d.GetEntries() {
 			out.Entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		if d.GetIsNegativeHits() {
-			return nil, fmt.Errorf("descriptors[%d].is_negative_hits: refunding hits is not supported", i)
-		}
 		if h := d.GetHitsAddend(); h != nil {
 			v := h.GetValue()
 			out.Hits = &v
+			if v == 0 {
+				out.Op = engine.OpCheck
+			}
+		}
+		if d.GetIsNegativeHits() {
+			out.Op = engine.OpRefund
 		}
 		if o := d.GetLimit(); o != nil {
 			period, err := overridePeriod(o)

@@ -78,7 +78,15 @@ func hits(n uint64, d *rlcommonv3.RateLimitDescriptor) *rlcommonv3.RateLimitDesc
 	return d
 }
 
-func peek(d *rlcommonv3.RateLimitDescriptor) *rlcommonv3.RateLimitDescriptor { return hits(0, d) }
+// check makes d a check: its own hits_addend explicitly 0.
+func check(d *rlcommonv3.RateLimitDescriptor) *rlcommonv3.RateLimitDescriptor { return hits(0, d) }
+
+// refund makes d a refund of n.
+func refund(n uint64, d *rlcommonv3.RateLimitDescriptor) *rlcommonv3.RateLimitDescriptor {
+	d = hits(n, d)
+	d.IsNegativeHits = true
+	return d
+}
 
 // override sets the descriptor's limit override; mult 0 leaves
 // unit_multiplier unset.
@@ -163,7 +171,7 @@ func TestMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := h.call(t, req(tt.domain, peek(tt.desc)))
+			r := h.call(t, req(tt.domain, check(tt.desc)))
 			if r.OverallCode != okCode {
 				t.Fatalf("overall %v", r.OverallCode)
 			}
@@ -209,7 +217,7 @@ func TestAllOrNothing(t *testing.T) {
 	wantStatuses(t, r,
 		st(okCode, limit("checkout", 5, minute, 0), 3, time.Minute),
 		st(over, limit("per_ip", 2, second, 0), 0, time.Second))
-	wantStatuses(t, h.call(t, req("shop", peek(desc("path", "/checkout")))),
+	wantStatuses(t, h.call(t, req("shop", check(desc("path", "/checkout")))),
 		st(okCode, limit("checkout", 5, minute, 0), 3, time.Minute))
 }
 
@@ -282,7 +290,7 @@ func TestGlobalShadowMode(t *testing.T) {
 	if got, want := headerLines(r), []string{"RateLimit-Limit: 5", "RateLimit-Remaining: 0", "RateLimit-Reset: 60"}; !equal(got, want) {
 		t.Fatalf("headers %q, want %q (no Retry-After on OK)", got, want)
 	}
-	wantStatuses(t, h.call(t, req("shop", peek(desc("path", "/cart")))),
+	wantStatuses(t, h.call(t, req("shop", check(desc("path", "/cart")))),
 		st(okCode, limit("any_path", 30, minute, 0), 29, time.Minute))
 }
 
@@ -301,7 +309,7 @@ func TestHitsAddend(t *testing.T) {
 			[]*dstatus{st(okCode, anyPath, 25, time.Minute)}},
 		{"descriptor's own wins", 5, []*rlcommonv3.RateLimitDescriptor{hits(2, desc("path", "/a")), desc("path", "/b")}, okCode,
 			[]*dstatus{st(okCode, anyPath, 28, time.Minute), st(okCode, anyPath, 25, time.Minute)}},
-		{"descriptor's 0 is a peek", 5, []*rlcommonv3.RateLimitDescriptor{peek(desc("path", "/a"))}, okCode,
+		{"descriptor's 0 is a check", 5, []*rlcommonv3.RateLimitDescriptor{check(desc("path", "/a"))}, okCode,
 			[]*dstatus{st(okCode, anyPath, 30, 0)}},
 		{"more than the capacity", 31, []*rlcommonv3.RateLimitDescriptor{desc("path", "/a")}, over,
 			[]*dstatus{st(over, anyPath, 30, 0)}},
@@ -320,18 +328,81 @@ func TestHitsAddend(t *testing.T) {
 	}
 }
 
-func TestPeekAtExhaustedBucket(t *testing.T) {
+// TestCheck: hits_addend 0 on a descriptor is OVER_LIMIT exactly when a
+// request of cost 1 would be denied now, and charges nothing.
+func TestCheck(t *testing.T) {
 	h := start(t, shop)
-	for range 5 {
-		h.call(t, req("shop", desc("path", "/checkout")))
-	}
-	for range 2 {
-		r := h.call(t, req("shop", peek(desc("path", "/checkout"))))
-		if r.OverallCode != okCode {
-			t.Fatalf("a peek was denied: %v", text(r))
+	for n := range 5 {
+		h.call(t, req("shop", check(desc("path", "/checkout"))))
+		h.call(t, req("shop", check(desc("path", "/checkout"))))
+		if r := h.call(t, req("shop", desc("path", "/checkout"))); r.OverallCode != okCode {
+			t.Fatalf("charge %d after checks: %v; checks must charge nothing", n+1, text(r))
 		}
-		wantStatuses(t, r, st(okCode, limit("checkout", 5, minute, 0), 0, time.Minute))
 	}
+	h.clock.Advance(15 * time.Second)
+	for range 2 {
+		r := h.call(t, req("shop", check(desc("path", "/checkout"))))
+		if r.OverallCode != over {
+			t.Fatalf("a check of a spent limit was admitted: %v", text(r))
+		}
+		wantStatuses(t, r, st(over, limit("checkout", 5, minute, 0), 0, 45*time.Second))
+	}
+	h.clock.Advance(45 * time.Second)
+	r := h.call(t, req("shop", check(desc("path", "/checkout"))))
+	wantStatuses(t, r, st(okCode, limit("checkout", 5, minute, 0), 5, 0))
+	// The request-level hits_addend 0 still means 1.
+	r = h.call(t, &rlsv3.RateLimitRequest{Domain: "shop", HitsAddend: 0, Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("path", "/checkout")}})
+	wantStatuses(t, r, st(okCode, limit("checkout", 5, minute, 0), 4, time.Minute))
+}
+
+// TestTokenBudget is Envoy Gateway's cost.request/cost.response flow on an
+// overdraft limit: a check before the request, the tokens used charged
+// when the stream ends, in full, into debt; checks are denied until the
+// debt is gone; refunds give back exactly what they say.
+func TestTokenBudget(t *testing.T) {
+	h := start(t, shop, headers(envoyapi.HeadersLegacy))
+	tokens := limit("tokens", 1000, minute, 0)
+	ok := h.call(t, req("shop", check(desc("tokens", "alice"))))
+	wantStatuses(t, ok, st(okCode, tokens, 1000, 0))
+	h.clock.Advance(20 * time.Second)
+	// A 1,200-token answer against the 1,000-token budget: charged in full,
+	// 200 in debt; Envoy ignores this answer.
+	r := h.call(t, req("shop", hits(1200, desc("tokens", "alice"))))
+	wantStatuses(t, r, st(over, tokens, 0, 40*time.Second))
+	// Checks are denied, with an exact Retry-After, until the window ends.
+	h.clock.Advance(10 * time.Second)
+	r = h.call(t, req("shop", check(desc("tokens", "alice"))))
+	wantStatuses(t, r, st(over, tokens, 0, 30*time.Second))
+	if got, want := headerLines(r), []string{"RateLimit-Limit: 1000", "RateLimit-Remaining: 0", "RateLimit-Reset: 30", "Retry-After: 30"}; !equal(got, want) {
+		t.Errorf("headers of a check in debt\n%q\nwant\n%q", got, want)
+	}
+	// A refund of 150 leaves 50 in debt: still denied; 51 more is 1 left.
+	wantStatuses(t, h.call(t, req("shop", refund(150, desc("tokens", "alice")))), st(okCode, tokens, 0, 30*time.Second))
+	wantStatuses(t, h.call(t, req("shop", check(desc("tokens", "alice")))), st(over, tokens, 0, 30*time.Second))
+	wantStatuses(t, h.call(t, req("shop", refund(51, desc("tokens", "alice")))), st(okCode, tokens, 1, 30*time.Second))
+	wantStatuses(t, h.call(t, req("shop", check(desc("tokens", "alice")))), st(okCode, tokens, 1, 30*time.Second))
+	// A refund never goes past a full budget.
+	wantStatuses(t, h.call(t, req("shop", refund(5000, desc("tokens", "alice")))), st(okCode, tokens, 1000, 0))
+	// The window's end pays any debt.
+	h.call(t, req("shop", hits(3000, desc("tokens", "alice"))))
+	h.clock.Advance(30 * time.Second)
+	wantStatuses(t, h.call(t, req("shop", check(desc("tokens", "alice")))), st(okCode, tokens, 1000, 0))
+}
+
+// TestRefundOnAnOrdinaryLimit: is_negative_hits gives units back on any
+// limit, never past rest.
+func TestRefundOnAnOrdinaryLimit(t *testing.T) {
+	h := start(t, shop)
+	checkout := limit("checkout", 5, minute, 0)
+	h.call(t, &rlsv3.RateLimitRequest{Domain: "shop", HitsAddend: 4, Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("path", "/checkout")}})
+	wantStatuses(t, h.call(t, req("shop", refund(3, desc("path", "/checkout")))), st(okCode, checkout, 4, time.Minute))
+	wantStatuses(t, h.call(t, req("shop", refund(3, desc("path", "/checkout")))), st(okCode, checkout, 5, 0))
+	// The request's hits_addend is the refund when the descriptor has none.
+	h.call(t, req("shop", desc("path", "/checkout")))
+	d := desc("path", "/checkout")
+	d.IsNegativeHits = true
+	r := h.call(t, &rlsv3.RateLimitRequest{Domain: "shop", HitsAddend: 1, Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
+	wantStatuses(t, r, st(okCode, checkout, 5, 0))
 }
 
 func TestLimitOverride(t *testing.T) {
@@ -354,7 +425,7 @@ func TestLimitOverride(t *testing.T) {
 		wantStatuses(t, h.call(t, req("shop", d)), st(okCode, want, 0, time.Second))
 		wantStatuses(t, h.call(t, req("shop", d)), st(over, want, 0, time.Second))
 		// The rule's own bucket was not touched.
-		wantStatuses(t, h.call(t, req("shop", peek(desc("path", "/checkout")))), st(okCode, limit("checkout", 5, minute, 0), 5, 0))
+		wantStatuses(t, h.call(t, req("shop", check(desc("path", "/checkout")))), st(okCode, limit("checkout", 5, minute, 0), 5, 0))
 	})
 	t.Run("unit_multiplier", func(t *testing.T) {
 		h := start(t, shop)
@@ -495,8 +566,6 @@ func TestInvalidArgument(t *testing.T) {
 	for range 17 {
 		deep.Entries = append(deep.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
 	}
-	refund := hits(1, desc("k", "v"))
-	refund.IsNegativeHits = true
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -509,7 +578,7 @@ func TestInvalidArgument(t *testing.T) {
 		{"too many descriptors", req("shop", many...), "descriptors: "},
 		{"too many entries", req("shop", deep), "descriptors[0].entries: "},
 		{"value too long", req("shop", desc("k", long)), "descriptors[0].entries[0].value: "},
-		{"refund", req("shop", refund), "descriptors[0].is_negative_hits: "},
+		{"a check and a refund of one bucket", req("shop", check(desc("path", "/a")), refund(1, desc("path", "/a"))), "descriptors[1]: asks refund of the bucket that descriptors[0] asks check of"},
 		{"override of an unknown unit", req("shop", override(1, typev3.RateLimitUnit_UNKNOWN, 0, desc("k", "v"))), "descriptors[0].limit.unit: "},
 		{"override of unit_multiplier 0", req("shop", desc("k", "v"), override(1, typev3.RateLimitUnit_SECOND, 0, desc("k", "v"))), ""},
 		{"override of 0 requests", req("shop", override(0, typev3.RateLimitUnit_SECOND, 0, desc("k", "v"))), "descriptors[0].limit: "},

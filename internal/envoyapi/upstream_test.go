@@ -93,7 +93,7 @@ func TestCheckConfig(t *testing.T) {
 ok: domain "payments" from testdata/upstream/payments.yaml
 ok: domain "rollout" from testdata/upstream/rollout.yaml
 `, ""},
-		{"testdata/shop.yaml", 0, "ok: domain \"shop\" from testdata/shop.yaml\n", ""},
+		{"testdata/shop.yaml", 0, "ok: domain \"shop\" from testdata/shop.yaml\noverdraft: shop.tokens takes charges in full, into debt if need be\n", ""},
 		// The example's policy directory holds policy files only (Envoy's
 		// bootstrap is beside it, not in it).
 		{"../../examples/envoy/policy", 0, "ok: domain \"edge\" from ../../examples/envoy/policy/edge.yaml\n", ""},

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/grpcstatus"
+	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Server implements ratelimit.v1.RateLimitService on an engine.
@@ -61,9 +62,27 @@ var algorithmTo = func() map[algorithms.Algorithm]ratelimitv1.Algorithm {
 	return m
 }()
 
+// operationOf translates a descriptor's operation.
+var operationOf = map[ratelimitv1.Operation]engine.Op{
+	ratelimitv1.Operation_OPERATION_UNSPECIFIED: engine.OpCharge,
+	ratelimitv1.Operation_OPERATION_CHARGE:      engine.OpCharge,
+	ratelimitv1.Operation_OPERATION_CHECK:       engine.OpCheck,
+	ratelimitv1.Operation_OPERATION_OVERDRAFT:   engine.OpOverdraft,
+	ratelimitv1.Operation_OPERATION_REFUND:      engine.OpRefund,
+	ratelimitv1.Operation_OPERATION_ADMIT:       engine.OpAdmit,
+}
+
+// operationTo translates how a status's limit was charged.
+var operationTo = [...]ratelimitv1.Operation{
+	store.Admit:     ratelimitv1.Operation_OPERATION_CHARGE,
+	store.Check:     ratelimitv1.Operation_OPERATION_CHECK,
+	store.Overdraft: ratelimitv1.Operation_OPERATION_OVERDRAFT,
+	store.Refund:    ratelimitv1.Operation_OPERATION_REFUND,
+}
+
 // request translates a v1 request. It rejects only what the engine's types
-// cannot hold (an unknown algorithm, an unrepresentable period); the engine
-// validates the rest.
+// cannot hold (an unknown algorithm or operation, an unrepresentable
+// period); the engine validates the rest.
 func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 	req := &engine.Request{
 		Domain:      in.GetDomain(),
@@ -80,6 +99,11 @@ func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 			h := uint64(d.GetHits())
 			out.Hits = &h
 		}
+		op, ok := operationOf[d.GetOperation()]
+		if !ok {
+			return nil, fmt.Errorf("descriptors[%d].operation: unknown value %d", i, d.GetOperation())
+		}
+		out.Op = op
 		if l := d.GetLimit(); l != nil {
 			alg, ok := algorithmOf[l.GetAlgorithm()]
 			if !ok {
@@ -123,6 +147,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 			Matched:   st.Matched,
 			Remaining: uint64(st.Remaining),
 			Shadow:    st.Shadow,
+			Operation: operationTo[st.Kind],
 		}
 		if st.Limit != nil {
 			ds.Rule = rule(st.Limit)

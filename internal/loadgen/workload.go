@@ -25,7 +25,8 @@ type Workload struct {
 type Descriptor struct {
 	Entries []Entry
 	// Hits, when set, is this descriptor's own cost (ratelimit.v1
-	// descriptors[].hits, Envoy descriptors[].hits_addend); 0 is a peek.
+	// descriptors[].hits, Envoy descriptors[].hits_addend); 0 is a peek on
+	// ratelimit.v1 and a check on Envoy's API.
 	Hits *uint32
 }
 

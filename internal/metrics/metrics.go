@@ -27,7 +27,16 @@
 //	ratelimitd_rule_over_limit_hits_total    hits of a status its rule denied (over capacity included)
 //	ratelimitd_rule_shadow_mode_hits_total   of those, the hits not denied: a shadow_mode rule, or global shadow mode
 //
-// so hits = within_limit + over_limit. A descriptor whose rule's limits
+// so hits = within_limit + over_limit. Usage charged after the fact
+// (engine.Op) counts on series of its own:
+//
+//	ratelimitd_rule_overdraft_hits_total     of the hits, those charged in full as overdraft (they count in within or over too)
+//	ratelimitd_rule_refunded_hits_total      hits given back (is_negative_hits, OPERATION_REFUND); not hits
+//	ratelimitd_rule_checks_total             checks (hits_addend 0 on Envoy's API, OPERATION_CHECK); not hits
+//	ratelimitd_rule_over_limit_checks_total  of those, the checks denied: the budget spent or in debt
+//
+// A status counts under the kind of charge its deciding limit made
+// (engine.Status.Kind). A descriptor whose rule's limits
 // were all replaced (rate_limit.replaces) by another matched rule's counts
 // nothing, as nothing of its rule decided it. A status is counted by its own
 // rule's verdict: in a request denied by another descriptor, a descriptor
@@ -85,6 +94,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // namespace prefixes every metric of ratelimitd's own.
@@ -116,8 +126,9 @@ type Metrics struct {
 	nearRatio   float64
 	maxDetailed int
 
-	hits, within, near, over, shadow *prometheus.CounterVec
-	rules                            atomic.Pointer[sync.Map] // *config.Rule -> *ruleCounters
+	hits, within, near, over, shadow        *prometheus.CounterVec
+	overdraft, refunded, checks, checksOver *prometheus.CounterVec
+	rules                                   atomic.Pointer[sync.Map] // *config.Rule -> *ruleCounters
 
 	// series holds the labels of every per-rule series there is, so that
 	// a reload can drop those the new policy no longer has. mu serializes
@@ -174,6 +185,10 @@ func New(opts ...Option) *Metrics {
 	m.near = ruleCounter("near_limit_hits_total", "Hits admitted and charged beyond the near-limit ratio of the deciding limit's capacity.")
 	m.over = ruleCounter("over_limit_hits_total", "Hits of descriptors the rule denied (over capacity included).")
 	m.shadow = ruleCounter("shadow_mode_hits_total", "Hits the rule denied that were let through: a shadow_mode rule, or global shadow mode.")
+	m.overdraft = ruleCounter("overdraft_hits_total", "Hits charged in full as overdraft charges, whatever was left (counted in hits_total too).")
+	m.refunded = ruleCounter("refunded_hits_total", "Hits given back by refunds (not counted in hits_total).")
+	m.checks = ruleCounter("checks_total", "Checks: would a charge of 1 be admitted? (not counted in hits_total).")
+	m.checksOver = ruleCounter("over_limit_checks_total", "Checks denied: the limit was spent or in debt.")
 
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "decision_duration_seconds",
@@ -214,7 +229,7 @@ func New(opts ...Option) *Metrics {
 		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace), grpcprom.WithHistogramBuckets(GRPCBuckets)),
 	)
 
-	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.latency, decisions,
+	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver, m.latency, decisions,
 		m.reloads, m.lastReload, m.lastReloadOK, m.grpc, buildInfo(buildinfo.Read()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if m.upstreamNames {
@@ -346,8 +361,11 @@ func (m *Metrics) PolicyReloaded(p *config.Policy, at time.Time, err error) {
 	m.PolicyLoaded(p, at)
 }
 
+// ruleVecs returns every per-rule counter: first the five that
+// envoyproxy/ratelimit has too (upstreamRuleNames, in its order), then
+// ratelimitd's own.
 func (m *Metrics) ruleVecs() []*prometheus.CounterVec {
-	return []*prometheus.CounterVec{m.hits, m.within, m.near, m.over, m.shadow}
+	return []*prometheus.CounterVec{m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver}
 }
 
 // CertificateLoaded records a load of the gRPC server's certificate: the
@@ -384,7 +402,7 @@ func (m *Metrics) Observe(req *engine.Request, resp *engine.Response, took time.
 	var rules *sync.Map
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if st.Rule == nil || st.Limit == nil || st.Cost == 0 {
+		if st.Rule == nil || st.Limit == nil || st.Cost == 0 && st.Kind != store.Check {
 			continue // no rule, every limit replaced, or a peek
 		}
 		if rules == nil {
@@ -395,6 +413,19 @@ func (m *Metrics) Observe(req *engine.Request, resp *engine.Response, took time.
 			c = m.detailedCounters(c, req.Descriptors[i].Entries)
 		}
 		cost := float64(st.Cost)
+		switch st.Kind {
+		case store.Check:
+			c.checks.Inc()
+			if st.Code != algorithms.Allowed {
+				c.checksOver.Inc()
+			}
+			continue
+		case store.Refund:
+			c.refunded.Add(cost)
+			continue
+		case store.Overdraft:
+			c.overdraft.Add(cost)
+		}
 		c.hits.Add(cost)
 		if st.Code == algorithms.Allowed {
 			c.within.Add(cost)
@@ -428,7 +459,8 @@ func nearHits(st *engine.Status, charged bool, ratio float64) int64 {
 
 // ruleCounters are one series of each per-rule counter.
 type ruleCounters struct {
-	hits, within, near, over, shadow prometheus.Counter
+	hits, within, near, over, shadow        prometheus.Counter
+	overdraft, refunded, checks, checksOver prometheus.Counter
 
 	domain, rule string
 
@@ -448,12 +480,16 @@ func (m *Metrics) counters(domain, rule, descriptor string) *ruleCounters {
 	defer m.mu.Unlock()
 	m.series[seriesLabels{domain, rule, descriptor}] = struct{}{}
 	return &ruleCounters{
-		hits:   m.hits.WithLabelValues(domain, rule, descriptor),
-		within: m.within.WithLabelValues(domain, rule, descriptor),
-		near:   m.near.WithLabelValues(domain, rule, descriptor),
-		over:   m.over.WithLabelValues(domain, rule, descriptor),
-		shadow: m.shadow.WithLabelValues(domain, rule, descriptor),
-		domain: domain, rule: rule,
+		hits:       m.hits.WithLabelValues(domain, rule, descriptor),
+		within:     m.within.WithLabelValues(domain, rule, descriptor),
+		near:       m.near.WithLabelValues(domain, rule, descriptor),
+		over:       m.over.WithLabelValues(domain, rule, descriptor),
+		shadow:     m.shadow.WithLabelValues(domain, rule, descriptor),
+		overdraft:  m.overdraft.WithLabelValues(domain, rule, descriptor),
+		refunded:   m.refunded.WithLabelValues(domain, rule, descriptor),
+		checks:     m.checks.WithLabelValues(domain, rule, descriptor),
+		checksOver: m.checksOver.WithLabelValues(domain, rule, descriptor),
+		domain:     domain, rule: rule,
 	}
 }
 

@@ -75,7 +75,7 @@ func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 	// one does not bring a dropped one back.
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	vecs := c.m.ruleVecs()
+	vecs := c.m.ruleVecs()[:len(upstreamRuleNames)] // upstream has no others
 	for l := range c.m.series {
 		path := l.rule
 		if l.descriptor != "" {

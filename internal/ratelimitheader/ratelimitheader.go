@@ -6,7 +6,9 @@
 // both write them, so a client sees the same fields behind either.
 //
 // Every count is of requests of cost 1; every time is whole seconds rounded
-// up, so that a client that waits them never comes back early.
+// up, so that a client that waits them never comes back early. A bucket in
+// debt (an overdraft charge took more than was left) shows 0 remaining and
+// a reset that includes the debt: the time until it is back at rest.
 package ratelimitheader
 
 import (

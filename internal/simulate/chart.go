@@ -11,11 +11,12 @@ import (
 )
 
 // WriteCSV writes one row per lane and bin: t_seconds (the bin's start),
-// lane, admitted, denied, remaining (at the bin's end) and max_delay_seconds,
+// lane, admitted, denied, remaining (at the bin's end), max_delay_seconds
+// and in_debt (1 when the bucket was in debt at the bin's end, else 0),
 // after a header row.
 func (r *Result) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"t_seconds", "lane", "admitted", "denied", "remaining", "max_delay_seconds"})
+	cw.Write([]string{"t_seconds", "lane", "admitted", "denied", "remaining", "max_delay_seconds", "in_debt"})
 	for _, l := range r.Lanes {
 		for _, b := range l.Bins {
 			cw.Write([]string{
@@ -23,11 +24,19 @@ func (r *Result) WriteCSV(w io.Writer) error {
 				strconv.Itoa(b.Admitted), strconv.Itoa(b.Denied),
 				strconv.FormatInt(b.Remaining, 10),
 				strconv.FormatFloat(b.MaxDelay.Seconds(), 'f', -1, 64),
+				strconv.Itoa(boolInt(b.InDebt)),
 			})
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Chart colours, shared by the SVG and the console's legend.
@@ -36,13 +45,15 @@ const (
 	colorDenied    = "#c62828"
 	colorRemaining = "#1565c0"
 	colorDelay     = "#ef6c00"
+	colorDebt      = "#fbe9e7"
 )
 
 // SVG draws the result as one panel per lane, stacked on a shared time
 // axis: admitted (green) and denied (red) requests per bin as stacked bars,
 // what the bucket holds at each bin's end as a blue line (scaled to the
 // lane's capacity) and, for a queue, its longest delay per bin as an orange
-// line. Each panel's title gives the lane's totals. The drawing is a
+// line, and the intervals a budget ends in debt shaded pink. Each panel's
+// title gives the lane's totals. The drawing is a
 // self-contained SVG document with no scripts or external references.
 func (r *Result) SVG() string {
 	const (
@@ -60,8 +71,8 @@ func (r *Result) SVG() string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12" role="img">`, width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`)
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14" font-weight="bold">%d requests over %s</text>`, left, r.Arrivals, fmtDur(r.Duration))
-	legend := []struct{ color, label string }{{colorAdmitted, "admitted"}, {colorDenied, "denied"}, {colorRemaining, "remaining (of capacity)"}, {colorDelay, "queue delay"}}
-	x := left + 300
+	legend := []struct{ color, label string }{{colorAdmitted, "admitted"}, {colorDenied, "denied"}, {colorRemaining, "remaining (of capacity)"}, {colorDelay, "queue delay"}, {colorDebt, "in debt"}}
+	x := left + 250
 	for _, l := range legend {
 		fmt.Fprintf(&b, `<rect x="%d" y="8" width="12" height="12" fill="%s"/><text x="%d" y="18">%s</text>`, x, l.color, x+16, l.label)
 		x += 16 + 7*len(l.label) + 18 // about 7px a character at 12px
@@ -75,9 +86,11 @@ func (r *Result) SVG() string {
 		y0 := top + i*(panelH+gap) + 18 // panel top
 		peak := 1
 		var longest time.Duration
+		debt := 0 // bins ending in debt
 		for _, bin := range lane.Bins {
 			peak = max(peak, bin.Admitted+bin.Denied)
 			longest = max(longest, bin.MaxDelay)
+			debt += boolInt(bin.InDebt)
 		}
 		totals := fmt.Sprintf("admitted %d, denied %d", lane.Admitted, lane.Denied)
 		if r.Window > 0 {
@@ -86,8 +99,11 @@ func (r *Result) SVG() string {
 		if longest > 0 {
 			totals += ", longest delay " + fmtDur(longest)
 		}
-		fmt.Fprintf(&b, `<g class="lane" data-lane="%s" data-admitted="%d" data-denied="%d" data-max-admitted-in="%d">`,
-			html.EscapeString(lane.Name), lane.Admitted, lane.Denied, lane.MaxAdmittedIn)
+		if debt > 0 {
+			totals += fmt.Sprintf(", in debt at the end of %d of %d intervals", debt, len(lane.Bins))
+		}
+		fmt.Fprintf(&b, `<g class="lane" data-lane="%s" data-admitted="%d" data-denied="%d" data-max-admitted-in="%d" data-debt-bins="%d">`,
+			html.EscapeString(lane.Name), lane.Admitted, lane.Denied, lane.MaxAdmittedIn, debt)
 		// The lane's name, then its totals, each on a line of its own so
 		// that a long rule name cannot push the totals out of the chart.
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`, left, y0-22, html.EscapeString(cut(lane.Name, 120)))
@@ -96,6 +112,9 @@ func (r *Result) SVG() string {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%d</text><text x="%d" y="%d" text-anchor="end">0</text>`, left-6, y0+10, peak, left-6, y0+panelH)
 		for j, bin := range lane.Bins {
 			x := float64(left) + float64(j)*barW
+			if bin.InDebt {
+				fmt.Fprintf(&b, `<rect class="debt" x="%.1f" y="%d" width="%.2f" height="%d" fill="%s"/>`, x, y0, barW, panelH, colorDebt)
+			}
 			ha := float64(panelH) * float64(bin.Admitted) / float64(peak)
 			hd := float64(panelH) * float64(bin.Denied) / float64(peak)
 			if bin.Admitted > 0 {

@@ -3,9 +3,13 @@
 // simulated clock, so a simulation answers exactly as the daemon would for
 // one bucket receiving that traffic.
 //
-// A simulation is a Traffic (arrival times) and one or more Lanes (a limit
-// each); every lane sees the same arrivals, so lanes side by side compare
-// algorithms on equal terms. Time starts at 0 on the simulated clock, the
+// A simulation is a Traffic (arrival times, and what each request costs)
+// and one or more Lanes (a limit each); every lane sees the same arrivals,
+// so lanes side by side compare algorithms on equal terms. A lane may be a
+// token budget charged after the fact (Lane.Overdraft): each request is
+// checked first and, admitted, charged its whole cost, so the budget can go
+// into debt and stay denied until its refill pays the debt back; Bin.InDebt
+// shows when. Time starts at 0 on the simulated clock, the
 // Unix epoch, where every window boundary of every period falls, so a
 // fixed window's first boundary is at exactly one period.
 package simulate
@@ -67,13 +71,22 @@ type Traffic struct {
 	// Times are the arrival times for Recorded, from 0; those outside
 	// [0, Duration) are ignored.
 	Times []time.Duration
+	// Cost is what each request uses (tokens, for a token budget); 0
+	// means 1.
+	Cost int64
 }
+
+// cost returns what each request uses.
+func (t Traffic) cost() int64 { return max(t.Cost, 1) }
 
 // Arrivals returns the arrival times, sorted, or an error naming the field
 // that is missing or out of range.
 func (t Traffic) Arrivals() ([]time.Duration, error) {
 	if t.Duration <= 0 {
 		return nil, errors.New("duration: must be positive")
+	}
+	if t.Cost < 0 {
+		return nil, errors.New("cost: must not be negative (0 means 1)")
 	}
 	var out []time.Duration
 	add := func(at time.Duration) error {
@@ -149,6 +162,12 @@ type Lane struct {
 	Limit algorithms.Limit
 	// Capacity is the limit's capacity, for scaling the chart's remaining.
 	Capacity int64
+	// Overdraft: the limit takes overdraft charges, as a token budget
+	// behind Envoy Gateway: each request is admitted when a check says a
+	// charge of 1 would be (the budget neither spent nor in debt), and an
+	// admitted request is then charged its whole cost, whatever is left.
+	// Otherwise a request is admitted only when its cost fits.
+	Overdraft bool
 }
 
 // NewLane returns a lane named after its algorithm, for a limit of
@@ -173,6 +192,10 @@ type Bin struct {
 	// MaxDelay is the longest queue delay given to a request admitted in
 	// the interval (leaky_bucket_queue only).
 	MaxDelay time.Duration
+	// InDebt: at the end of the interval the bucket was in debt (an
+	// Overdraft lane charged more than was left), so Remaining is 0 and
+	// every request is denied until its refill has paid the debt back.
+	InDebt bool
 }
 
 // LaneResult is one lane's simulation.
@@ -202,8 +225,9 @@ type Result struct {
 // times the lanes.
 const MaxLanes = 8
 
-// Run decides every arrival, one request of cost 1 each, in each lane, and
-// sums what happened into bins of width binWidth (≤ 0: Duration/100).
+// Run decides every arrival, one request of the Traffic's cost each, in
+// each lane (as Lane.Overdraft says), and sums what happened into bins of
+// width binWidth (≤ 0: Duration/100).
 // window is the interval for LaneResult.MaxAdmittedIn (≤ 0: none). It
 // stops, returning ctx's error, when ctx ends (checked at every bin).
 func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Duration) (*Result, error) {
@@ -239,7 +263,7 @@ func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Dur
 			end := bin.Start + binWidth
 			for ; next < len(arrivals) && arrivals[next] < end; next++ {
 				var d algorithms.Decision
-				st, d = lane.Limit.Decide(st, int64(arrivals[next]), 1)
+				st, d = lane.decide(st, int64(arrivals[next]), t.cost())
 				if d.Code == algorithms.Allowed {
 					bin.Admitted++
 					bin.MaxDelay = max(bin.MaxDelay, d.Delay)
@@ -250,6 +274,7 @@ func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Dur
 			}
 			_, peek := lane.Limit.Decide(st, int64(end), 0)
 			bin.Remaining = peek.Remaining
+			bin.InDebt = lane.Limit.InDebt(st, int64(end))
 			lr.Admitted += bin.Admitted
 			lr.Denied += bin.Denied
 		}
@@ -257,6 +282,20 @@ func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Dur
 		res.Lanes = append(res.Lanes, lr)
 	}
 	return res, nil
+}
+
+// decide decides one request of cost at now: for an Overdraft lane, a
+// check and, admitted, an overdraft charge of cost; else a charge that
+// must fit.
+func (l *Lane) decide(st algorithms.State, now, cost int64) (algorithms.State, algorithms.Decision) {
+	if !l.Overdraft {
+		return l.Limit.Decide(st, now, cost)
+	}
+	if d := l.Limit.Check(st, now); d.Code != algorithms.Allowed {
+		return st, d
+	}
+	st, _ = l.Limit.Overdraft(st, now, cost)
+	return st, algorithms.Decision{Code: algorithms.Allowed}
 }
 
 // mostWithin returns the most of the sorted times that fall within any

@@ -161,7 +161,7 @@ func TestCSVAndSVG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 1+2*12 || strings.Join(rows[0], ",") != "t_seconds,lane,admitted,denied,remaining,max_delay_seconds" {
+	if len(rows) != 1+2*12 || strings.Join(rows[0], ",") != "t_seconds,lane,admitted,denied,remaining,max_delay_seconds,in_debt" {
 		t.Fatalf("CSV: %d rows, header %v; want 25 rows and the documented header", len(rows), rows[0])
 	}
 	// The bin at 50s holds the burst before the boundary, at 60s the one at it.
@@ -195,5 +195,45 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	}
 	if _, err := simulate.Run(context.Background(), tr, many, 0, 0); err == nil || !strings.Contains(err.Error(), "lanes: 9; at most 8") {
 		t.Errorf("%d lanes: %v", len(many), err)
+	}
+}
+
+// TestTokenBudgetInDebt: a budget of 1000 tokens a minute, requests of 300
+// tokens each second. Charged after the fact (Overdraft), the fourth
+// request of each minute is admitted with 100 left and takes the budget 200
+// into debt, which denies the rest of the minute; charged up front, the
+// fourth does not fit, and the budget is never in debt.
+func TestTokenBudgetInDebt(t *testing.T) {
+	tr := simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: 3 * time.Minute, Cost: 300}
+	budget := lanes(t, 1000, time.Minute, algorithms.FixedWindow, algorithms.FixedWindow)
+	budget[0].Overdraft = true
+	res, err := simulate.Run(context.Background(), tr, budget, 10*time.Second, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ admitted, debtBins int }{{12, 15}, {9, 0}} {
+		l := res.Lanes[i]
+		debt := 0
+		for j, b := range l.Bins {
+			if b.InDebt {
+				debt++
+				if j%6 == 5 || b.Remaining != 0 {
+					t.Errorf("lane %d: bin %d (ending at a window's end, or with %d remaining) in debt", i, j, b.Remaining)
+				}
+			}
+		}
+		if l.Admitted != want.admitted || l.Denied != 180-want.admitted || debt != want.debtBins {
+			t.Errorf("lane %d: admitted %d, denied %d, %d bins in debt; want %d, %d, %d", i, l.Admitted, l.Denied, debt, want.admitted, 180-want.admitted, want.debtBins)
+		}
+	}
+	var csvOut bytes.Buffer
+	if err := res.WriteCSV(&csvOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(csvOut.String(), "\n0,fixed_window,4,6,0,0,1\n") {
+		t.Errorf("CSV lacks the first bin in debt:\n%s", csvOut.String()[:200])
+	}
+	if svg := res.SVG(); !strings.Contains(svg, `data-debt-bins="15"`) || !strings.Contains(svg, `class="debt"`) {
+		t.Errorf("the chart does not show the debt")
 	}
 }

@@ -418,15 +418,8 @@ func (r *reader) decisions() {
 // past the limit too, unless the variable is true; ratelimitd counts a
 // charge past the limit only for a limit with overdraft. So the variable
 // unset or false means --overdraft-by-default, true means without it.
-//
-// The switch (issue 21) is not in this tree yet: until it is, this adds no
-// flag, and a denied charge is not counted, as with
-// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true. The mapping goes here, and
-// only here:
-//
-//	r.flag("overdraft-by-default", strconv.FormatBool(!stop), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 func (r *reader) overdraft(stop bool) {
-	_ = stop
+	r.flag("overdraft-by-default", strconv.FormatBool(!stop), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 }
 
 func (r *reader) ignored() {

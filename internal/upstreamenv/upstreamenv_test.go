@@ -53,6 +53,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 		"metrics-addr": ":19001", "metrics-path": "/metrics", "upstream-metric-names": "true",
 		"store": "redis", "redis-addr": "redis.redis-system.svc.cluster.local:6379", "redis-timeout": "10s",
 		"near-limit-ratio": "0.8", "shadow-mode": "false", "healthcheck-needs-policy": "false",
+		"overdraft-by-default": "true", // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset: upstream counts past the limit
 	}
 	if got := flags(tr); !mapsEqual(got, want) {
 		t.Errorf("flags:\n got %v\nwant %v", got, want)
@@ -84,7 +85,7 @@ func TestFileConfigAndRedis(t *testing.T) {
 		"REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem", "REDIS_TIMEOUT": "250ms", "CACHE_KEY_PREFIX": "rl_",
 		"LOG_LEVEL": "DEBUG", "LOG_FORMAT": "json", "PORT": "9080", "GRPC_PORT": "9081", "HOST": "127.0.0.1",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "SHADOW_MODE": "true", "NEAR_LIMIT_RATIO": "0.9",
-		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
+		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +96,7 @@ func TestFileConfigAndRedis(t *testing.T) {
 		"redis-tls": "true", "redis-tls-ca": "/ca.pem", "redis-timeout": "250ms", "redis-key-prefix": "rl_",
 		"log-level": "debug", "log-format": "json", "http-addr": "127.0.0.1:9080", "grpc-addr": "0.0.0.0:9081",
 		"response-headers": "legacy", "shadow-mode": "true", "near-limit-ratio": "0.9", "healthcheck-needs-policy": "true",
+		"overdraft-by-default": "false", // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true
 	} {
 		if got[k] != v {
 			t.Errorf("--%s=%q, want %q", k, got[k], v)

@@ -42,7 +42,7 @@ type inForce struct {
 func newInForce() *inForce { return &inForce{changed: make(chan struct{}, 100)} }
 
 func (f *inForce) apply(version string, configs []config.RateLimitConfig) error {
-	p, err := config.FromRateLimitConfigs(configs, config.DefaultLimits)
+	p, err := config.FromRateLimitConfigs(configs, config.DefaultPolicyBounds)
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func TestWrappedResourceExtensions(t *testing.T) {
 	if req.GetErrorDetail() != nil || req.GetVersionInfo() != "w1" || req.GetResponseNonce() != "n1" {
 		t.Fatalf("reply %v, want the ACK of w1", req)
 	}
-	p, err := config.FromRateLimitConfigs(got, config.DefaultLimits)
+	p, err := config.FromRateLimitConfigs(got, config.DefaultPolicyBounds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,89 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Operation is what a descriptor asks of its buckets. In one request,
+// overdraft charges and refunds are always applied; charges that must fit
+// are applied all or nothing: only when no descriptor that is not a shadow
+// denies, where a check denies when a charge of 1 would be denied, a charge
+// when its cost does not fit, an overdraft charge when it leaves its bucket
+// in debt; a refund never denies. Two descriptors of a request that name
+// the same bucket must ask the same operation of it.
+type Operation int32
+
+const (
+	// Unset: OPERATION_CHARGE.
+	Operation_OPERATION_UNSPECIFIED Operation = 0
+	// Charge the cost. On a limit whose policy says overdraft: true (or, not
+	// saying, under --overdraft-by-default) it is an overdraft charge; on
+	// any other it is admitted only if it fits. Cost 0 is a peek.
+	Operation_OPERATION_CHARGE Operation = 1
+	// Would a charge of 1 be admitted right now? Nothing is charged. Denied
+	// (CODE_OVER_LIMIT with the exact retry_after) when the bucket is empty
+	// or in debt; it then denies the request like a denied charge.
+	Operation_OPERATION_CHECK Operation = 2
+	// Take the cost in full whatever is left, whatever the policy says of
+	// overdraft: usage that already happened. The bucket may go into debt,
+	// which its own refill pays back; until then checks and charges on it are
+	// denied. The status reports the bucket after the charge: CODE_OVER_LIMIT
+	// when it is left in debt (retry_after: until a charge of 1 fits),
+	// CODE_OK otherwise. Applied either way.
+	Operation_OPERATION_OVERDRAFT Operation = 3
+	// Give the cost back, never past the bucket's rest state (full, or an
+	// empty window): what a reservation did not use. Always CODE_OK; the
+	// status reports the bucket after the refund.
+	Operation_OPERATION_REFUND Operation = 4
+	// Charge the cost only if it fits, whatever the policy says of
+	// overdraft: a reservation of usage still to come.
+	Operation_OPERATION_ADMIT Operation = 5
+)
+
+// Enum value maps for Operation.
+var (
+	Operation_name = map[int32]string{
+		0: "OPERATION_UNSPECIFIED",
+		1: "OPERATION_CHARGE",
+		2: "OPERATION_CHECK",
+		3: "OPERATION_OVERDRAFT",
+		4: "OPERATION_REFUND",
+		5: "OPERATION_ADMIT",
+	}
+	Operation_value = map[string]int32{
+		"OPERATION_UNSPECIFIED": 0,
+		"OPERATION_CHARGE":      1,
+		"OPERATION_CHECK":       2,
+		"OPERATION_OVERDRAFT":   3,
+		"OPERATION_REFUND":      4,
+		"OPERATION_ADMIT":       5,
+	}
+)
+
+func (x Operation) Enum() *Operation {
+	p := new(Operation)
+	*p = x
+	return p
+}
+
+func (x Operation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Operation) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[0].Descriptor()
+}
+
+func (Operation) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[0]
+}
+
+func (x Operation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Operation.Descriptor instead.
+func (Operation) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
 // Algorithm selects the decision rule of a limit.
 type Algorithm int32
 
@@ -71,11 +154,11 @@ func (x Algorithm) String() string {
 }
 
 func (Algorithm) Descriptor() protoreflect.EnumDescriptor {
-	return file_ratelimit_v1_ratelimit_proto_enumTypes[0].Descriptor()
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
 }
 
 func (Algorithm) Type() protoreflect.EnumType {
-	return &file_ratelimit_v1_ratelimit_proto_enumTypes[0]
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[1]
 }
 
 func (x Algorithm) Number() protoreflect.EnumNumber {
@@ -84,7 +167,7 @@ func (x Algorithm) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Algorithm.Descriptor instead.
 func (Algorithm) EnumDescriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
 // Code is a decision.
@@ -128,11 +211,11 @@ func (x Code) String() string {
 }
 
 func (Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[2].Descriptor()
 }
 
 func (Code) Type() protoreflect.EnumType {
-	return &file_ratelimit_v1_ratelimit_proto_enumTypes[1]
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[2]
 }
 
 func (x Code) Number() protoreflect.EnumNumber {
@@ -141,7 +224,7 @@ func (x Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Code.Descriptor instead.
 func (Code) EnumDescriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 // ShouldRateLimitRequest names a request by its domain and descriptors.
@@ -216,11 +299,14 @@ type Descriptor struct {
 	// The entries, matched level by level against the policy's tree.
 	Entries []*Entry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// This descriptor's cost, overriding the request's hits when set.
-	// 0 is a peek: report the bucket without charging it.
+	// 0 is a peek: report the bucket without charging it. For
+	// OPERATION_REFUND the units given back; ignored by OPERATION_CHECK.
 	Hits *uint32 `protobuf:"varint,2,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
 	// A limit for callers that have no policy file. When set, it decides this
 	// descriptor instead of the policy, in any domain.
-	Limit         *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// What the descriptor asks of its buckets; unset is OPERATION_CHARGE.
+	Operation     Operation `protobuf:"varint,4,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +360,13 @@ func (x *Descriptor) GetLimit() *Limit {
 		return x.Limit
 	}
 	return nil
+}
+
+func (x *Descriptor) GetOperation() Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return Operation_OPERATION_UNSPECIFIED
 }
 
 // Entry is one key/value pair of a descriptor.
@@ -417,7 +510,8 @@ func (x *Limit) GetName() string {
 type ShouldRateLimitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// CODE_OK when every non-shadow descriptor was admitted, else
-	// CODE_OVER_LIMIT. When OVER_LIMIT, nothing was charged anywhere.
+	// CODE_OVER_LIMIT. When OVER_LIMIT, no charge that must fit was made
+	// anywhere; overdraft charges and refunds were applied all the same.
 	OverallCode Code `protobuf:"varint,1,opt,name=overall_code,json=overallCode,proto3,enum=ratelimit.v1.Code" json:"overall_code,omitempty"`
 	// For OVER_LIMIT: the longest retry_after of the denying descriptors —
 	// the shortest wait after which the same request would be admitted if
@@ -492,9 +586,11 @@ type DescriptorStatus struct {
 	// The limit that decided: the denying one with the longest retry_after,
 	// else the one with the fewest remaining. Unset when unmatched.
 	Rule *Rule `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
-	// Requests of cost 1 that would be admitted right now.
+	// Requests of cost 1 that would be admitted right now; 0 for a bucket in
+	// debt.
 	Remaining uint64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	// Time until the bucket is back at rest (full, or empty of hits).
+	// Time until the bucket is back at rest (full, or empty of hits), its
+	// debt included.
 	ResetAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
 	// For CODE_OVER_LIMIT: the shortest wait after which this descriptor
 	// would admit the same cost.
@@ -502,7 +598,12 @@ type DescriptorStatus struct {
 	// For leaky_bucket_queue: how long to wait before proceeding.
 	Delay *durationpb.Duration `protobuf:"bytes,7,opt,name=delay,proto3" json:"delay,omitempty"`
 	// The rule is in shadow mode: counted and reported, never denying.
-	Shadow        bool `protobuf:"varint,8,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,8,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// How the deciding limit's bucket was charged: the descriptor's
+	// operation, with OPERATION_CHARGE reported as OPERATION_OVERDRAFT when
+	// the limit took it as an overdraft charge (OPERATION_ADMIT is reported
+	// as OPERATION_CHARGE).
+	Operation     Operation `protobuf:"varint,9,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +692,13 @@ func (x *DescriptorStatus) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *DescriptorStatus) GetOperation() Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return Operation_OPERATION_UNSPECIFIED
 }
 
 // Rule describes the limit that decided a descriptor.
@@ -688,12 +796,13 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x16ShouldRateLimitRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
-	"\x04hits\x18\x03 \x01(\rR\x04hits\"\x88\x01\n" +
+	"\x04hits\x18\x03 \x01(\rR\x04hits\"\xbf\x01\n" +
 	"\n" +
 	"Descriptor\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x17\n" +
 	"\x04hits\x18\x02 \x01(\rH\x00R\x04hits\x88\x01\x01\x12)\n" +
-	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limitB\a\n" +
+	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x125\n" +
+	"\toperation\x18\x04 \x01(\x0e2\x17.ratelimit.v1.OperationR\toperationB\a\n" +
 	"\x05_hits\"/\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -708,7 +817,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\foverall_code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\voverallCode\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12:\n" +
-	"\bstatuses\x18\x03 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\"\xdb\x02\n" +
+	"\bstatuses\x18\x03 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\"\x92\x03\n" +
 	"\x10DescriptorStatus\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\bR\amatched\x12&\n" +
@@ -719,14 +828,22 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vretry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12/\n" +
 	"\x05delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
-	"\x06shadow\x18\b \x01(\bR\x06shadow\"\xd4\x01\n" +
+	"\x06shadow\x18\b \x01(\bR\x06shadow\x125\n" +
+	"\toperation\x18\t \x01(\x0e2\x17.ratelimit.v1.OperationR\toperation\"\xd4\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x1a\n" +
 	"\brequests\x18\x03 \x01(\rR\brequests\x121\n" +
 	"\x06period\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\rR\x05burst\x12\x1c\n" +
-	"\tunlimited\x18\x06 \x01(\bR\tunlimited*\xba\x01\n" +
+	"\tunlimited\x18\x06 \x01(\bR\tunlimited*\x95\x01\n" +
+	"\tOperation\x12\x19\n" +
+	"\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10OPERATION_CHARGE\x10\x01\x12\x13\n" +
+	"\x0fOPERATION_CHECK\x10\x02\x12\x17\n" +
+	"\x13OPERATION_OVERDRAFT\x10\x03\x12\x14\n" +
+	"\x10OPERATION_REFUND\x10\x04\x12\x13\n" +
+	"\x0fOPERATION_ADMIT\x10\x05*\xba\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1c\n" +
@@ -754,43 +871,46 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(Algorithm)(0),                  // 0: ratelimit.v1.Algorithm
-	(Code)(0),                       // 1: ratelimit.v1.Code
-	(*ShouldRateLimitRequest)(nil),  // 2: ratelimit.v1.ShouldRateLimitRequest
-	(*Descriptor)(nil),              // 3: ratelimit.v1.Descriptor
-	(*Entry)(nil),                   // 4: ratelimit.v1.Entry
-	(*Limit)(nil),                   // 5: ratelimit.v1.Limit
-	(*ShouldRateLimitResponse)(nil), // 6: ratelimit.v1.ShouldRateLimitResponse
-	(*DescriptorStatus)(nil),        // 7: ratelimit.v1.DescriptorStatus
-	(*Rule)(nil),                    // 8: ratelimit.v1.Rule
-	(*durationpb.Duration)(nil),     // 9: google.protobuf.Duration
+	(Operation)(0),                  // 0: ratelimit.v1.Operation
+	(Algorithm)(0),                  // 1: ratelimit.v1.Algorithm
+	(Code)(0),                       // 2: ratelimit.v1.Code
+	(*ShouldRateLimitRequest)(nil),  // 3: ratelimit.v1.ShouldRateLimitRequest
+	(*Descriptor)(nil),              // 4: ratelimit.v1.Descriptor
+	(*Entry)(nil),                   // 5: ratelimit.v1.Entry
+	(*Limit)(nil),                   // 6: ratelimit.v1.Limit
+	(*ShouldRateLimitResponse)(nil), // 7: ratelimit.v1.ShouldRateLimitResponse
+	(*DescriptorStatus)(nil),        // 8: ratelimit.v1.DescriptorStatus
+	(*Rule)(nil),                    // 9: ratelimit.v1.Rule
+	(*durationpb.Duration)(nil),     // 10: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	3,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	4,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
-	5,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.Limit
-	0,  // 3: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	9,  // 4: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
-	1,  // 5: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
-	9,  // 6: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
-	7,  // 7: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	1,  // 8: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
-	8,  // 9: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
-	9,  // 10: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	9,  // 11: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	9,  // 12: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
-	0,  // 13: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
-	9,  // 14: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
-	2,  // 15: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	6,  // 16: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	5,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
+	6,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.Limit
+	0,  // 3: ratelimit.v1.Descriptor.operation:type_name -> ratelimit.v1.Operation
+	1,  // 4: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	10, // 5: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
+	2,  // 6: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
+	10, // 7: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
+	8,  // 8: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	2,  // 9: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
+	9,  // 10: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
+	10, // 11: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	10, // 12: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	10, // 13: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
+	0,  // 14: ratelimit.v1.DescriptorStatus.operation:type_name -> ratelimit.v1.Operation
+	1,  // 15: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
+	10, // 16: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
+	3,  // 17: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	7,  // 18: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -804,7 +924,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -30,7 +30,10 @@ const (
 type RateLimitServiceClient interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
 	// charges every matching bucket — all of them or, when any denies, none —
-	// and answers with one status per descriptor.
+	// and answers with one status per descriptor. Each descriptor asks one
+	// Operation of its buckets (a charge by default); overdraft charges and
+	// refunds are applied whatever the other descriptors decide (see
+	// Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
 	// descriptors, an entry has an empty key, a limit is malformed, or a size
@@ -65,7 +68,10 @@ func (c *rateLimitServiceClient) ShouldRateLimit(ctx context.Context, in *Should
 type RateLimitServiceServer interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
 	// charges every matching bucket — all of them or, when any denies, none —
-	// and answers with one status per descriptor.
+	// and answers with one status per descriptor. Each descriptor asks one
+	// Operation of its buckets (a charge by default); overdraft charges and
+	// refunds are applied whatever the other descriptors decide (see
+	// Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
 	// descriptors, an entry has an empty key, a limit is malformed, or a size

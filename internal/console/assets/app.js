@@ -49,6 +49,7 @@ function limitBadges(l) {
   else {
     let text = `${l.algorithm} · ${l.requests_per_unit} per ${l.period}`;
     if (l.burst && l.burst !== l.requests_per_unit) text += ` · burst ${l.burst}`;
+    if (l.overdraft) text += " · overdraft";
     out.push(el("span", { class: "badge" }, text));
   }
   if (l.name) out.push(el("span", { class: "badge" }, l.name));
@@ -199,7 +200,7 @@ async function inspect(ev) {
     el("td", {}, el("code", {}, b.descriptor)),
     el("td", {}, b.matched ? (b.rule || "") : el("span", { class: "muted" }, "no rule matches")),
     el("td", {}, b.unlimited ? "unlimited" : (b.limit ? `${b.algorithm ? b.algorithm + " · " : ""}${b.limit}` : "")),
-    el("td", { class: "num" }, b.matched && !b.unlimited ? b.remaining : ""),
+    el("td", { class: "num" }, b.matched && !b.unlimited ? (b.debt ? `0 (in debt: ${b.debt} owed)` : b.remaining) : ""),
     el("td", {}, b.matched && !b.unlimited ? b.reset_after : ""))));
 }
 
@@ -231,7 +232,8 @@ async function runSimulation(ev) {
     q.set("alg", f.getAll("alg").join(","));
     for (const k of ["requests", "period", "burst"]) q.set(k, f.get(k));
   }
-  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times"]) if (f.get(k)) q.set(k, f.get(k));
+  if (!f.get("rule") && f.get("overdraft")) q.set("overdraft", "true");
+  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times", "cost"]) if (f.get(k)) q.set(k, f.get(k));
   $("#sim-error").textContent = "";
   let v;
   try { v = await postJSON("/console/api/simulate", Object.fromEntries(q)); } catch (e) { $("#sim-error").textContent = e.message; return; }

@@ -8,28 +8,38 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 )
 
 // Batching. Requests whose buckets are all in one hash slot (every request
 // on a standalone Redis, and with the {domain} hash tag every request on a
 // cluster) are settled by the store's sender: a goroutine that takes every
-// request waiting, sends them in one round trip, and delivers the replies.
-// When the sender is idle as a request arrives at low load, it sends that
-// request at once, alone: batching adds no wait. Under load (a last batch
-// of gatherFrom or more) it waits up to gatherWait for as many requests as
-// its last batch carried (see sender).
-// While it waits for Redis, requests gather, and it sends them together
-// next: requests of one slot
-// in one settle.lua call (which settles them one after the other, each
-// atomic and all or nothing on its own), the calls of one node pipelined
-// in one write. The more requests arrive at once, the fewer round trips
-// and script calls each costs. (More senders, batches in flight at once,
-// measured no faster and cost Redis more per request: smaller batches.)
+// request waiting and sends them together, in one round trip (requests of
+// one slot in one settle.lua call, which settles them one after the other,
+// each atomic and all or nothing on its own; the calls of one node
+// pipelined in one write). The more requests arrive at once, the fewer
+// round trips and script calls each costs.
+//
+// When no batch is in flight as a request arrives, the sender sends it at
+// once: batching adds no wait at low load. While batches are in flight,
+// requests gather for the next one, which leaves when none is in flight or
+// when the spacing has passed since the last one left (and fewer than
+// maxInFlight are in flight). The spacing is overlapAfter, or the last
+// batch's round trip over maxInFlight when that is longer: with a Redis
+// that answers within overlapAfter, a batch leaves when the last returns,
+// as with one batch at a time, and with a Redis far away (or a slow
+// batch) a request waits for its batch a fraction of a round trip, not
+// another request's round trip, and maxInFlight batches in flight cover
+// the round trip. Under load (a last batch of gatherFrom or more) the
+// sender also waits up to gatherWait for as many requests as its last
+// batch carried (see sender).
 const (
-	senders    = 1                     // batches in flight at once
-	maxBatch   = 128                   // requests in one batch
-	gatherWait = 50 * time.Microsecond // longest wait for a batch's expected requests
-	gatherFrom = 4                     // the smallest last batch that makes the sender wait
+	maxBatch     = 128                   // requests in one batch
+	maxInFlight  = 32                    // batches in flight at once, each on a connection of its own
+	overlapAfter = time.Millisecond      // the shortest spacing of batches in flight at once
+	gatherWait   = 50 * time.Microsecond // longest wait for a batch's expected requests
+	gatherFrom   = 4                     // the smallest last batch that makes the sender wait
 )
 
 // call is one request waiting to be sent by a sender.
@@ -39,7 +49,8 @@ type call struct {
 	keys     []string
 	args     []any     // appendRequest's
 	slot     int       // the hash slot of its keys (0 on a standalone Redis)
-	now      [2]string // settle.lua's now: redisTime, or a test clock's
+	now      [2]string // settle.lua's now (Store.scriptTime)
+	expire   bool      // settle.lua sets expiry (Store.scriptTime)
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).
@@ -50,17 +61,6 @@ type call struct {
 
 // errClosed is the error of calls cut short by Close.
 var errClosed = errors.New("redis: store closed")
-
-// batchError is the error of every call of a batch that failed: one
-// failure of Redis however many requests it carried (the circuit breaker
-// counts it once).
-type batchError struct {
-	err   error
-	batch uint64 // the batch's number, from 1
-}
-
-func (e *batchError) Error() string { return e.err.Error() }
-func (e *batchError) Unwrap() error { return e.err }
 
 // send queues c for a sender and waits until it is settled, ctx ends or
 // the store closes: no later than c.deadline, which the sender keeps (it
@@ -94,7 +94,8 @@ func (s *Store) send(ctx context.Context, c *call) error {
 	}
 }
 
-// sender sends batches until the store closes.
+// sender sends batches until the store closes, each from a goroutine of
+// its own, as the doc of maxInFlight's block says.
 //
 // It expects as many requests as its last batch carried: their callers,
 // answered, are likely to send again. When that is at least gatherFrom,
@@ -105,18 +106,56 @@ func (s *Store) send(ctx context.Context, c *call) error {
 // batches are of one to three) it never waits: there the wait would add
 // latency and gather little.
 func (s *Store) sender() {
-	batch := make([]*call, 0, maxBatch)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	gatherTimer := time.NewTimer(time.Hour)
+	gatherTimer.Stop()
+	overlapTimer := time.NewTimer(time.Hour)
+	overlapTimer.Stop()
+	returned := make(chan time.Duration, maxInFlight) // a batch in flight came back, after this long
+	inFlight := 0
+	var lastSent time.Time
+	spacing := overlapAfter
+	back := func(took time.Duration) {
+		inFlight--
+		spacing = max(overlapAfter, took/maxInFlight)
+	}
 	expect := 1
 	for {
-		batch = batch[:0]
+		batch := make([]*call, 0, maxBatch)
 		select {
 		case c := <-s.queue:
 			batch = append(batch, c)
+		case took := <-returned:
+			back(took)
+			continue
 		case <-s.done:
 			return
 		}
+
+		// While batches are in flight, this one leaves the spacing after
+		// the last, and only when fewer than maxInFlight are; requests
+		// that arrive meanwhile join it.
+		for inFlight > 0 && (inFlight >= maxInFlight || time.Since(lastSent) < spacing) {
+			var overlap <-chan time.Time
+			if inFlight < maxInFlight {
+				overlapTimer.Reset(spacing - time.Since(lastSent))
+				overlap = overlapTimer.C
+			}
+			var queue chan *call
+			if len(batch) < maxBatch {
+				queue = s.queue
+			}
+			select {
+			case c := <-queue:
+				batch = append(batch, c)
+			case took := <-returned:
+				back(took)
+			case <-overlap:
+			case <-s.done:
+				return
+			}
+			overlapTimer.Stop()
+		}
+
 		waiting := false
 	gather:
 		for len(batch) < maxBatch {
@@ -131,22 +170,27 @@ func (s *Store) sender() {
 			}
 			if !waiting {
 				waiting = true
-				timer.Reset(gatherWait)
+				gatherTimer.Reset(gatherWait)
 			}
 			select {
 			case c := <-s.queue:
 				batch = append(batch, c)
-			case <-timer.C:
+			case <-gatherTimer.C:
 				break gather
 			case <-s.done:
 				break gather
 			}
 		}
 		if waiting {
-			timer.Stop()
+			gatherTimer.Stop()
 		}
 		expect = len(batch)
-		s.sendBatch(batch)
+		inFlight++
+		lastSent = time.Now()
+		go func(sent time.Time) {
+			s.sendBatch(batch)
+			returned <- time.Since(sent)
+		}(lastSent)
 	}
 }
 
@@ -196,7 +240,7 @@ func (s *Store) sendBatch(batch []*call) {
 	keys := make([][]string, len(groups))
 	args := make([][]any, len(groups))
 	for g, calls := range groups {
-		args[g] = settleHead(calls[0].now, s.testNow == nil, false, len(calls))
+		args[g] = settleHead(calls[0].now, calls[0].expire, false, len(calls))
 		for _, c := range calls {
 			keys[g] = append(keys[g], c.keys...)
 			args[g] = append(args[g], c.args...)
@@ -215,7 +259,9 @@ func (s *Store) sendBatch(batch []*call) {
 		}
 		for i, c := range calls {
 			if err != nil {
-				c.err = &batchError{err, seq}
+				// One failure of Redis however many requests the
+				// batch carried: the circuit breaker counts it once.
+				c.err = &guard.SharedFailure{Err: err, Exchange: seq}
 			} else {
 				c.reply = replies[i]
 			}

@@ -58,7 +58,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 		for _, st := range stores {
 			b.Run(st.name+"/"+tc.name, func(b *testing.B) {
-				rs, _ := st.s.(*redis.Store)
+				rs, _ := st.s.(*testStore)
 				var trips0, applies0 uint64
 				var cpu0 float64
 				if rs != nil {
@@ -207,12 +207,9 @@ func redisCPU(b *testing.B, admin *goredis.Client) float64 {
 	return sum
 }
 
-func newBenchStore(b *testing.B, addr string) *redis.Store {
-	s, err := redis.New(redis.Config{Addr: addr, KeyPrefix: "bench:", Timeout: 5 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
+// newBenchStore returns a Redis store in its guard, as the daemon runs it.
+func newBenchStore(b *testing.B, addr string) *testStore {
+	s := newTestStore(b, redis.Config{Addr: addr, KeyPrefix: "bench:", Timeout: 5 * time.Second}, nil)
 	// Load the script, so that no request pays the EVAL fallback.
 	apply(b, s, store.Charge{Domain: "bench", Key: engineKey("bench"), Limit: mustLimit(b, algorithms.FixedWindow, 1, time.Hour, 0), Cost: 0})
 	return s

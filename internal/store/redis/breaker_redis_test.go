@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
@@ -24,13 +25,10 @@ import (
 func TestBreakerWithHungRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	local := clock.NewFake(t0)
-	s := newTestStore(t, redis.Config{
-		Addr: srv.Addr(), Timeout: 100 * time.Millisecond, FailureMode: redis.FailClosed,
-		BreakerFailures: 2, BreakerCooloff: 5 * time.Second, Clock: local,
-	}, nil)
+	s := newGuardedStore(t, redis.Config{Addr: srv.Addr(), Timeout: 100 * time.Millisecond}, guard.Config{FailureMode: guard.FailClosed, BreakerFailures: 2, BreakerCooloff: 5 * time.Second, Clock: local}, nil)
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
 	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "hung"), Limit: l, Cost: 1}
-	failed := algorithms.Decision{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}
+	failed := algorithms.Decision{Code: algorithms.Denied, RetryAfter: guard.FailClosedRetryAfter}
 	if d := apply(t, s, charge); d[0].Code != algorithms.Allowed {
 		t.Fatalf("Redis answering: %+v, want allowed", d[0])
 	}
@@ -41,7 +39,7 @@ func TestBreakerWithHungRedis(t *testing.T) {
 			t.Fatalf("timed-out request %d: %+v, want the failure mode's denial", i, d[0])
 		}
 	}
-	if got := s.Breaker(); got != redis.BreakerOpen {
+	if got := s.Breaker(); got != guard.BreakerOpen {
 		t.Fatalf("after two timeouts in a row the breaker is %v, want open", got)
 	}
 	asked := s.Applies()
@@ -60,7 +58,7 @@ func TestBreakerWithHungRedis(t *testing.T) {
 	if err := s.Ping(context.Background()); err == nil {
 		t.Fatal("Ping with the breaker open and cooling off: no error")
 	}
-	if up, _ := s.Healthy(); up || s.Breaker() != redis.BreakerOpen {
+	if up, _ := s.Healthy(); up || s.Breaker() != guard.BreakerOpen {
 		t.Errorf("after a PONG from a Redis that holds scripts: up %v, breaker %v; want down and open", up, s.Breaker())
 	}
 
@@ -70,7 +68,7 @@ func TestBreakerWithHungRedis(t *testing.T) {
 	if got := s.Applies() - asked; got != 1 {
 		t.Errorf("after the cool-off %d requests asked Redis, want one probe", got)
 	}
-	if got := s.Breaker(); got != redis.BreakerOpen {
+	if got := s.Breaker(); got != guard.BreakerOpen {
 		t.Fatalf("after the probe failed the breaker is %v, want open again", got)
 	}
 
@@ -84,7 +82,7 @@ func TestBreakerWithHungRedis(t *testing.T) {
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatalf("the probing ping after Redis is back: %v", err)
 	}
-	if got := s.Breaker(); got != redis.BreakerClosed {
+	if got := s.Breaker(); got != guard.BreakerClosed {
 		t.Errorf("after a successful probe the breaker is %v, want closed", got)
 	}
 	if up, why := s.Healthy(); !up {

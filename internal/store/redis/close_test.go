@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
@@ -23,7 +24,7 @@ func TestHungRedisCallEnds(t *testing.T) {
 	for _, how := range []string{"caller's context", "Close"} {
 		t.Run(how, func(t *testing.T) {
 			srv := redistest.Start(t)
-			s := newTestStore(t, redis.Config{Addr: srv.Addr(), Timeout: time.Minute, FailureMode: redis.FailClosed}, nil)
+			s := newGuardedStore(t, redis.Config{Addr: srv.Addr(), Timeout: time.Minute}, guard.Config{FailureMode: guard.FailClosed}, nil)
 			apply(t, s, charge) // loads the script
 			pause(t, srv)
 			ctx, cancel := context.WithCancel(context.Background())

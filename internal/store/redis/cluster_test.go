@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/store/storetest"
@@ -163,26 +164,26 @@ func TestCluster(t *testing.T) {
 		wide := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
 		narrow := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
 		peek := func(remaining int64) algorithms.Decision { return algorithms.Decision{Remaining: remaining} }
-		failClosed := algorithms.Decision{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}
+		failClosed := algorithms.Decision{Code: algorithms.Denied, RetryAfter: guard.FailClosedRetryAfter}
 		denial := algorithms.Decision{Code: algorithms.Denied, ResetAfter: time.Hour, RetryAfter: time.Hour}
 		tests := []struct {
 			name string
-			mode redis.FailureMode
+			mode guard.FailureMode
 			deny bool // the second bucket is spent before the request
 			want [3]algorithms.Decision
 		}{
-			{"fail open", redis.FailOpen, false, [3]algorithms.Decision{
+			{"fail open", guard.FailOpen, false, [3]algorithms.Decision{
 				{Remaining: 9, ResetAfter: time.Hour}, {Remaining: 0, ResetAfter: time.Hour}, {Remaining: 9, ResetAfter: time.Hour}}},
-			{"fail closed", redis.FailClosed, false, [3]algorithms.Decision{failClosed, failClosed, failClosed}},
-			{"fail open, another node denies", redis.FailOpen, true, [3]algorithms.Decision{peek(10), denial, peek(10)}},
-			{"fail closed, another node denies", redis.FailClosed, true, [3]algorithms.Decision{peek(10), denial, failClosed}},
+			{"fail closed", guard.FailClosed, false, [3]algorithms.Decision{failClosed, failClosed, failClosed}},
+			{"fail open, another node denies", guard.FailOpen, true, [3]algorithms.Decision{peek(10), denial, peek(10)}},
+			{"fail closed, another node denies", guard.FailClosed, true, [3]algorithms.Decision{peek(10), denial, failClosed}},
 		}
 		for n, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				cfg := redis.Config{ClusterAddrs: cluster.Addrs(), SpreadKeys: true, KeyPrefix: fmt.Sprintf("slow%d:", n), FailureMode: tt.mode}
+				cfg := redis.Config{ClusterAddrs: cluster.Addrs(), SpreadKeys: true, KeyPrefix: fmt.Sprintf("slow%d:", n)}
 				setup := newTestStore(t, cfg, clock.NewFake(t0)) // the default 10s timeout of the tests
 				cfg.Timeout = 500 * time.Millisecond
-				s := newTestStore(t, cfg, clock.NewFake(t0))
+				s := newGuardedStore(t, cfg, guard.Config{FailureMode: tt.mode}, clock.NewFake(t0))
 				keys, nodes := onDistinctNodes(t, cluster, cfg.KeyPrefix, 3)
 				req := func(cost int64) []store.Charge {
 					return []store.Charge{
@@ -272,6 +273,18 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("charge %d: %+v, want %v", i, d[0], want)
 			}
 		}
+	})
+
+	t.Run("the recommended ACL, spread keys", func(t *testing.T) {
+		for _, n := range cluster.Nodes {
+			setUser(t, n, redistest.RecommendedACL(t)...)
+		}
+		s := newTestStore(t, redis.Config{ClusterAddrs: cluster.Addrs(), SpreadKeys: true,
+			Username: "ratelimitd", Password: "secret", KeyPrefix: redis.DefaultKeyPrefix}, nil)
+		if err := s.Check(context.Background()); err != nil {
+			t.Fatalf("Check as the recommended ACL user: %v", err)
+		}
+		everyOperation(t, s, "ratelimitd")
 	})
 }
 

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/store/storetest"
@@ -17,11 +19,41 @@ import (
 
 var prefixes atomic.Int64
 
-// newTestStore returns a store as cfg says, with keys under a prefix of its
-// own unless cfg names one, a timeout of 10s unless cfg sets one (so that
-// a loaded machine does not turn a test's requests into failures), and
-// deciding at c's time (nil: Redis TIME).
-func newTestStore(t *testing.T, cfg redis.Config, c clock.Clock) *redis.Store {
+// testStore is a Redis store in the guard the daemon wraps it in.
+type testStore struct {
+	*guard.Guard
+	redis *redis.Store
+}
+
+// Applies and RoundTrips are the Redis store's counts.
+func (s *testStore) Applies() uint64    { return s.redis.Applies() }
+func (s *testStore) RoundTrips() uint64 { return s.redis.RoundTrips() }
+
+// Collectors are the Redis store's metrics and its guard's.
+func (s *testStore) Collectors() []prometheus.Collector {
+	return append(s.redis.Collectors(), s.Guard.Collectors()...)
+}
+
+// Close closes the guard and the Redis store.
+func (s *testStore) Close() {
+	s.Guard.Close()
+	s.redis.Close()
+}
+
+// newTestStore returns newGuardedStore's store with the guard's defaults.
+func newTestStore(t testing.TB, cfg redis.Config, c clock.Clock) *testStore {
+	t.Helper()
+	return newGuardedStore(t, cfg, guard.Config{}, c)
+}
+
+// newGuardedStore returns a store as cfg says, guarded as g says (named
+// "redis", as the daemon names it), with keys under a prefix of its own
+// unless cfg names one, a timeout of 10s unless cfg sets one (so that a
+// loaded machine does not turn a test's requests into failures), and
+// deciding at c's time (nil: Redis TIME), which is then also the guard's
+// clock unless g names one. The store has made its connections (or failed
+// to).
+func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clock) *testStore {
 	t.Helper()
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = fmt.Sprintf("test%d:", prefixes.Add(1))
@@ -29,14 +61,26 @@ func newTestStore(t *testing.T, cfg redis.Config, c clock.Clock) *redis.Store {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	s, err := redis.New(cfg)
+	r, err := redis.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	// The connections' warm-up goes through whatever proxy the test
+	// has, before the test does.
+	<-redis.Warmed(r)
 	if c != nil {
-		redis.SetTestClock(s, c)
+		redis.SetTestClock(r, c)
+		if g.Clock == nil {
+			g.Clock = c
+		}
 	}
+	g.Name, g.Logger = "redis", cfg.Logger
+	gs, err := guard.New(r, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testStore{Guard: gs, redis: r}
+	t.Cleanup(s.Close)
 	return s
 }
 
@@ -50,7 +94,7 @@ func newTestStore(t *testing.T, cfg redis.Config, c clock.Clock) *redis.Store {
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	var mu sync.Mutex
-	stores := make(map[string]*redis.Store)
+	stores := make(map[string]*testStore)
 	storetest.Run(t, func(t *testing.T, c *clock.Fake) store.Store {
 		s := newTestStore(t, redis.Config{Addr: srv.Addr()}, c)
 		mu.Lock()
@@ -77,7 +121,7 @@ func TestConformance(t *testing.T) {
 	}
 	seen := 0
 	for name, s := range stores {
-		fast, big := redis.Paths(s)
+		fast, big := redis.Paths(s.redis)
 		switch {
 		case strings.HasPrefix(name, "RandomTimelines/"):
 			if fast == 0 || big == 0 {

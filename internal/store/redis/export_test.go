@@ -13,7 +13,9 @@ import (
 // instead of Redis TIME (so that a test and the memory store share one
 // timeline), and write keys without expiry, as Redis's own clock no
 // longer says when a bucket is at rest. Call it before the first Apply.
-func SetTestClock(s *Store, c clock.Clock) { s.testNow = c }
+func SetTestClock(s *Store, c clock.Clock) {
+	s.scriptTime = func() ([2]string, bool) { return nowArgs(c.Now()), false }
+}
 
 // Paths returns how many charges the script has decided on plain numbers
 // (fast.lua) and on bignums.
@@ -31,3 +33,7 @@ func SettleBatch(ctx context.Context, c goredis.Scripter, keys []string, charges
 }
 
 var exportedSpecs chargeSpecs
+
+// Warmed returns a channel closed once s has made the connections of the
+// batches that may be in flight at once.
+func Warmed(s *Store) <-chan struct{} { return s.warmed }

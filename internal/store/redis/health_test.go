@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
@@ -37,7 +38,7 @@ func TestHealthReports(t *testing.T) {
 			reports := make(chan bool) // OnHealth waits until the test reads its report
 			// (A breaker that never opens: every flap reaches Redis.
 			// TestBreakerWithHungRedis tests the breaker.)
-			s := newTestStore(t, redis.Config{Addr: proxy.Addr(), BreakerFailures: 1 << 30, OnHealth: func(up bool, _ error) { reports <- up }}, clock.NewFake(t0))
+			s := newGuardedStore(t, redis.Config{Addr: proxy.Addr()}, guard.Config{BreakerFailures: 1 << 30, OnHealth: func(up bool, _ error) { reports <- up }}, clock.NewFake(t0))
 
 			// Redis goes away and comes back while OnHealth is stuck in
 			// its first call; every change is seen by a request.
@@ -101,7 +102,7 @@ func TestStartsUp(t *testing.T) {
 	proxy := redistest.StartProxy(t, srv.Addr())
 	proxy.SetDown(true)
 	failures := make(chan error, 1)
-	s := newTestStore(t, redis.Config{Addr: proxy.Addr(), OnHealth: func(up bool, err error) {
+	s := newGuardedStore(t, redis.Config{Addr: proxy.Addr()}, guard.Config{OnHealth: func(up bool, err error) {
 		if !up {
 			failures <- err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/logtest"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 )
 
@@ -97,10 +98,8 @@ func TestRedisDownWarnsOnce(t *testing.T) {
 	var buf logtest.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
 	local := clock.NewFake(t0)
-	s := newTestStore(t, redis.Config{
-		Addr: addr, Timeout: 250 * time.Millisecond, Logger: log, Clock: local,
-		BreakerFailures: 1, BreakerCooloff: time.Second,
-	}, nil)
+	s := newGuardedStore(t, redis.Config{Addr: addr, Timeout: 250 * time.Millisecond, Logger: log},
+		guard.Config{BreakerFailures: 1, BreakerCooloff: time.Second, Clock: local}, nil)
 	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
 	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "down"), Limit: l, Cost: 1}
 	apply(t, s, charge)
@@ -108,7 +107,7 @@ func TestRedisDownWarnsOnce(t *testing.T) {
 		local.Advance(time.Second)
 		apply(t, s, charge)
 	}
-	if got := s.Breaker(); got != redis.BreakerOpen {
+	if got := s.Breaker(); got != guard.BreakerOpen {
 		t.Fatalf("breaker %v after 130 failed probes, want open", got)
 	}
 	waitFor(t, func() bool { return strings.Contains(buf.String(), "redis failed") })

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
@@ -19,7 +20,7 @@ import (
 func TestMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	s := newTestStore(t, redis.Config{Addr: proxy.Addr(), DenyCache: 10}, clock.NewFake(t0))
+	s := newGuardedStore(t, redis.Config{Addr: proxy.Addr()}, guard.Config{DenyCache: 10}, clock.NewFake(t0))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s.Collectors()...)
 	metrics := func() map[string]float64 {

@@ -1,145 +1,30 @@
 // Package redis is the store that keeps bucket states in Redis, so that
 // several daemons behind a load balancer share one set of limits.
 //
-// # Same answers
+// Apply decides exactly as the memory store does (store.Settle's rule over
+// algorithms.Limit.Decide, all or nothing), inside Redis, in a Lua script
+// that decides at Redis TIME: every daemon sharing a Redis decides on the
+// Redis server's clock. A request costs at most one round trip per Redis
+// node, shared by the requests sent together (batch.go). A bucket is one
+// Redis string under Config.KeyPrefix and the "{domain}" hash tag (unless
+// Config.SpreadKeys), that expires when the bucket is back at rest.
 //
-// Apply decides exactly as the memory store does: store.Settle's rule over
-// algorithms.Limit's decisions. The decision runs inside Redis, in a Lua
-// script (EVALSHA, and EVAL when Redis answers NOSCRIPT, as after a
-// restart): it reads every bucket of the request, decides all the
-// charges, and writes the admits' states only if no non-shadow charge is
-// denied or over capacity (otherwise it reports the admissible ones as
-// peeks); it writes overdraft charges and refunds whatever the request
-// decides, and checks never.
+// With the hash tag, a request is one script on one node, atomic. With
+// Config.SpreadKeys on a cluster, a request whose buckets are in several
+// slots is settled per slot: each slot's share is atomic, the request is
+// admitted only if every share admitted, and the shares charged are undone
+// (best effort) when another denied or failed.
 //
-// Requests share round trips (batch.go): a request is sent at once when
-// no batch is in flight, and requests that arrive while one is are sent
-// together in the next, one script call per hash slot settling them one
-// after the other, each atomic and all or nothing on its own, and one
-// write per node. A request therefore costs at most one round trip to
-// Redis, whatever its number of descriptors, and under load a fraction of
-// one.
+// Apply returns an error when Redis fails, answers after Config.Timeout,
+// or refuses the daemon for its configuration (a *guard.ConfigError: an
+// ACL without a command the store uses, a wrong password; Check finds
+// them before any request does): the Store is meant to be wrapped by
+// internal/store/guard, which then decides by the failure mode.
+// A script is never sent twice: a request whose exchange failed may have
+// been charged.
 //
-// Redis runs Lua 5.1, whose numbers are doubles, exact as integers only
-// below 2^53, while the decisions use nanoseconds since the epoch (about
-// 2^61), rates that are exact rationals and products of 128 bits. The
-// script therefore decides each charge on one of two paths, with the same
-// answer: fast.lua, on plain numbers with every time taken relative to
-// now, for the limits and states whose values all fit below 2^53 (every
-// ordinary limit: periods below 6.5 days, Capacity·Period below 2^52 for
-// the sliding window and the buckets); and decide.lua, on exact integers
-// of 24-bit limbs (bignum.lua), for the rest. Both are internal/algorithms'
-// gcra.go and window.go line for line. The tests hold them to identical
-// decisions: the algorithms' edge cases (the longest period at the latest
-// time, 10^9 per second, 1 per day, MaxRequests per nanosecond, 7 per 3s,
-// costs at capacity, clocks going back) and random timelines, decided by
-// both stores and by store.Settle directly, and they check which path each
-// case took.
-//
-// # One clock
-//
-// The script reads Redis TIME: now is its microseconds times 1000, so every
-// daemon sharing a Redis decides on the Redis server's clock, whatever its
-// own. (The Redis clock is the server's wall clock: if it steps back, the
-// algorithms' rule for a clock going back applies, never granting extra.)
-//
-// # Storage
-//
-// A bucket is one Redis string under KeyPrefix, "{domain}" (the hash tag,
-// unless Config.SpreadKeys) and the engine's bucket key; its value is the
-// state t, n, m and restAt in 41 bytes (now.lua's STATE, docs/redis.md).
-// A charge sets the key to expire at
-// restAt, when the bucket is back at rest and indistinguishable from a key
-// that is absent (PXAT, restAt rounded up to the millisecond, so never
-// sooner): nothing is kept for idle buckets, and Redis's own eviction needs
-// no help. A charge that leaves that expiry where it was overwrites the
-// value in place (SETRANGE), and a fixed window's charge in the window it
-// was last charged in rewrites the count alone: the same value and expiry
-// for less of Redis's time.
-//
-// # Redis Cluster
-//
-// With the hash tag (the default), every bucket of one domain, and so every
-// bucket of one request, is in one hash slot: the request is one script on
-// one node, atomic and all or nothing exactly as on a single Redis. The
-// price is that one domain's buckets all live on one node.
-//
-// With Config.SpreadKeys the buckets spread over the cluster, and a request
-// whose buckets are in several slots is settled per slot, one script per
-// slot, the scripts sent to their nodes at once (one round trip per node).
-// Then, exactly:
-//
-//   - each slot's share of the request is atomic and all or nothing: its
-//     charges are written together or not at all;
-//   - the request is admitted only if every share admitted; each bucket
-//     is decided atomically on its node, so no bucket ever admits more
-//     than its limit;
-//   - when a share is denied, the shares that were charged are undone in a
-//     second round trip: a bucket is restored to its state before the
-//     request if no other charge has reached it since, and otherwise its
-//     charge stays — the denied request then consumed quota on that bucket,
-//     which errs toward denying, never toward admitting;
-//   - between the charge and the undo, other requests see the charge (and
-//     may be denied by it);
-//   - the statuses are Settle's, each share's decided at its own node's
-//     Redis TIME;
-//   - when a node fails (or answers after the timeout), the shares that
-//     were charged are undone likewise (best effort, within a timeout of
-//     the undo's own), and the request is decided by Config.FailureMode —
-//     unless another share denied it: the request is then denied, and only
-//     the failed node's charges are decided by the failure mode, as the
-//     charges of a denied request.
-//
-// # Faults
-//
-// Every Apply has a deadline (Config.Timeout) for its exchange with Redis.
-// The client never sends a script twice: not after an error (a script that
-// reached Redis before the connection broke may have charged), and, in a
-// cluster, not on a MOVED or ASK redirection either: such a request is
-// decided by the failure mode (and a MOVED makes the client reload its slot
-// map for the requests that follow).
-//
-// When Redis fails or is too slow, Apply returns no error: it decides by
-// Config.FailureMode (FailOpen: as if every bucket were at rest;
-// FailClosed: every charge denied), marks the store down (Healthy, the
-// ratelimitd_redis_up metric, the OnHealth hook) and counts the fallback
-// decision. A request whose deadline passed may still have been charged in
-// Redis. A store starts up, nothing having failed yet; the client
-// reconnects by itself, and the first success (a request, or a ping of
-// Run's, the first as Run starts) marks the store up again. Apply returns
-// an error only when the caller's own context ends first (or the store is
-// closed while the request waits).
-//
-// # Circuit breaker
-//
-// When Config.BreakerFailures exchanges with Redis fail in a row (requests
-// or Run's pings; a timeout is a failure), the breaker opens: for
-// Config.BreakerCooloff, on Config.Clock, every request is decided by the
-// failure mode at once, without asking Redis — so that a hung Redis costs
-// callers nothing rather than Config.Timeout each. Then the breaker is half
-// open: the next request probes Redis, alone (the others still decided by
-// the failure mode); its failure opens the breaker for another cool-off,
-// its success closes it. Run's pings count as failures when they fail; a
-// PONG does not close the breaker (a Redis that holds scripts still
-// answers PING), but once the cool-off has passed, Run probes as a request
-// would, with the script, so that the store recovers without traffic.
-// While the breaker is not closed, the store is down, and Healthy says so.
-//
-// # Local deny cache
-//
-// With Config.DenyCache above 0, a daemon remembers, per bucket, a denial
-// of a non-shadow charge until its RetryAfter has passed, counted on
-// Config.Clock from when the request was sent (the script ran no earlier,
-// so the cache never denies longer than Redis would). A request that
-// charges such a bucket the same cost in that time is denied without
-// asking Redis: the denial would stand, as charges only ever take from a
-// bucket (a refund through this store forgets the bucket's denial; one
-// through another daemon is seen once the wait has passed; a request with
-// an overdraft charge or a refund always reaches Redis; a check is a cost
-// of 1). The cached bucket reports its denial with the wait left; the
-// request's other charges are not read from Redis and are reported as
-// store.Settle reports a denied request's on buckets at rest, uncharged.
-// That keeps an attack over its limit off Redis.
+// docs/redis.md describes the design, the scripts, Redis Cluster, faults
+// and the measurements.
 package redis
 
 import (
@@ -147,7 +32,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -155,51 +39,12 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/reminder"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 )
-
-// FailureMode is what Apply decides when Redis cannot answer in time.
-type FailureMode uint8
-
-const (
-	// FailOpen decides every charge as if its bucket were at rest: the
-	// request is admitted unless a cost exceeds a capacity, and nothing is
-	// charged anywhere (an overdraft charge or a refund is not recorded).
-	FailOpen FailureMode = iota
-	// FailClosed denies every charge of cost above 0 and every check, with
-	// RetryAfter FailClosedRetryAfter (an admit over capacity is still
-	// OverCapacity); peeks and refunds are allowed and report 0 remaining.
-	// Nothing is recorded.
-	FailClosed
-)
-
-// FailClosedRetryAfter is the RetryAfter of a charge denied by FailClosed.
-const FailClosedRetryAfter = time.Second
-
-// String returns "open" or "closed".
-func (m FailureMode) String() string {
-	if m == FailClosed {
-		return "closed"
-	}
-	return "open"
-}
-
-// Set parses "open" or "closed" (a flag.Value).
-func (m *FailureMode) Set(s string) error {
-	switch s {
-	case "open":
-		*m = FailOpen
-	case "closed":
-		*m = FailClosed
-	default:
-		return fmt.Errorf("failure mode %q: want open or closed", s)
-	}
-	return nil
-}
 
 // Defaults of Config.
 const (
@@ -220,39 +65,14 @@ type Config struct {
 	TLS *tls.Config
 	// Timeout bounds each Apply's exchange with Redis (0: DefaultTimeout).
 	Timeout time.Duration
-	// FailureMode decides requests while Redis fails (default FailOpen).
-	FailureMode FailureMode
 	// KeyPrefix starts every key (empty: DefaultKeyPrefix).
 	KeyPrefix string
 	// SpreadKeys leaves out the {domain} hash tag, so that a domain's
 	// buckets spread over a cluster's nodes; requests whose buckets are in
 	// several slots are then settled per slot (see the package doc).
 	SpreadKeys bool
-	// BreakerFailures is how many exchanges with Redis in a row must fail
-	// (time out or err) to open the circuit breaker (0:
-	// DefaultBreakerFailures); BreakerCooloff how long it then stays open
-	// before a request probes Redis again (0: DefaultBreakerCooloff). See
-	// the package doc.
-	BreakerFailures int
-	BreakerCooloff  time.Duration
-	// DenyCache is how many buckets the local deny cache remembers (0:
-	// no cache).
-	DenyCache int
-	// OnHealth, if not nil, is told when the store's health changes: up
-	// false with the failure when it goes down, up true and err nil when
-	// it is back. The calls are made one at a time on a goroutine of the
-	// store's, and alternate, the first saying down (a store starts up).
-	// Changes that come faster than OnHealth returns are coalesced: a
-	// short flap may go unreported, but once the health settles, the last
-	// call says it (as Healthy does).
-	OnHealth func(up bool, err error)
 	// Logger receives the store's state changes (nil: slog.Default()).
 	Logger *slog.Logger
-	// Clock is the daemon's own clock (nil: clock.NewMonotonic()): how
-	// long the deny cache remembers a denial, and the time at which
-	// FailOpen decides. Decisions from Redis never read it: they are made
-	// at Redis TIME.
-	Clock clock.Clock
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -262,14 +82,12 @@ type Store struct {
 	prefix  string
 	spread  bool
 	timeout time.Duration
-	mode    FailureMode
 	log     *slog.Logger
-	local   clock.Clock // the deny cache's and FailOpen's clock
-	cache   *denyCache  // nil without
 
-	// testNow, set only by tests, is passed to the script as now instead
-	// of Redis TIME, and keys are then written without expiry.
-	testNow clock.Clock
+	// scriptTime returns the scripts' now and whether they set expiry:
+	// Redis TIME, with expiry (redisTimeArgs), unless a test says
+	// otherwise (export_test.go).
+	scriptTime func() (now [2]string, expire bool)
 
 	queue   chan *call         // requests waiting for a sender (batch.go)
 	specs   chargeSpecs        // the charges' strings for settle.lua
@@ -277,34 +95,25 @@ type Store struct {
 	life    context.Context    // ends when the store closes: cuts short what is in flight
 	end     context.CancelFunc // ends life
 
-	health   chan struct{} // one slot: the health changed since reportHealth looked
-	up       atomic.Bool
-	lastErr  atomic.Pointer[error] // the last failure
 	lastDial atomic.Pointer[error] // the last failure to connect, nil once a connection succeeded (dialHook)
-	onHealth func(bool, error)
 	done     chan struct{}
+	warmed   chan struct{} // closed when warm is done
 	closing  sync.Once
 
 	stats   stats
 	metrics histograms
-	breaker *breaker
 }
 
 // stats are the store's counters, read by its metrics.
 type stats struct {
 	applies    atomic.Uint64 // Apply calls that asked Redis
 	roundTrips atomic.Uint64 // commands and pipelines sent to a node
-	fallbacks  atomic.Uint64 // requests decided, wholly or in part, by the failure mode
-	cacheHits  atomic.Uint64 // requests denied from the deny cache
 	undos      atomic.Uint64 // shares undone after another slot denied or failed
-	open       atomic.Uint64 // requests decided by the failure mode because the breaker was open
 	fast       atomic.Uint64 // charges the script decided on plain numbers (fast.lua)
 	bignum     atomic.Uint64 // charges the script decided on bignums
 }
 
-// New connects to Redis as cfg says. It does not wait for Redis: the store
-// starts up (Healthy), as nothing has failed yet, and the first request or
-// ping that Redis fails marks it down (Run pings as soon as it starts).
+// New connects to Redis as cfg says. It does not wait for Redis.
 func New(cfg Config) (*Store, error) {
 	if (cfg.Addr == "") == (len(cfg.ClusterAddrs) == 0) {
 		return nil, errors.New("redis: set exactly one of an address and cluster addresses")
@@ -312,20 +121,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout < 0 {
 		return nil, errors.New("redis: timeout must not be negative")
 	}
-	if cfg.FailureMode != FailOpen && cfg.FailureMode != FailClosed {
-		return nil, fmt.Errorf("redis: unknown failure mode %d", cfg.FailureMode)
-	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.BreakerFailures < 0 || cfg.BreakerCooloff < 0 {
-		return nil, errors.New("redis: breaker failures and cool-off must not be negative")
-	}
-	if cfg.BreakerFailures == 0 {
-		cfg.BreakerFailures = DefaultBreakerFailures
-	}
-	if cfg.BreakerCooloff == 0 {
-		cfg.BreakerCooloff = DefaultBreakerCooloff
 	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultKeyPrefix
@@ -333,50 +130,18 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.NewMonotonic()
-	}
 	s := &Store{
-		prefix:   cfg.KeyPrefix,
-		spread:   cfg.SpreadKeys,
-		timeout:  cfg.Timeout,
-		mode:     cfg.FailureMode,
-		log:      cfg.Logger,
-		local:    cfg.Clock,
-		onHealth: cfg.OnHealth,
-		health:   make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		queue:    make(chan *call, 4*maxBatch),
+		prefix:     cfg.KeyPrefix,
+		spread:     cfg.SpreadKeys,
+		timeout:    cfg.Timeout,
+		log:        cfg.Logger,
+		scriptTime: redisTimeArgs,
+		done:       make(chan struct{}),
+		warmed:     make(chan struct{}),
+		queue:      make(chan *call, 4*maxBatch),
 	}
 	s.life, s.end = context.WithCancel(context.Background())
-	// The breaker opens again after every failed probe, once per cool-off:
-	// a warning as it opens, then a reminder a minute while it stays open.
-	open := reminder.New(cfg.Clock, reminder.DefaultInterval)
-	s.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, func(from, to BreakerState) {
-		switch to {
-		case BreakerOpen:
-			log, since, repeats := open.Start()
-			switch {
-			case !log:
-			case from == BreakerClosed:
-				s.log.Warn("redis circuit breaker open: deciding by the failure mode without asking Redis",
-					"failure_mode", s.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
-			default:
-				s.log.Warn("redis circuit breaker still open: deciding by the failure mode without asking Redis",
-					"failure_mode", s.mode.String(), "open_for", since.Round(time.Second), "probes_failed", repeats)
-			}
-		case BreakerHalfOpen:
-			s.log.Debug("redis circuit breaker half open: probing Redis")
-		case BreakerClosed:
-			_, since := open.Stop()
-			s.log.Info("redis circuit breaker closed: deciding from Redis", "was", from.String(), "open_for", since.Round(time.Millisecond))
-		}
-	})
 	s.metrics = newHistograms()
-	if cfg.DenyCache > 0 {
-		s.cache = newDenyCache(cfg.DenyCache)
-	}
-	s.up.Store(true)
 	SetClientLogger(cfg.Logger)
 	hook := roundTripHook{&s.stats.roundTrips}
 	dial := dialHook{&s.lastDial}
@@ -387,29 +152,43 @@ func New(cfg Config) (*Store, error) {
 	// alike — up to MaxRedirects: -1 turns that off too, so that a
 	// redirected request is decided by the failure mode while the client
 	// reloads its slot map (which a MOVED starts).
+	//
+	// Connections: the pipelines' pool has one for every batch that may be
+	// in flight (maxInFlight), made ready as the store starts (warm) and
+	// never closed for being idle, and the handshake is HELLO alone (no
+	// CLIENT MAINT_NOTIFICATIONS, which Redis 7 refuses): each handshake
+	// costs a round trip, which a request far from Redis cannot afford on
+	// top of its own.
+	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if cfg.Addr != "" {
 		c := goredis.NewClient(&goredis.Options{
-			Addr:                  cfg.Addr,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			TLSConfig:             cfg.TLS,
-			MaxRetries:            -1,
-			ContextTimeoutEnabled: true,
-			DisableIdentity:       true,
+			Addr:                     cfg.Addr,
+			Username:                 cfg.Username,
+			Password:                 cfg.Password,
+			TLSConfig:                cfg.TLS,
+			MaxRetries:               -1,
+			PipelinePoolSize:         maxInFlight,
+			ConnMaxIdleTime:          -1,
+			MaintNotificationsConfig: noMaint,
+			ContextTimeoutEnabled:    true,
+			DisableIdentity:          true,
 		})
 		c.AddHook(hook)
 		c.AddHook(dial)
 		s.client = c
 	} else {
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs:                 cfg.ClusterAddrs,
-			Username:              cfg.Username,
-			Password:              cfg.Password,
-			TLSConfig:             cfg.TLS,
-			MaxRetries:            -1,
-			MaxRedirects:          -1,
-			ContextTimeoutEnabled: true,
-			DisableIdentity:       true,
+			Addrs:                    cfg.ClusterAddrs,
+			Username:                 cfg.Username,
+			Password:                 cfg.Password,
+			TLSConfig:                cfg.TLS,
+			MaxRetries:               -1,
+			MaxRedirects:             -1,
+			PipelinePoolSize:         maxInFlight,
+			ConnMaxIdleTime:          -1,
+			MaintNotificationsConfig: noMaint,
+			ContextTimeoutEnabled:    true,
+			DisableIdentity:          true,
 		})
 		c.OnNewNode(func(n *goredis.Client) {
 			n.AddHook(hook)
@@ -417,16 +196,34 @@ func New(cfg Config) (*Store, error) {
 		})
 		s.client, s.cluster = c, c
 	}
-	go s.reportHealth()
-	for range senders {
-		go s.sender()
-	}
+	go s.sender()
+	go s.warm()
 	return s, nil
 }
 
-// Close cuts short every exchange with Redis in flight (their requests
-// are decided by the failure mode, or end with their caller's context)
-// and closes the connections to Redis.
+// warm makes the connections of maxInFlight batches at once, so that the
+// batches that a Redis far away makes overlap find them ready, and then
+// closes s.warmed. A connection's handshake is a round trip of its own: it
+// has a timeout of 5s, not the store's.
+func (s *Store) warm() {
+	defer close(s.warmed)
+	ctx, cancel := context.WithTimeout(s.life, max(s.timeout, 5*time.Second))
+	defer cancel()
+	s.eachNode(ctx, 0, func(ctx context.Context, c goredis.Cmdable) error {
+		var wg sync.WaitGroup
+		for range maxInFlight {
+			wg.Go(func() {
+				c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.Ping(ctx).Err() })
+			})
+		}
+		wg.Wait()
+		return nil
+	})
+}
+
+// Close cuts short every exchange with Redis in flight (their Apply calls
+// fail, or end with their caller's context) and closes the connections to
+// Redis.
 func (s *Store) Close() error {
 	s.closing.Do(func() {
 		close(s.done)
@@ -435,62 +232,30 @@ func (s *Store) Close() error {
 	return s.client.Close()
 }
 
-// Apply implements store.Store, as the package doc describes.
+// Apply implements store.Store, as the package doc describes: it returns
+// an error when Redis fails or answers after Config.Timeout (a
+// *guard.SharedFailure when the exchange carried other requests too, a
+// *guard.DeniedElsewhere when a failed slot's share did not matter to a
+// request another slot denied, wrapped in a *guard.ConfigError when Redis
+// refused the daemon for its configuration: see Check), and the caller's
+// context's error when it ends first. A failure caused by a connection that could not be made
+// says why it could not (say, connection refused) rather than that the
+// deadline passed.
 func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
 	if len(charges) == 0 {
 		return nil
 	}
-	// The local time before the request is sent: the deny cache counts a
-	// denial's RetryAfter from it, as the script ran no earlier.
-	sent := s.localNow()
-	if s.cache != nil && s.cache.deny(charges, decisions, sent) {
-		s.stats.cacheHits.Add(1)
-		return nil
-	}
-	ok, probe := s.breaker.allow(s.local.Now())
-	if !ok {
-		// The breaker is open: decide by the failure mode at once.
-		s.stats.open.Add(1)
-		s.stats.fallbacks.Add(1)
-		s.fallback(charges, indexes(len(charges)), false, sent, decisions)
-		return nil
-	}
 	s.stats.applies.Add(1)
-	err := s.settle(ctx, sent, charges, decisions)
+	err := s.settle(ctx, charges, decisions)
 	if err != nil && ctx.Err() != nil {
-		s.breaker.release(probe)
 		return ctx.Err()
 	}
-	var exchange uint64 // the batch that failed, if one did
-	if err != nil {
-		if be := (*batchError)(nil); errors.As(err, &be) {
-			exchange = be.batch
-		}
-	}
-	err = s.explain(err)
-	s.breaker.done(probe, err, exchange, s.local.Now())
-	if err != nil {
-		s.stats.fallbacks.Add(1)
-		s.setHealth(err)
-		var denied *deniedElsewhere
-		if !errors.As(err, &denied) {
-			s.fallback(charges, indexes(len(charges)), false, sent, decisions)
-		}
-		return nil
-	}
-	s.setHealth(nil)
-	if s.cache != nil {
-		s.cache.remember(charges, decisions, sent)
-	}
-	return nil
+	return configError(s.explain(err))
 }
 
-func (s *Store) localNow() int64 {
-	if s.testNow != nil {
-		return s.testNow.Now()
-	}
-	return s.local.Now()
-}
+// redisTimeArgs is Store.scriptTime in production: the scripts read Redis
+// TIME and set expiry.
+func redisTimeArgs() ([2]string, bool) { return redisTime, true }
 
 // indexes returns 0, 1, ..., n-1, to be read only: for the common counts,
 // a part of one shared slice.
@@ -511,22 +276,10 @@ func makeIndexes(n int) []int {
 	return idx
 }
 
-// deniedElsewhere is settle's error when a node failed while another
-// slot's share denied the request: the decisions are made (the failed
-// slots' by the failure mode), and the request is denied.
-type deniedElsewhere struct{ err error }
-
-func (e *deniedElsewhere) Error() string { return e.err.Error() }
-func (e *deniedElsewhere) Unwrap() error { return e.err }
-
 // settle runs the script: once for the whole request, or per slot, within
-// the store's timeout. sent is the local time, which a test clock passes
-// to the script as now.
-func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
-	now, expire := redisTime, true
-	if s.testNow != nil {
-		now, expire = nowArgs(sent), false
-	}
+// the store's timeout.
+func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
+	now, expire := s.scriptTime()
 	// The keys, built into one string that each key is a part of: one
 	// allocation for them all.
 	size := 0
@@ -545,27 +298,28 @@ func (s *Store) settle(ctx context.Context, sent int64, charges []store.Charge, 
 	}
 	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
-		return s.settleOne(ctx, keys, all, now, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
 	}
 	groups := groupBySlot(keys, all)
 	if len(groups) == 1 {
-		return s.settleOne(ctx, keys, all, now, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.settleSlots(ctx, keys, groups, now, expire, sent, charges, decisions)
+	return s.settleSlots(ctx, keys, groups, now, expire, charges, decisions)
 }
 
 // settleOne settles the charges idx, all in one slot, in one script call
 // that a sender may share with other requests (batch.go), within the
 // store's timeout.
-func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
 	c := &call{
 		ctx:      ctx,
 		deadline: time.Now().Add(s.timeout),
 		keys:     keys,
 		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), &s.specs, charges, idx),
 		now:      now,
+		expire:   expire,
 		done:     make(chan struct{}),
 	}
 	if s.cluster != nil {
@@ -611,7 +365,7 @@ func groupBySlot(keys []string, idx []int) [][]int {
 // try-mode script per slot, pipelined (the cluster client sends each
 // node's at once), then the undo of the charged shares if any share was
 // denied or failed.
-func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire bool, sent int64, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
 	groupKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
@@ -662,12 +416,13 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	}
 	// A share denied the request: it is denied whatever the failed shares
 	// would have said. Report the charged shares as peeks (Settle's rule),
-	// and decide only the failed shares by the failure mode.
+	// and leave only the failed shares to the failure mode.
+	var failedIdx []int
 	for g, idx := range groups {
 		var err error
 		switch {
 		case failed[g]:
-			s.fallback(charges, idx, true, sent, decisions)
+			failedIdx = append(failedIdx, idx...)
 		case replies[g].committed:
 			err = s.decode(replies[g].peeks, idx, decisions)
 		default:
@@ -678,7 +433,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 		}
 	}
 	if failure != nil {
-		return &deniedElsewhere{failure}
+		return &guard.DeniedElsewhere{Err: failure, Failed: failedIdx}
 	}
 	return nil
 }
@@ -724,204 +479,44 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 	return err
 }
 
-// fallback decides charges[i], i in idx, by the failure mode at the local
-// time now: as a request of their own, or, when deniedElsewhere, as
-// charges of a request that another slot's share denied.
-func (s *Store) fallback(charges []store.Charge, idx []int, deniedElsewhere bool, now int64, decisions []algorithms.Decision) {
-	if s.mode == FailOpen {
-		atRest(charges, idx, deniedElsewhere, now, decisions)
-		return
-	}
-	for _, i := range idx {
-		c := &charges[i]
-		switch {
-		case c.Kind == store.Check:
-			decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}
-		case c.Cost <= 0 || c.Kind == store.Refund:
-			decisions[i] = algorithms.Decision{}
-		case c.Cost > c.Limit.Capacity() && c.Kind != store.Overdraft:
-			decisions[i] = algorithms.Decision{Code: algorithms.OverCapacity}
-		default:
-			decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}
-		}
-	}
-}
-
-// atRest writes into decisions[i], i in idx, what store.Settle reports for
-// those charges at now on buckets at rest: as a request of their own, or,
-// when denied, as charges of a request that is denied anyway (Settle then
-// reports the admissible ones as peeks).
-func atRest(charges []store.Charge, idx []int, denied bool, now int64, decisions []algorithms.Decision) {
-	if len(idx) == 0 {
-		return
-	}
-	sub := make([]store.Charge, 0, len(idx)+1)
-	for _, i := range idx {
-		sub = append(sub, charges[i])
-	}
-	if denied {
-		// A charge over its capacity denies the request, as the denial
-		// elsewhere does.
-		l := sub[0].Limit
-		sub = append(sub, store.Charge{Limit: l, Cost: l.Capacity() + 1})
-	}
-	d := make([]algorithms.Decision, len(sub))
-	store.Settle(sub, make([]algorithms.State, len(sub)), now, d)
-	for j, i := range idx {
-		decisions[i] = d[j]
-	}
-}
-
-// Healthy reports whether the last exchange with Redis succeeded, and if
-// not, how it failed (and the circuit breaker's state, when not closed).
-func (s *Store) Healthy() (bool, string) {
-	if s.up.Load() {
-		return true, ""
-	}
-	why := "unreachable"
-	if e := s.lastErr.Load(); e != nil {
-		why = (*e).Error()
-	}
-	if st := s.breaker.State(); st != BreakerClosed {
-		why = "circuit breaker " + st.String() + ": " + why
-	}
-	return false, why
-}
-
-// Breaker returns the circuit breaker's state.
-func (s *Store) Breaker() BreakerState { return s.breaker.State() }
-
-// setHealth records how an exchange with Redis went (err nil: it
-// succeeded) and, if that changed the health, wakes reportHealth.
-func (s *Store) setHealth(err error) {
-	up := err == nil
-	if !up {
-		last := err // a copy of its own, so that a success allocates nothing
-		s.lastErr.Store(&last)
-	}
-	if s.up.Swap(up) == up {
-		return
-	}
-	select {
-	case s.health <- struct{}{}:
-	default: // a wake-up is pending: reportHealth will read the health then
-	}
-}
-
-// reportHealth logs the health changes and tells OnHealth, one call at a
-// time. Woken by setHealth, it reads the health itself and reports it only
-// if it differs from what it reported last: reports alternate, and the
-// last is the current health, however concurrent changes raced and
-// however long OnHealth took.
-func (s *Store) reportHealth() {
-	reported := true // a store starts up
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-s.health:
-		}
-		up := s.up.Load()
-		if up == reported {
-			continue
-		}
-		reported = up
-		var err error
-		if !up {
-			if e := s.lastErr.Load(); e != nil {
-				err = *e
-			}
-			s.log.Warn("redis failed; deciding by the failure mode", "failure_mode", s.mode.String(), "err", err)
-		} else {
-			s.log.Info("redis is reachable again; deciding from Redis")
-		}
-		if s.onHealth != nil {
-			s.onHealth(up, err)
-		}
-	}
-}
-
 // Ping asks Redis (every node of a cluster) for PONG within the store's
-// timeout, and marks the store up or down by the answer. While the circuit
-// breaker is open, it probes instead, once the cool-off has passed (as a
-// request would, so that the store recovers without traffic): it runs the
-// settle script with no request, which a Redis that holds scripts does not
-// answer either; the probe's success closes the breaker and marks the
-// store up. Before the cool-off has passed it returns an error at once,
-// asking nothing. When ctx ends first, it returns ctx's error and leaves
-// the health as it was.
+// timeout (guard.Remote). When ctx ends first, it returns ctx's error.
 func (s *Store) Ping(ctx context.Context) error {
-	if s.breaker.State() != BreakerClosed {
-		return s.probe(ctx)
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var err error
-	if s.cluster != nil {
-		err = s.cluster.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error {
-			return c.Ping(ctx).Err()
-		})
-	} else {
-		err = s.client.Ping(pctx).Err()
-	}
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
-	}
-	err = s.explain(err)
-	if err == nil && s.breaker.State() != BreakerClosed {
-		return nil // the breaker opened meanwhile: only a probe closes it
-	}
-	s.breaker.done(false, err, 0, s.local.Now())
-	s.setHealth(err)
-	return err
+	return s.eachNode(ctx, s.timeout, func(ctx context.Context, c goredis.Cmdable) error {
+		return c.Ping(ctx).Err()
+	})
 }
 
-// errCoolingOff is Ping's error while the open breaker cools off.
-var errCoolingOff = errors.New("redis: circuit breaker open, cooling off")
-
-// probe is Ping's probe of a breaker that is not closed.
-func (s *Store) probe(ctx context.Context) error {
-	ok, probe := s.breaker.allow(s.local.Now())
-	if !ok {
-		return errCoolingOff // or a request is probing
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+// Probe runs the settle script with no request on Redis (every node of a
+// cluster) within the store's timeout (guard.Remote): a Redis that holds
+// scripts (paused, busy) does not answer it, though it answers PING. When
+// ctx ends first, it returns ctx's error.
+func (s *Store) Probe(ctx context.Context) error {
 	args := settleHead(redisTime, true, false, 0)
-	var err error
-	if s.cluster != nil {
-		err = s.cluster.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error {
-			return settleScript.Run(ctx, c, nil, args...).Err()
-		})
-	} else {
-		err = settleScript.Run(pctx, s.client, nil, args...).Err()
-	}
-	if err != nil && ctx.Err() != nil {
-		s.breaker.release(probe)
-		return ctx.Err()
-	}
-	err = s.explain(err)
-	s.breaker.done(probe, err, 0, s.local.Now())
-	s.setHealth(err)
-	return err
+	return s.eachNode(ctx, s.timeout, func(ctx context.Context, c goredis.Cmdable) error {
+		return settleScript.Run(ctx, c, nil, args...).Err()
+	})
 }
 
-// Run pings Redis at once and then every interval until ctx is done, so
-// that health follows Redis even without traffic, and drops expired
-// deny-cache entries.
-func (s *Store) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for ctx.Err() == nil {
-		s.Ping(ctx)
-		if s.cache != nil {
-			s.cache.sweep(s.localNow())
-		}
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
+// eachNode runs f on Redis (every node of a cluster, at once) within
+// timeout (0: ctx's deadline alone), and returns its error, explained, or
+// ctx's when ctx ended first.
+func (s *Store) eachNode(ctx context.Context, timeout time.Duration, f func(context.Context, goredis.Cmdable) error) error {
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		pctx, cancel = context.WithTimeout(ctx, timeout)
 	}
+	defer cancel()
+	var err error
+	if s.cluster != nil {
+		err = s.cluster.ForEachShard(pctx, func(ctx context.Context, c *goredis.Client) error { return f(ctx, c) })
+	} else {
+		err = f(pctx, s.client)
+	}
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return configError(s.explain(err))
 }
 
 // roundTripHook counts the round trips of requests to Redis nodes: each
@@ -962,6 +557,5 @@ func (h roundTripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 // requests have made (see roundTripHook).
 func (s *Store) RoundTrips() uint64 { return s.stats.roundTrips.Load() }
 
-// Applies returns how many Apply calls asked Redis (those answered from the
-// deny cache do not).
+// Applies returns how many Apply calls asked Redis (with charges).
 func (s *Store) Applies() uint64 { return s.stats.applies.Load() }

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/store/storetest"
@@ -98,7 +99,7 @@ func TestRedisTime(t *testing.T) {
 }
 
 // TestOneClock: two stores sharing a Redis decide on its clock, whatever
-// their own: b's clock (Config.Clock) is a day and a half ahead of a's,
+// their own: b's clock (the guard's Clock) is a day and a half ahead of a's,
 // yet both charge the same daily window and see it end at the same
 // instant, Redis's midnight.
 func TestOneClock(t *testing.T) {
@@ -107,7 +108,7 @@ func TestOneClock(t *testing.T) {
 	t.Cleanup(func() { admin.Close() })
 	a := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:"}, nil)
 	ahead := clock.NewFake(time.Now().Add(36 * time.Hour).UnixNano())
-	b := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:", Clock: ahead}, nil)
+	b := newGuardedStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "clock:"}, guard.Config{Clock: ahead}, nil)
 	day := 24 * time.Hour
 	l := mustLimit(t, algorithms.FixedWindow, 10, day, 0)
 	charge := func(cost int64) store.Charge {
@@ -121,7 +122,7 @@ func TestOneClock(t *testing.T) {
 	if d := apply(t, b, charge(4)); d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
 		t.Fatalf("the daemon a day and a half ahead: %+v, want allowed with 0 remaining", d[0])
 	}
-	for name, s := range map[string]*redis.Store{"a": a, "b (ahead)": b} {
+	for name, s := range map[string]*testStore{"a": a, "b (ahead)": b} {
 		before := redisNow(t, admin)
 		d := apply(t, s, charge(0))[0]
 		after := redisNow(t, admin)
@@ -135,16 +136,18 @@ func TestOneClock(t *testing.T) {
 
 // TestFailureModes: with Redis stopped, each mode decides as it says, the
 // store reports itself down, and when Redis is back (empty, without the
-// script) the store decides from Redis again, by itself.
+// script) the store decides from Redis again, by itself. (A breaker that
+// never opens: the guard's clock is the test's, which stands still.
+// TestBreakerWithHungRedis tests the breaker.)
 func TestFailureModes(t *testing.T) {
 	l := mustLimit(t, algorithms.FixedWindow, 3, time.Hour, 0)
 	key := engineKey("shop", "user", "bob")
 	tests := []struct {
-		mode redis.FailureMode
+		mode guard.FailureMode
 		want []algorithms.Decision // for costs 1, 0 and 4 while Redis is down
 	}{
-		{redis.FailOpen, []algorithms.Decision{{Remaining: 2, ResetAfter: time.Hour}, {Remaining: 3}, {Code: algorithms.OverCapacity, Remaining: 3}}},
-		{redis.FailClosed, []algorithms.Decision{{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}, {}, {Code: algorithms.OverCapacity}}},
+		{guard.FailOpen, []algorithms.Decision{{Remaining: 2, ResetAfter: time.Hour}, {Remaining: 3}, {Code: algorithms.OverCapacity, Remaining: 3}}},
+		{guard.FailClosed, []algorithms.Decision{{Code: algorithms.Denied, RetryAfter: guard.FailClosedRetryAfter}, {}, {Code: algorithms.OverCapacity}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
@@ -152,10 +155,7 @@ func TestFailureModes(t *testing.T) {
 			var mu sync.Mutex
 			var changes []bool
 			c := clock.NewFake(t0)
-			s := newTestStore(t, redis.Config{
-				Addr: srv.Addr(), Timeout: 200 * time.Millisecond, FailureMode: tt.mode,
-				OnHealth: func(up bool, err error) { mu.Lock(); changes = append(changes, up); mu.Unlock() },
-			}, c)
+			s := newGuardedStore(t, redis.Config{Addr: srv.Addr(), Timeout: 200 * time.Millisecond}, guard.Config{FailureMode: tt.mode, BreakerFailures: 1 << 30, OnHealth: func(up bool, err error) { mu.Lock(); changes = append(changes, up); mu.Unlock() }}, c)
 			apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 3})
 
 			srv.Stop()
@@ -194,19 +194,16 @@ func TestFailureModes(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	failures := make(chan error, 1)
-	s := newTestStore(t, redis.Config{
-		Addr: srv.Addr(), Timeout: 100 * time.Millisecond, FailureMode: redis.FailClosed,
-		OnHealth: func(up bool, err error) {
-			if !up {
-				failures <- err
-			}
-		},
-	}, clock.NewFake(t0))
+	s := newGuardedStore(t, redis.Config{Addr: srv.Addr(), Timeout: 100 * time.Millisecond}, guard.Config{FailureMode: guard.FailClosed, OnHealth: func(up bool, err error) {
+		if !up {
+			failures <- err
+		}
+	}}, clock.NewFake(t0))
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0)
 	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "slow"), Limit: l, Cost: 1}
 	apply(t, s, charge)
 	pause(t, srv) // scripts wait; the store gives up after its timeout
-	if d := apply(t, s, charge); d[0] != (algorithms.Decision{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}) {
+	if d := apply(t, s, charge); d[0] != (algorithms.Decision{Code: algorithms.Denied, RetryAfter: guard.FailClosedRetryAfter}) {
 		t.Errorf("paused Redis, failing closed: %+v, want the failure mode's denial", d[0])
 	}
 	if up, why := s.Healthy(); up || why == "" {
@@ -269,7 +266,7 @@ func TestCallerContext(t *testing.T) {
 func TestDenyCache(t *testing.T) {
 	srv := redistest.Start(t)
 	c := clock.NewFake(t0)
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), DenyCache: 100}, c)
+	s := newGuardedStore(t, redis.Config{Addr: srv.Addr()}, guard.Config{DenyCache: 100}, c)
 	l := mustLimit(t, algorithms.TokenBucket, 1, time.Second, 2)
 	other := mustLimit(t, algorithms.FixedWindow, 100, time.Minute, 0)
 	attacker := engineKey("shop", "ip", "10.0.0.66")
@@ -325,7 +322,7 @@ func TestDenyCacheCountsFromSend(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	local := clock.NewFake(t0) // the daemon's clock; Redis decides on its TIME
-	s := newTestStore(t, redis.Config{Addr: proxy.Addr(), DenyCache: 10, Clock: local}, nil)
+	s := newGuardedStore(t, redis.Config{Addr: proxy.Addr()}, guard.Config{DenyCache: 10, Clock: local}, nil)
 	l := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
 	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "ip", "10.0.0.66"), Limit: l, Cost: 1}
 	apply(t, s, charge)
@@ -359,35 +356,6 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// TestACL: a Redis user with exactly the permissions docs/redis.md lists
-// can run the store.
-func TestACL(t *testing.T) {
-	srv := redistest.Start(t)
-	reply, err := srv.Command("ACL", "SETUSER", "ratelimitd", "on", ">secret", "~ratelimitd:*",
-		"+@connection", "+evalsha", "+eval", "+cluster|slots", "+get", "+set", "+del", "+time")
-	if err != nil || reply != "+OK" {
-		t.Fatalf("ACL SETUSER: %q %v", reply, err)
-	}
-	s, err := redis.New(redis.Config{Addr: srv.Addr(), Username: "ratelimitd", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := mustLimit(t, algorithms.FixedWindow, 1, time.Hour, 0)
-	key := engineKey("shop", "user", "dave")
-	for i, want := range []algorithms.Code{algorithms.Allowed, algorithms.Denied} {
-		if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 1}); d[0].Code != want {
-			t.Fatalf("charge %d: %+v, want %v", i, d[0], want)
-		}
-	}
-	if up, why := s.Healthy(); !up {
-		t.Fatalf("unhealthy as the ACL user: %s", why)
-	}
-	if err := s.Ping(context.Background()); err != nil {
-		t.Fatalf("PING as the ACL user: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
@@ -83,7 +84,7 @@ func TestDebtExpiry(t *testing.T) {
 func TestDenyCacheKinds(t *testing.T) {
 	srv := redistest.Start(t)
 	c := clock.NewFake(t0)
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), DenyCache: 100}, c)
+	s := newGuardedStore(t, redis.Config{Addr: srv.Addr()}, guard.Config{DenyCache: 100}, c)
 	budget := mustLimit(t, algorithms.FixedWindow, 1000, time.Minute, 0)
 	key := engineKey("shop", "model", "gpt")
 	charge := func(kind store.Kind, cost int64) store.Charge {
@@ -143,10 +144,10 @@ func TestDenyCacheKinds(t *testing.T) {
 // nothing is recorded.
 func TestFailClosedKinds(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), Timeout: 200 * time.Millisecond, FailureMode: redis.FailClosed}, clock.NewFake(t0))
+	s := newGuardedStore(t, redis.Config{Addr: srv.Addr(), Timeout: 200 * time.Millisecond}, guard.Config{FailureMode: guard.FailClosed}, clock.NewFake(t0))
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Minute, 0)
 	srv.Stop()
-	denied := algorithms.Decision{Code: algorithms.Denied, RetryAfter: redis.FailClosedRetryAfter}
+	denied := algorithms.Decision{Code: algorithms.Denied, RetryAfter: guard.FailClosedRetryAfter}
 	for _, tt := range []struct {
 		kind store.Kind
 		cost int64

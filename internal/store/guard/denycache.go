@@ -1,4 +1,4 @@
-package redis
+package guard
 
 import (
 	"sync"
@@ -12,7 +12,7 @@ import (
 // sent at local time t, with RetryAfter r, denies c again until t+r,
 // whatever else happens meanwhile, because charges only ever take from a
 // bucket and the wait is exact, counted from when the script ran, which is
-// no earlier than t: the cache answers as Redis would, with the wait that
+// no earlier than t: the cache answers as the remote would, with the wait that
 // is left, and never for longer. It holds at most max buckets; when full,
 // it drops the expired ones (at most once a second), and remembers no new
 // one while none has expired.
@@ -87,7 +87,7 @@ func applied(charges []store.Charge) bool {
 // deny reports whether a remembered denial denies the request charges at
 // now; if so it fills decisions: the remembered charges denied with the
 // wait left, the others as store.Settle reports a denied request's on
-// buckets at rest (not read from Redis, and uncharged).
+// buckets at rest (not read from the remote, and uncharged).
 func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision, now int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,4 +1,4 @@
-package redis
+package guard
 
 import (
 	"sync"
@@ -17,14 +17,14 @@ const (
 type BreakerState int32
 
 const (
-	// BreakerClosed: requests go to Redis.
+	// BreakerClosed: requests go to the remote.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen: Redis failed BreakerFailures times in a row; requests
-	// are decided by the failure mode at once, without waiting for Redis,
+	// BreakerOpen: the remote failed BreakerFailures times in a row; requests
+	// are decided by the failure mode at once, without waiting for the remote,
 	// until the cool-off has passed.
 	BreakerOpen
 	// BreakerHalfOpen: the cool-off has passed; one request (the probe)
-	// goes to Redis, the others are still decided by the failure mode. The
+	// goes to the remote, the others are still decided by the failure mode. The
 	// probe's success closes the breaker, its failure opens it again for
 	// another cool-off.
 	BreakerHalfOpen
@@ -42,7 +42,7 @@ func (s BreakerState) String() string {
 }
 
 // breaker is the store's circuit breaker. Times are Config.Clock's
-// nanoseconds. A success (a request that Redis answered) closes it from
+// nanoseconds. A success (a request that the remote answered) closes it from
 // any state; failures (of requests and pings) count only in a row.
 type breaker struct {
 	threshold int
@@ -69,7 +69,7 @@ func newBreaker(threshold int, cooloff time.Duration, changed func(from, to Brea
 // State returns the breaker's state.
 func (b *breaker) State() BreakerState { return BreakerState(b.state.Load()) }
 
-// allow reports whether a request may go to Redis at now, and whether it
+// allow reports whether a request may go to the remote at now, and whether it
 // is the probe of a half-open breaker (whose outcome must be reported with
 // done, or released with release).
 func (b *breaker) allow(now int64) (ok, probe bool) {
@@ -94,7 +94,7 @@ func (b *breaker) allow(now int64) (ok, probe bool) {
 	return true, true
 }
 
-// release gives up a probe whose outcome says nothing about Redis (its
+// release gives up a probe whose outcome says nothing about the remote (its
 // caller went away): the next request probes instead.
 func (b *breaker) release(probe bool) {
 	if !probe {
@@ -105,7 +105,7 @@ func (b *breaker) release(probe bool) {
 	b.mu.Unlock()
 }
 
-// done records an exchange with Redis at now: err nil for a success. A
+// done records an exchange with the remote at now: err nil for a success. A
 // failure of a batch (exchange, above 0) that has been counted already is
 // not counted again: the requests of one failed batch are one failure.
 func (b *breaker) done(probe bool, err error, exchange uint64, now int64) {

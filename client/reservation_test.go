@@ -1,0 +1,142 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/client"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+)
+
+// tokenPolicy is a budget of 1000 tokens a minute that takes overdraft.
+const tokenPolicy = `
+domain: ai
+descriptors:
+  - key: tenant
+    rate_limit: {name: tokens, unit: minute, requests_per_unit: 1000, overdraft: true}
+`
+
+var acme = client.NewDescriptor("tenant", "acme")
+
+// remaining checks (OPERATION_CHECK) the budget and returns what is left
+// and whether a charge of 1 would be admitted.
+func remaining(t *testing.T, c *client.Client) (uint64, bool) {
+	t.Helper()
+	d, err := c.Check(context.Background(), "ai", acme.WithOperation(ratelimitv1.Operation_OPERATION_CHECK))
+	if err != nil || d.Source != client.SourceService {
+		t.Fatalf("check: %v %v", d, err)
+	}
+	return d.Response.GetStatuses()[0].GetRemaining(), d.Allowed
+}
+
+func reserve(t *testing.T, c *client.Client, estimate uint32) *client.Reservation {
+	t.Helper()
+	r, err := c.Reserve(context.Background(), estimate, "ai", acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func wantLeft(t *testing.T, c *client.Client, step string, left uint64, allowed bool) {
+	t.Helper()
+	if got, ok := remaining(t, c); got != left || ok != allowed {
+		t.Errorf("%s: %d left (check admitted: %v), want %d (%v)", step, got, ok, left, allowed)
+	}
+}
+
+// TestReservation: Reserve admits or denies an estimate as a charge that
+// must fit; Settle charges the difference in full or refunds it; Cancel
+// refunds it all; each settles once.
+func TestReservation(t *testing.T) {
+	d := daemontest.Start(t, tokenPolicy)
+	var n calls
+	c := newClient(t, d.GRPCAddr(), n.option())
+	ctx := context.Background()
+
+	r := reserve(t, c, 300)
+	if !r.Allowed || r.Source != client.SourceService {
+		t.Fatalf("a reservation of 300 in 1000: %v", r.Decision)
+	}
+	wantLeft(t, c, "reserved 300", 700, true)
+	if s, err := r.Settle(ctx, 450); err != nil || !s.Allowed {
+		t.Fatalf("settle 450: %v %v", s, err)
+	}
+	wantLeft(t, c, "settled at 450", 550, true)
+	if _, err := r.Settle(ctx, 450); !errors.Is(err, client.ErrSettled) {
+		t.Errorf("a second Settle: %v, want ErrSettled", err)
+	}
+	if _, err := r.Cancel(ctx); !errors.Is(err, client.ErrSettled) {
+		t.Errorf("Cancel after Settle: %v, want ErrSettled", err)
+	}
+
+	// An estimate that does not fit is denied, though the budget takes
+	// overdraft: a reservation must fit. It holds nothing.
+	denied := reserve(t, c, 600)
+	if denied.Allowed || denied.RetryAfter != time.Minute || denied.Policy != "tokens" {
+		t.Fatalf("a reservation of 600 with 550 left: %v", denied.Decision)
+	}
+	if _, err := denied.Settle(ctx, 10); !errors.Is(err, client.ErrNotReserved) {
+		t.Errorf("Settle of a denied reservation: %v, want ErrNotReserved", err)
+	}
+	wantLeft(t, c, "after a denied reservation", 550, true)
+
+	// Used more than left: charged in full, 250 in debt; checks and
+	// reservations are denied until the window ends.
+	r = reserve(t, c, 500)
+	s, err := r.Settle(ctx, 800)
+	if err != nil || s.Allowed || s.Response.GetStatuses()[0].GetOperation() != ratelimitv1.Operation_OPERATION_OVERDRAFT {
+		t.Fatalf("settle 800 of 500 with 50 left: %v %v; want the overdraft charged and reported denied", s, err)
+	}
+	wantLeft(t, c, "in debt", 0, false)
+	if r := reserve(t, c, 1); r.Allowed {
+		t.Errorf("a reservation of 1 in debt was admitted")
+	}
+	d.Clock.Advance(time.Minute)
+	wantLeft(t, c, "the next window", 1000, true)
+
+	// Cancel gives it all back; settling for less refunds the rest; settling
+	// for the estimate sends nothing.
+	r = reserve(t, c, 200)
+	if _, err := r.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantLeft(t, c, "cancelled", 1000, true)
+	r = reserve(t, c, 100)
+	if _, err := r.Settle(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	wantLeft(t, c, "settled for 40 of 100", 960, true)
+	r = reserve(t, c, 60)
+	before := n.n.Load()
+	if s, err := r.Settle(ctx, 60); err != nil || s.Source != client.SourceService || s.Response != nil {
+		t.Fatalf("settle at the estimate: %v %v", s, err)
+	}
+	if n.n.Load() != before {
+		t.Errorf("settling at the estimate made a call")
+	}
+	wantLeft(t, c, "settled at the estimate", 900, true)
+}
+
+// TestReservationFailOpen: a reservation the failure policy admitted holds
+// nothing, and its Settle stays open until the service answers.
+func TestReservationFailOpen(t *testing.T) {
+	d := daemontest.Start(t, tokenPolicy)
+	addr := d.GRPCAddr()
+	d.Stop()
+	c := newClient(t, addr, client.WithTimeout(200*time.Millisecond))
+	r := reserve(t, c, 100)
+	if !r.Allowed || r.Source != client.SourceFailOpen {
+		t.Fatalf("reserve with the service down: %v", r.Decision)
+	}
+	s, err := r.Settle(context.Background(), 70)
+	if err != nil || s.Source != client.SourceFailOpen {
+		t.Fatalf("settle with the service down: %v %v", s, err)
+	}
+	if _, err := r.Settle(context.Background(), 70); errors.Is(err, client.ErrSettled) {
+		t.Errorf("a Settle the service never answered closed the reservation")
+	}
+}

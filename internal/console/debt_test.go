@@ -1,0 +1,102 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+)
+
+// budgetPolicy: token budgets of 1000 an hour that take overdraft, one a
+// token bucket, one a fixed window.
+const budgetPolicy = `
+domain: ai
+descriptors:
+  - key: tenant
+    rate_limit: {name: tokens, algorithm: token_bucket, unit: hour, requests_per_unit: 1000, overdraft: true}
+  - key: team
+    rate_limit: {name: team_tokens, unit: hour, requests_per_unit: 1000, overdraft: true}
+  - key: unsaid
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`
+
+// TestInspectShowsDebt: a bucket an overdraft charge took into debt shows
+// 0 remaining and, for a bucket algorithm, what it owes; a window shows 0
+// remaining until its end.
+func TestInspectShowsDebt(t *testing.T) {
+	d := daemontest.Start(t, budgetPolicy)
+	c := rl.NewRateLimitServiceClient(d.Dial(t))
+	for _, key := range []string{"tenant", "team"} {
+		r := desc(key, "acme")
+		r.Hits = proto.Uint32(1250)
+		resp, err := c.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: "ai", Descriptors: []*rl.Descriptor{r}})
+		if err != nil || resp.OverallCode != rl.Code_CODE_OVER_LIMIT {
+			t.Fatalf("%s: 1250 tokens of 1000: %v %v, want OVER_LIMIT (charged, in debt)", key, resp, err)
+		}
+	}
+	type bucket struct {
+		Remaining  int64
+		ResetAfter string `json:"reset_after"`
+		Debt       int64
+	}
+	for key, want := range map[string]bucket{
+		"tenant": {0, "1h15m0s", 250}, // 1250 tokens at 1000 an hour
+		"team":   {0, "46m0s", 0},     // the window's end (daemontest.T0 is 14m into an hour) clears the debt
+	} {
+		var body struct{ Buckets []bucket }
+		getJSON(t, d, "/console/api/inspect?domain=ai&entry="+url.QueryEscape(key+"=acme"), &body)
+		if len(body.Buckets) != 1 || fmt.Sprint(body.Buckets[0]) != fmt.Sprint(want) {
+			t.Errorf("%s: %+v, want %+v", key, body.Buckets, want)
+		}
+	}
+}
+
+// TestSimulateBudgetInDebt: the simulator shows a budget charged after the
+// fact going into debt, for algorithms given by hand and for a rule whose
+// limit says overdraft: true.
+func TestSimulateBudgetInDebt(t *testing.T) {
+	d := daemontest.Start(t, budgetPolicy)
+	var body struct {
+		Lanes []struct {
+			Lane             string
+			Admitted, Denied int
+		}
+		SVG string
+	}
+	simulateJSON(t, d, "alg=fixed_window&requests=1000&period=1m&overdraft=true&pattern=steady&rate=1&cost=300&duration=1m", &body)
+	if len(body.Lanes) != 1 || body.Lanes[0].Admitted != 4 || !strings.Contains(body.SVG, `class="debt"`) {
+		t.Errorf("1000 a minute, 300 a second, overdraft: %+v; want 4 admitted and the debt drawn", body.Lanes)
+	}
+	simulateJSON(t, d, "domain=ai&stat_key=ai.team&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
+	if len(body.Lanes) != 1 || body.Lanes[0].Admitted != 4 || !strings.Contains(body.SVG, `class="debt"`) {
+		t.Errorf("rule team (overdraft: true), 300 every 100s: %+v; want 4 admitted and the debt drawn", body.Lanes)
+	}
+}
+
+// TestSimulateOverdraftByDefault: a rule that does not say overdraft: is
+// simulated as the daemon decides it, with --overdraft-by-default or
+// without.
+func TestSimulateOverdraftByDefault(t *testing.T) {
+	for _, byDefault := range []bool{false, true} {
+		d := daemontest.Start(t, budgetPolicy, func(c *daemon.Config) { c.OverdraftByDefault = byDefault })
+		var body struct {
+			Lanes []struct{ Admitted int }
+			SVG   string
+		}
+		simulateJSON(t, d, "domain=ai&stat_key=ai.unsaid&pattern=steady&rate=0.01&cost=300&duration=1h", &body)
+		want, debt := 3, false // 300 every 100s: three fit in 1000
+		if byDefault {
+			want, debt = 4, true // the fourth is checked with 100 left, and takes the budget into debt
+		}
+		if len(body.Lanes) != 1 || body.Lanes[0].Admitted != want || strings.Contains(body.SVG, `class="debt"`) != debt {
+			t.Errorf("overdraft by default %v: %+v; want %d admitted, debt drawn %v", byDefault, body.Lanes, want, debt)
+		}
+	}
+}
