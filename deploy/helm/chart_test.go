@@ -16,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/strvals"
 	"sigs.k8s.io/yaml"
 )
 
@@ -243,4 +244,38 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestOperationsCommand: docs/operations.md's helm install command, its
+// --set values parsed by Helm's own parser, renders a chart whose flags
+// the binary takes.
+func TestOperationsCommand(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^helm install (\S+) (\S+) (.*)$`).FindStringSubmatch(string(doc))
+	if m == nil {
+		t.Fatal("docs/operations.md has no helm install command")
+	}
+	if m[2] != "deploy/helm/ratelimitd" {
+		t.Errorf("the command installs %s, not deploy/helm/ratelimitd", m[2])
+	}
+	values := map[string]any{}
+	words := strings.Fields(m[3])
+	for i := 0; i < len(words); i++ {
+		if words[i] != "--set" || i+1 == len(words) {
+			t.Fatalf("helm install ... %s: want --set key=value pairs", strings.Join(words[i:], " "))
+		}
+		i++
+		if err := strvals.ParseInto(words[i], values); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := render(t, values)
+	a := args(container(t, ms))
+	checkArgs(t, a)
+	if !contains(a, "--store=redis") || ms["ServiceMonitor/edge-ratelimitd"] == nil {
+		t.Errorf("args %v, manifests %v", a, keys(ms))
+	}
 }
