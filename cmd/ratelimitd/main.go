@@ -158,6 +158,7 @@ Flags:
 		return 2
 	}
 	redisFlags.fallbackPassword = upstream.RedisPassword
+	redisFlags.fallbackSentinelPassword = upstream.RedisSentinelPassword
 	if err := redisFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2

@@ -58,6 +58,9 @@ type Translation struct {
 	// neither --redis-password-file nor $RATELIMITD_REDIS_PASSWORD gives
 	// one. It is kept out of Flags: a secret is never a flag.
 	RedisPassword string
+	// RedisSentinelPassword is REDIS_SENTINEL_AUTH's, with REDIS_TYPE=SENTINEL:
+	// the sentinels' password, not a flag either.
+	RedisSentinelPassword string
 	// Warnings name each variable set that ratelimitd ignores, and why.
 	Warnings []string
 }
@@ -337,8 +340,16 @@ func (r *reader) store() {
 		r.flag("redis-addr", url, "REDIS_URL")
 	case "CLUSTER":
 		r.flag("redis-cluster", url, "REDIS_TYPE, REDIS_URL")
+	case "SENTINEL":
+		master, sentinels, ok := strings.Cut(url, ",")
+		if !ok || master == "" || sentinels == "" {
+			r.fail(fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=SENTINEL, want the master's name and the sentinels' addresses: master,host:port[,host:port...]", url))
+		}
+		r.flag("redis-sentinel", master, "REDIS_TYPE, REDIS_URL")
+		r.flag("redis-addr", sentinels, "REDIS_URL")
+		r.t.RedisSentinelPassword = r.str("REDIS_SENTINEL_AUTH")
 	default:
-		r.fail(fmt.Errorf("REDIS_TYPE=%q: ratelimitd connects to a single Redis (SINGLE) or a Redis Cluster (CLUSTER), not through Sentinel", r.str("REDIS_TYPE")))
+		r.fail(fmt.Errorf("REDIS_TYPE=%q: want SINGLE, CLUSTER or SENTINEL", r.str("REDIS_TYPE")))
 	}
 	if auth := r.str("REDIS_AUTH"); auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
@@ -378,7 +389,9 @@ func (r *reader) store() {
 	for _, v := range []string{"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_USE_EXPLICIT_PIPELINE", "REDIS_POOL_ON_EMPTY_BEHAVIOR"} {
 		r.ignoreIfSet(v, pool)
 	}
-	r.ignoreIfSet("REDIS_SENTINEL_AUTH", "REDIS_TYPE is not SENTINEL")
+	if strings.ToUpper(r.str("REDIS_TYPE")) != "SENTINEL" {
+		r.ignoreIfSet("REDIS_SENTINEL_AUTH", "REDIS_TYPE is not SENTINEL")
+	}
 	r.ignoreIfTrue("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "/healthcheck does not follow Redis; GET /healthz/redis and the gRPC health service ratelimitd.redis do")
 	r.ignoreIfSet("EXPIRATION_JITTER_MAX_SECONDS", "ratelimitd's Redis keys expire when their bucket is back at rest")
 	r.ignoreIfSet("LOCAL_CACHE_SIZE_IN_BYTES", "ratelimitd's cache of buckets over their limit is sized in buckets: --redis-deny-cache N")

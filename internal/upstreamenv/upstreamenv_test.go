@@ -189,7 +189,7 @@ func TestEveryRefusedVariableFails(t *testing.T) {
 func TestBadValuesAreRefused(t *testing.T) {
 	for name, bad := range map[string]string{
 		"PORT": "http", "GRPC_SERVER_USE_TLS": "yes please", "CONFIG_TYPE": "GRPC_XDS_DELTA", "LOG_LEVEL": "loud",
-		"LOG_FORMAT": "xml", "NEAR_LIMIT_RATIO": "2", "BACKEND_TYPE": "memcache", "REDIS_TYPE": "SENTINEL", "REDIS_TIMEOUT": "10",
+		"LOG_FORMAT": "xml", "NEAR_LIMIT_RATIO": "2", "BACKEND_TYPE": "memcache", "REDIS_TYPE": "MEMCACHE", "REDIS_TIMEOUT": "10",
 	} {
 		e := base()
 		e[name] = bad
@@ -269,5 +269,31 @@ func TestTracing(t *testing.T) {
 		if _, err := upstreamenv.Translate(env(e)); err == nil || !strings.HasPrefix(err.Error(), name+"=") {
 			t.Errorf("%s=%q: error %v, want one naming it", name, bad, err)
 		}
+	}
+}
+
+// TestRedisSentinel: REDIS_TYPE=SENTINEL (any case, as upstream) reads
+// REDIS_URL as the master's name and the sentinels' addresses, and
+// REDIS_SENTINEL_AUTH as the sentinels' password.
+func TestRedisSentinel(t *testing.T) {
+	e := base()
+	e["BACKEND_TYPE"], e["REDIS_SOCKET_TYPE"], e["REDIS_TYPE"] = "redis", "tcp", "sentinel"
+	e["REDIS_URL"], e["REDIS_SENTINEL_AUTH"], e["REDIS_AUTH"] = "mymaster,s1:26379,s2:26379", "sentinel-secret", "redis-secret"
+	tr, err := upstreamenv.Translate(env(e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := flags(tr)
+	if f["redis-sentinel"] != "mymaster" || f["redis-addr"] != "s1:26379,s2:26379" || tr.RedisSentinelPassword != "sentinel-secret" || tr.RedisPassword != "redis-secret" {
+		t.Errorf("flags %v, passwords %q %q", f, tr.RedisSentinelPassword, tr.RedisPassword)
+	}
+	for _, w := range tr.Warnings {
+		if strings.HasPrefix(w, "REDIS_SENTINEL_AUTH") {
+			t.Errorf("warning %q: the sentinel password is used", w)
+		}
+	}
+	e["REDIS_URL"] = "s1:26379"
+	if _, err := upstreamenv.Translate(env(e)); err == nil || !strings.HasPrefix(err.Error(), "REDIS_URL=") {
+		t.Errorf("REDIS_URL without the master's name: %v, want an error naming REDIS_URL", err)
 	}
 }

@@ -94,7 +94,7 @@ var Variables = []Variable{
 	{"REDIS_PERSECOND_POOL_SIZE", "10", Ignored},
 	{"REDIS_PERSECOND_AUTH", "", Ignored},
 	{"REDIS_PERSECOND_TLS", "false", Ignored},
-	{"REDIS_SENTINEL_AUTH", "", Ignored},
+	{"REDIS_SENTINEL_AUTH", "", Honoured},
 	{"REDIS_PERSECOND_SENTINEL_AUTH", "", Ignored},
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", "0", Ignored},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", "0", Ignored},
