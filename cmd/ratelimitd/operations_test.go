@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
 )
 
@@ -130,5 +131,43 @@ func TestOperationsLogsAndTraces(t *testing.T) {
 				t.Errorf("span %+v; want a child of the caller's, service %s, rule default.generic_key_global", s, service)
 			}
 		})
+	}
+}
+
+// TestOperationsSentinel runs docs/operations.md's Redis Sentinel command
+// with the built binary, its sentinels' addresses replaced by three real
+// sentinels': the decision is charged on their master.
+func TestOperationsSentinel(t *testing.T) {
+	cmds := operationsSnippets(t, "## Redis Sentinel")
+	if len(cmds) != 1 || cmds[0][1][0] != "ratelimitd" {
+		t.Fatalf("commands %v, want one ratelimitd", cmds)
+	}
+	sn := redistest.StartSentinels(t)
+	args := cmds[0][1][1:]
+	for i := range args {
+		if i > 0 && args[i-1] == "--redis-addr" {
+			args[i] = sn.Addrs()
+		}
+		if i > 0 && args[i-1] == "--redis-sentinel" && args[i] != redistest.SentinelMaster {
+			t.Fatalf("the command names the master %s; the test's sentinels know %s", args[i], redistest.SentinelMaster)
+		}
+	}
+	p := startProcess(t, args...)
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := rl.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}}}})
+	if err != nil || r.OverallCode != rl.Code_CODE_OK {
+		t.Fatalf("%v, %v; want admitted", r, err)
+	}
+	if keys := sn.Master.Cli(t, "DBSIZE"); strings.TrimSpace(keys) == "0" {
+		t.Error("nothing charged on the sentinels' master")
+	}
+	if !strings.Contains(p.logs.String(), "store=\"redis sentinel master mymaster\"") {
+		t.Errorf("the start line does not name the sentinel master:\n%s", p.logs)
 	}
 }

@@ -279,3 +279,26 @@ func TestOperationsCommand(t *testing.T) {
 		t.Errorf("args %v, manifests %v", a, keys(ms))
 	}
 }
+
+// TestSentinel: the master's name and the sentinels' addresses, and both
+// passwords from Secrets.
+func TestSentinel(t *testing.T) {
+	ms := render(t, map[string]any{
+		"store": "redis",
+		"redis": map[string]any{"addr": "s1:26379,s2:26379,s3:26379", "sentinel": map[string]any{"master": "mymaster", "passwordSecret": map[string]any{"name": "sentinel-auth"}},
+			"passwordSecret": map[string]any{"name": "redis-auth"}},
+	})
+	c := container(t, ms)
+	a := args(c)
+	checkArgs(t, a)
+	if !contains(a, "--redis-sentinel=mymaster") || !contains(a, "--redis-addr=s1:26379,s2:26379,s3:26379") {
+		t.Errorf("args %v", a)
+	}
+	env := map[string]any{}
+	for i := 0; get(c, "env", i) != nil; i++ {
+		env[get(c, "env", i, "name").(string)] = get(c, "env", i, "valueFrom", "secretKeyRef", "name")
+	}
+	if env["RATELIMITD_REDIS_PASSWORD"] != "redis-auth" || env["RATELIMITD_REDIS_SENTINEL_PASSWORD"] != "sentinel-auth" {
+		t.Errorf("env %v; want both passwords from their Secrets", c["env"])
+	}
+}
