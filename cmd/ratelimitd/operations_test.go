@@ -111,22 +111,7 @@ func TestOperationsLogsAndTraces(t *testing.T) {
 			for _, a := range cmds[i][1][1:] {
 				args = append(args, replace.Replace(a))
 			}
-			p := startProcess(t, args...)
-			conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-			// Sampled by the caller: a parent-based sampler follows it,
-			// whatever its ratio.
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if _, err := rl.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}}}}); err != nil {
-				t.Fatal(err)
-			}
-			s := col.WaitFor(t, trace, 1)[0]
+			s := tracedDecision(t, startProcess(t, args...), col)
 			if s.ParentSpanID != "00f067aa0ba902b7" || s.Resource["service.name"] != service || s.Attributes["ratelimit.rule"] != "default.generic_key_global" {
 				t.Errorf("span %+v; want a child of the caller's, service %s, rule default.generic_key_global", s, service)
 			}
@@ -170,4 +155,25 @@ func TestOperationsSentinel(t *testing.T) {
 	if !strings.Contains(p.logs.String(), "store=\"redis sentinel master mymaster\"") {
 		t.Errorf("the start line does not name the sentinel master:\n%s", p.logs)
 	}
+}
+
+// tracedDecision asks p for a decision of the default policy's global
+// bucket, as a caller whose traceparent says its trace is sampled (a
+// parent-based sampler follows it, whatever its ratio), and returns the
+// span col receives in that trace.
+func tracedDecision(t *testing.T, p *process, col *otlptest.Receiver) otlptest.Span {
+	t.Helper()
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := rl.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	return col.WaitFor(t, trace, 1)[0]
 }

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
@@ -72,18 +71,7 @@ func TestUpstreamEnvTracing(t *testing.T) {
 	if err := os.WriteFile(policy, []byte("domain: default\ndescriptors:\n  - key: generic_key\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startProcess(t, "--upstream-env", "--store", "memory", "--config", policy)
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
-	if _, err := rl.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{{Entries: []*rl.Entry{{Key: "generic_key", Value: "global"}}}}}); err != nil {
-		t.Fatal(err)
-	}
-	s := col.WaitFor(t, trace, 1)[0]
+	s := tracedDecision(t, startProcess(t, "--upstream-env", "--store", "memory", "--config", policy), col)
 	if s.ParentSpanID != "00f067aa0ba902b7" || s.Resource["service.name"] != "RateLimit" || s.Attributes["ratelimit.domain"] != "default" {
 		t.Errorf("span %+v; want a child of the caller's span, service RateLimit, domain default", s)
 	}
