@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -170,6 +172,29 @@ func New(target string, opts ...Option) (*Client, error) {
 	c.conn = conn
 	c.service = ratelimitv1.NewRateLimitServiceClient(conn)
 	return c, nil
+}
+
+// WaitReady waits until the connection to the service is up, or ctx ends,
+// and returns ctx's error then. A call's deadline (WithTimeout) covers
+// connecting too, so a service that sets a deadline of a few milliseconds
+// should wait here before it serves: otherwise its first calls, made while
+// the connection is still being set up, are decided by the failure policy.
+// WaitReady never fails because the service is down; it keeps waiting.
+func (c *Client) WaitReady(ctx context.Context) error {
+	for {
+		s := c.conn.GetState()
+		switch s {
+		case connectivity.Ready:
+			return nil
+		case connectivity.Idle:
+			c.conn.Connect()
+		case connectivity.Shutdown:
+			return errors.New("ratelimit client: closed")
+		}
+		if !c.conn.WaitForStateChange(ctx, s) {
+			return ctx.Err()
+		}
+	}
 }
 
 // Close closes the connection. Calls after Close fail and are decided by

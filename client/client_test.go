@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -674,5 +675,47 @@ func TestLocalDenyIgnoresShadowDenials(t *testing.T) {
 	}
 	if n := rpcs.n.Load(); n != 3 {
 		t.Errorf("%d calls, want 3", n)
+	}
+}
+
+// WaitReady waits while the service is not there (it never fails for
+// that), returns once a connection is up, and fails once the client is
+// closed.
+func TestWaitReady(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there, for now
+	c := newClient(t, addr)
+
+	early, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := c.WaitReady(early); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitReady with nothing listening = %v, want the context's deadline", err)
+	}
+
+	if lis, err = net.Listen("tcp", addr); err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	ratelimitv1.RegisterRateLimitServiceServer(s, &fakeService{answer: func(context.Context) (*ratelimitv1.ShouldRateLimitResponse, error) {
+		return &ratelimitv1.ShouldRateLimitResponse{OverallCode: ratelimitv1.Code_CODE_OVER_LIMIT}, nil
+	}})
+	go s.Serve(lis)
+	defer s.Stop()
+	ready, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ready); err != nil {
+		t.Fatalf("WaitReady with the service up = %v", err)
+	}
+	if d := check(t, c, global); d.Allowed {
+		t.Errorf("after WaitReady, Check = %+v; want the service's denial, not the failure policy's admission", d)
+	}
+
+	c.Close()
+	if err := c.WaitReady(ready); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("WaitReady after Close = %v, want an error saying the client is closed", err)
 	}
 }

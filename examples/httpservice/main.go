@@ -57,6 +57,9 @@ var undecided = expvar.NewInt("ratelimit_undecided_requests")
 
 func run(addr, target, domain string, failClosed bool, tarpit time.Duration) error {
 	opts := []client.Option{
+		// A decision's budget on this service's hot path. It covers
+		// connecting too, which is why run waits for the connection below
+		// before it serves.
 		client.WithTimeout(50 * time.Millisecond),
 		client.WithLocalDeny(10_000),
 		// Count the requests ratelimitd could not decide (the client also
@@ -71,6 +74,14 @@ func run(addr, target, domain string, failClosed bool, tarpit time.Duration) err
 		return err
 	}
 	defer c.Close()
+	// Serve once ratelimitd is reachable (or after 5s, then failing open or
+	// closed as told): a first request made while the connection is still
+	// being set up would not get its answer within 50ms.
+	ready, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := c.WaitReady(ready); err != nil {
+		slog.Warn("ratelimitd not reachable yet; serving anyway", "ratelimitd", target, "err", err)
+	}
+	cancel()
 
 	srv := &http.Server{Addr: addr, Handler: newHandler(c, domain, httplimit.WithTarpit(tarpit, 100)), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

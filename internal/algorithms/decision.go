@@ -25,8 +25,13 @@ type State struct {
 // AtRest reports whether the bucket is back at rest at now: deleting it
 // then loses nothing, as State{} decides from now on exactly as s would
 // (should the clock later go back before now, s would have been the
-// stricter of the two).
-func (s State) AtRest(now int64) bool { return now >= s.restAt }
+// stricter of the two). now is taken as ClampTime(now), as Decide takes
+// it: past MaxTime the clock stands still for both.
+func (s State) AtRest(now int64) bool { return ClampTime(now) >= s.restAt }
+
+// ClampTime returns now within [0, MaxTime]: the time Decide and AtRest
+// take a reading of now as. Every store judges a bucket's time with it.
+func ClampTime(now int64) int64 { return min(max(now, 0), MaxTime) }
 
 // RestAt returns when the bucket is back at rest if nothing else arrives.
 func (s State) RestAt() int64 { return s.restAt }
@@ -98,7 +103,7 @@ type Decision struct {
 // Decide does not allocate and reads no clock. On the zero Limit every
 // cost above 0 is OverCapacity.
 func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
-	now = clampTime(now)
+	now = ClampTime(now)
 	switch l.alg {
 	case FixedWindow:
 		return l.fixedWindow(s, now, cost)

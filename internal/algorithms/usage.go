@@ -20,7 +20,7 @@ const MaxCount = math.MaxUint32
 // bucket uncharged). A bucket in debt is denied. The state is not changed,
 // so none is returned. It costs no more than a Decide.
 func (l *Limit) Check(s State, now int64) Decision {
-	now = clampTime(now)
+	now = ClampTime(now)
 	switch l.alg {
 	case FixedWindow:
 		start, count := l.fixedAt(s, now)
@@ -75,7 +75,7 @@ func (l *Limit) InDebt(s State, now int64) bool {
 // Decide returns (Delay included, for LeakyBucketQueue). A cost ≤ 0
 // charges nothing and returns s. now is taken as Decide takes it.
 func (l *Limit) Overdraft(s State, now int64, cost int64) (State, Decision) {
-	now = clampTime(now)
+	now = ClampTime(now)
 	switch l.alg {
 	case FixedWindow:
 		return l.fixedOverdraft(s, now, cost)
@@ -94,7 +94,7 @@ func (l *Limit) Overdraft(s State, now int64, cost int64) (State, Decision) {
 // window's count first, then off the previous window's. A bucket brought
 // back to rest is the zero State. units ≤ 0 returns s.
 func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
-	now = clampTime(now)
+	now = ClampTime(now)
 	switch l.alg {
 	case FixedWindow:
 		return l.fixedRefund(s, now, units)
@@ -104,16 +104,6 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 		return l.gcraRefund(s, now, units)
 	}
 	return s, Decision{}
-}
-
-// clampTime returns now within [0, MaxTime], as every decision takes it.
-func clampTime(now int64) int64 {
-	if now < 0 {
-		return 0
-	} else if now > MaxTime {
-		return MaxTime
-	}
-	return now
 }
 
 // addCount returns count + cost, at most MaxCount (count ≤ MaxCount).

@@ -86,8 +86,7 @@ func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 		}
 	}
 	var (
-		domains []*Domain
-		byName  = map[string]*Domain{}
+		domains domainList
 		errs    Errors
 		total   int64
 	)
@@ -128,18 +127,36 @@ func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 		if d == nil {
 			continue
 		}
-		if first, dup := byName[d.Name]; dup {
-			errs = append(errs, &FieldError{File: file, Line: d.line, Field: "domain",
-				Problem: fmt.Sprintf("domain %q is already defined in %s", d.Name, first.Source)})
-			continue
+		if err := domains.add(d, file, d.line); err != nil {
+			errs = append(errs, err)
 		}
-		byName[d.Name] = d
-		domains = append(domains, d)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return newPolicy(domains), nil
+	return newPolicy(domains.list), nil
+}
+
+// domainList collects a policy's domains in order, refusing a name defined
+// twice.
+type domainList struct {
+	byName map[string]*Domain
+	list   []*Domain
+}
+
+// add adds d, read from file at line, or returns the problem of a domain
+// of d's name already added.
+func (l *domainList) add(d *Domain, file string, line int) *FieldError {
+	if first, dup := l.byName[d.Name]; dup {
+		return &FieldError{File: file, Line: line, Field: "domain",
+			Problem: fmt.Sprintf("domain %q is already defined in %s", d.Name, first.Source)}
+	}
+	if l.byName == nil {
+		l.byName = make(map[string]*Domain)
+	}
+	l.byName[d.Name] = d
+	l.list = append(l.list, d)
+	return nil
 }
 
 // readLimited reads file up to one byte past max.

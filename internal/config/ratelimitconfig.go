@@ -47,8 +47,7 @@ func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, e
 		return nil, err
 	}
 	var (
-		domains []*Domain
-		byName  = map[string]*Domain{}
+		domains domainList
 		errs    Errors
 		budget  = l.MaxDescriptors
 	)
@@ -73,18 +72,14 @@ func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, e
 		if d == nil {
 			continue
 		}
-		if first, dup := byName[d.Name]; dup {
-			errs = append(errs, &FieldError{File: source, Field: "domain",
-				Problem: fmt.Sprintf("domain %q is already defined in %s", d.Name, first.Source)})
-			continue
+		if err := domains.add(d, source, 0); err != nil {
+			errs = append(errs, err)
 		}
-		byName[d.Name] = d
-		domains = append(domains, d)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return newPolicy(domains), nil
+	return newPolicy(domains.list), nil
 }
 
 // rateLimitConfigYAML returns c as the YAML document of a policy file.

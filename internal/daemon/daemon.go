@@ -183,6 +183,10 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives the daemon's logs (nil: slog.Default()).
 	Logger *slog.Logger
+
+	// restoring, when set (by tests, through export_test.go), is called as
+	// the restore of the state file starts, and waited for.
+	restoring func()
 }
 
 // Daemon is a running ratelimitd.
@@ -428,14 +432,11 @@ func (d *Daemon) openStore() (err error) {
 // NOT_SERVING and decision calls refused. It cannot fail (a bad file
 // starts the store empty).
 func (d *Daemon) restoreBuckets() {
-	if restoring != nil {
-		restoring()
+	if d.cfg.restoring != nil {
+		d.cfg.restoring()
 	}
 	d.store.restore(d.engine.InPolicy)
 }
-
-// restoring, when set (by tests), is called as the restore starts.
-var restoring func()
 
 // listen binds the gRPC, HTTP, admin and metrics listeners, each holding
 // at most Limits.MaxConnections.

@@ -1,5 +1,5 @@
 package daemon
 
-// SetRestoring makes every daemon started from now on call f as it starts
-// restoring its buckets (and wait for f to return), until it is set to nil.
-func SetRestoring(f func()) { restoring = f }
+// SetRestoring makes a daemon started with cfg call f as it starts
+// restoring its buckets, and wait for f to return.
+func SetRestoring(cfg *Config, f func()) { cfg.restoring = f }

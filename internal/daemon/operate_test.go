@@ -145,9 +145,10 @@ descriptors:
 			t.Errorf("%s = %v, want %v", series, got[series], v)
 		}
 	}
-	// Two buckets of short keys.
-	if b := got[`ratelimitd_bucket_bytes`]; b < 2*float64(memory.BucketBytes(1)) || b > 2*float64(memory.BucketBytes(memory.MaxVerbatimKey)) {
-		t.Errorf("ratelimitd_bucket_bytes = %v, want two short-keyed buckets' worth", b)
+	// Two buckets of short keys, in one domain.
+	if b := got[`ratelimitd_bucket_bytes`]; b < float64(2*memory.BucketBytes(1)+memory.DomainBytes(1)) ||
+		b > float64(2*memory.BucketBytes(memory.MaxVerbatimKey)+memory.DomainBytes(memory.MaxVerbatimKey)) {
+		t.Errorf("ratelimitd_bucket_bytes = %v, want two short-keyed buckets' worth and their domain's", b)
 	}
 	if got[`ratelimitd_policy_last_reload_success_timestamp_seconds`] < float64(time.Now().Add(-time.Hour).Unix()) {
 		t.Errorf("last reload time %v is not the start", got[`ratelimitd_policy_last_reload_success_timestamp_seconds`])

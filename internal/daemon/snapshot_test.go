@@ -334,15 +334,15 @@ func TestNotReadyWhileRestoring(t *testing.T) {
 	l.Close()
 
 	restoring, release := make(chan struct{}), make(chan struct{})
-	daemon.SetRestoring(func() { close(restoring); <-release })
-	defer daemon.SetRestoring(nil)
+	cfg := daemon.Config{
+		ConfigPath: "", GRPCAddr: "127.0.0.1:0", HTTPAddr: httpAddr,
+		StateFile: filepath.Join(t.TempDir(), "state"),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	daemon.SetRestoring(&cfg, func() { close(restoring); <-release })
 	started := make(chan *daemon.Daemon, 1)
 	go func() {
-		d, err := daemon.Start(daemon.Config{
-			ConfigPath: "", GRPCAddr: "127.0.0.1:0", HTTPAddr: httpAddr,
-			StateFile: filepath.Join(t.TempDir(), "state"),
-			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		d, err := daemon.Start(cfg)
 		if err != nil {
 			t.Error(err)
 		}
@@ -407,5 +407,50 @@ func TestStateFileOneDaemon(t *testing.T) {
 	second := stateDaemon(t, statePolicy, stateFile)
 	if code := shouldRateLimit(t, second, desc("user", "frank")).OverallCode; code != rl.Code_CODE_OVER_LIMIT {
 		t.Errorf("after the first daemon stopped, the second restored frank as %v, want OVER_LIMIT", code)
+	}
+}
+
+// TestStateFileKeepsSharedBuckets: a share_threshold rule's bucket, which
+// every value of its wildcard charges, drained before a graceful stop is
+// still drained after it (its key has an odd number of parts; the restore
+// once dropped it as a key the engine could not have made).
+func TestStateFileKeepsSharedBuckets(t *testing.T) {
+	const policy = `
+domain: shop
+descriptors:
+  - key: path
+    value: /uploads/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`
+	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
+	first := stateDaemon(t, policy, stateFile)
+	drainAll(t, first, desc("path", "/uploads/a.png"))
+	first.Clock.Set(time.Now().UnixNano())
+	first.Stop()
+
+	second := stateDaemon(t, policy, stateFile)
+	if !strings.Contains(second.Logs(), "restored=1 at_rest=0 dropped=0") {
+		t.Errorf("load log line does not say the shared bucket was restored:\n%s", second.Logs())
+	}
+	if r := shouldRateLimit(t, second, desc("path", "/uploads/b.png")); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+		t.Fatalf("another value of the shared wildcard after the restart: %v, want over the limit", r.OverallCode)
+	}
+}
+
+// TestStateFileThatIsADirectory: a state path naming a directory is
+// refused at start, naming the flag, rather than failing every snapshot.
+func TestStateFileThatIsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	d, err := daemon.Start(daemon.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", StateFile: dir,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err == nil {
+		d.Shutdown(context.Background())
+		t.Fatal("a daemon started with a directory as its --state-file")
+	}
+	if !strings.Contains(err.Error(), "--state-file") || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("error %q does not say that --state-file is a directory", err)
 	}
 }

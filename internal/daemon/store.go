@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,6 +103,10 @@ func newMemoryBackend(cfg Config) (*memoryBackend, error) {
 	}
 	b := &memoryBackend{Store: memory.New(cfg.Clock, opts...), sweepInterval: cfg.SweepInterval}
 	if cfg.StateFile != "" {
+		if fi, err := os.Stat(cfg.StateFile); err == nil && fi.IsDir() {
+			return nil, fmt.Errorf("--state-file %s is a directory: it names the file the buckets are kept in (say %s)",
+				cfg.StateFile, filepath.Join(cfg.StateFile, "ratelimitd.state"))
+		}
 		lock, err := snapshot.Lock(cfg.StateFile)
 		if err != nil {
 			return nil, fmt.Errorf("--state-file: %w (each daemon needs a state file of its own)", err)

@@ -1,7 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,6 +132,138 @@ func BenchmarkInPolicy(b *testing.B) {
 	for b.Loop() {
 		if !e.InPolicy(key) {
 			b.Fatal("not in policy")
+		}
+	}
+}
+
+// TestInPolicySharedBuckets: the buckets of share_threshold rules are in
+// the policy (a snapshot keeps them across a restart), and only the keys
+// the engine makes for them: not a shared key whose value is not the
+// rule's pattern, not an unshared key of the shared rule.
+func TestInPolicySharedBuckets(t *testing.T) {
+	rec := &keyRecorder{Store: memory.New(clock.NewFake(t0)), keys: map[string][]byte{}}
+	p, err := config.Parse("share.yaml", []byte(sharePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(p, rec)
+	for _, req := range [][]string{
+		{"path", "/uploads/a.png"},
+		{"bucket", "cold-eu", "tenant", "acme"},
+		{"route", "/api/v1/orders"},
+		{"path", "/thumbs/a.png"},
+	} {
+		rec.name = req[1]
+		decide(t, e, &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries(req...)}}})
+		key := rec.keys[rec.name+"#0"]
+		if !e.InPolicy(key) {
+			t.Errorf("InPolicy(the bucket of %v) = false, want true", req)
+		}
+	}
+	limit := p.Domain("d").Match(entries("path", "/uploads/a.png")).Limits[0].Key
+	for _, k := range []BucketKey{
+		{Domain: "d", Entries: entries("path", "/uploads/a.png"), Shared: true, Limit: limit}, // a value, not the pattern
+		{Domain: "d", Entries: entries("path", "/uploads/*"), Limit: limit},                   // not marked shared
+		{Domain: "d", Entries: entries("path", "/thumbs/*"), Shared: true, Limit: limit},      // a rule that does not share
+	} {
+		if e.InPolicy(k.Append(nil)) {
+			t.Errorf("InPolicy(%+v) = true for a key the engine could not have made", k)
+		}
+	}
+}
+
+// TestBucketKeyRoundTrip: for keys of every shape — plain, a wildcard's
+// value, share_threshold at any depth, inline, empty and long values —
+// ParseBucketKey gives back what the engine's encoding was made of (with
+// shared values replaced by their pattern), BucketKey.Append gives back
+// the same bytes, and two keys made of different parts never share bytes.
+func TestBucketKeyRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 23))
+	str := func() string {
+		switch rng.IntN(6) {
+		case 0:
+			return ""
+		case 1:
+			return strings.Repeat("v", 100+rng.IntN(2000)) // a multi-byte length
+		case 2:
+			return "share_threshold" // the mark itself, as a value
+		case 3:
+			return "/uploads/*"
+		}
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		return string(b)
+	}
+	inline, err := config.NewInlineLimit("n", algorithms.TokenBucket, 1, 24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]BucketKey{}
+	for range 20_000 {
+		domain := str()
+		es := make([]config.Entry, 1+rng.IntN(4))
+		for i := range es {
+			es[i] = config.Entry{Key: str(), Value: str()}
+		}
+		var shared []string
+		limit := "token_bucket:1/60000000000ns:1"
+		switch rng.IntN(3) {
+		case 0: // share_threshold at some depths
+			shared = make([]string, len(es))
+			for i := range shared {
+				if rng.IntN(2) == 0 {
+					shared[i] = "pattern*" + str()
+				}
+			}
+		case 1:
+			limit = inline.Key
+		}
+		key := appendBucketKey(nil, domain, es, shared, limit)
+
+		want := BucketKey{Domain: domain, Entries: slices.Clone(es), Shared: shared != nil, Limit: limit}
+		for i, p := range shared {
+			if p != "" {
+				want.Entries[i].Value = p
+			}
+		}
+		got, ok := ParseBucketKey(key)
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParseBucketKey(%q) = %+v, %v; want %+v", key, got, ok, want)
+		}
+		if again := got.Append(nil); !bytes.Equal(again, key) {
+			t.Fatalf("Append(ParseBucketKey(%q)) = %q", key, again)
+		}
+		if prev, dup := seen[string(key)]; dup && !reflect.DeepEqual(prev, want) {
+			t.Fatalf("%+v and %+v share the key %q", prev, want, key)
+		}
+		seen[string(key)] = want
+	}
+}
+
+// TestParseBucketKeyRefuses: bytes the encoding could not have written are
+// refused, and whatever is accepted encodes back to the same bytes.
+func TestParseBucketKeyRefuses(t *testing.T) {
+	for _, bad := range []string{
+		"", "\x01d", "\x01d\x01k\x01v", // fewer than a domain, an entry and a limit
+		"\x01d\x01k\x01v\x01x\x01l",     // five parts, the fourth not the mark
+		"\x01d\x0fshare_threshold\x01l", // shared without an entry
+		"\x81\x00d\x01k\x01v\x01l",      // a length not in its shortest form
+		"\x05d\x01k\x01v\x01l",          // a length past the end
+	} {
+		if k, ok := ParseBucketKey([]byte(bad)); ok {
+			t.Errorf("ParseBucketKey(%q) = %+v, want refused", bad, k)
+		}
+	}
+	rng := rand.New(rand.NewPCG(2, 23))
+	for range 50_000 {
+		b := make([]byte, rng.IntN(16))
+		for i := range b {
+			b[i] = byte(rng.IntN(6)) // mostly short lengths
+		}
+		if k, ok := ParseBucketKey(b); ok && !bytes.Equal(k.Append(nil), b) {
+			t.Fatalf("ParseBucketKey(%q) accepted %+v, which encodes as %q", b, k, k.Append(nil))
 		}
 	}
 }

@@ -58,7 +58,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -485,7 +484,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	if rule != nil {
 		shared = rule.Shared
 	}
-	w.keys = appendKey(w.keys, domain, entries, shared, u.limit.Key)
+	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Key)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
@@ -521,33 +520,6 @@ func (w *work) conflict(i int, u *use) error {
 	}
 	return invalid(fmt.Sprintf("descriptors[%d]", u.descriptor), "asks %v of the bucket that descriptors[%d] asks %v of; one request asks one operation of a bucket",
 		u.kind, first, w.charges[i].Kind)
-}
-
-// appendKey appends the bucket key of (domain, entries, limit key): each
-// part length-prefixed, so distinct inputs never share a key. With shared
-// (config.Rule.Shared), an entry at a share_threshold depth contributes
-// the wildcard value instead of its own, and one more part is added
-// before the limit key, so that a shared bucket's key, with an odd number
-// of parts, never equals another's, with an even number.
-func appendKey(b []byte, domain string, entries []config.Entry, shared []string, limitKey string) []byte {
-	b = appendPart(b, domain)
-	for i, e := range entries {
-		b = appendPart(b, e.Key)
-		if i < len(shared) && shared[i] != "" {
-			b = appendPart(b, shared[i])
-		} else {
-			b = appendPart(b, e.Value)
-		}
-	}
-	if shared != nil {
-		b = appendPart(b, "share_threshold")
-	}
-	return appendPart(b, limitKey)
-}
-
-func appendPart(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // respond builds resp from the decisions.

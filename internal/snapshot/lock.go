@@ -22,11 +22,13 @@ type FileLock struct {
 // a daemon holds the lock while it runs. The lock belongs to the process:
 // the kernel releases it when the process ends, however it ends, so no
 // stale lock outlives a crash. The lock file holds the holder's pid, which
-// the error names when the lock is taken. On systems without flock, Lock
+// the error names when the lock is taken. A symlink at the lock file's
+// name is refused, not followed (where the system has O_NOFOLLOW). On
+// systems without flock, Lock
 // locks nothing and always succeeds.
 func Lock(path string) (*FileLock, error) {
 	name := path + ".lock"
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state file lock: %w", err)
 	}

@@ -8,6 +8,9 @@ import (
 	"syscall"
 )
 
+// noFollow makes opening a symlink fail.
+const noFollow = syscall.O_NOFOLLOW
+
 // lockFile locks f exclusively without waiting: ErrLocked when another
 // open file description holds it.
 func lockFile(f *os.File) error {

@@ -1,13 +1,13 @@
 // Package snapshot is the file format in which the memory store keeps its
 // buckets across restarts, and its crash-safe writer and checking reader.
 //
-// # Format, version 2
+// # Format, version 3
 //
 // All integers are little-endian.
 //
 //	offset  size  field
 //	0       8     magic: 0x89 'R' 'L' 'S' 'N' 'A' 'P' '\n'
-//	8       4     version: 2
+//	8       4     version: 3
 //	12      4     flags: 0 (a reader refuses any other value)
 //	16      8     clock: the decision clock's reading when the snapshot was
 //	              taken, int64 nanoseconds since the Unix epoch
@@ -19,6 +19,8 @@
 //	                uvarint  key length (at most MaxKeyBytes)
 //	                bytes    the bucket's key as the store keeps it (a long
 //	                         key may be kept as its digest)
+//	                uvarint  domain length (at most MaxKeyBytes)
+//	                bytes    the bucket's domain (store.Charge.Domain)
 //	                24       the bucket's state (algorithms.State.AppendBinary)
 //	end-24  8     count: the number of records
 //	end-16  8     body length: the records' length in bytes
@@ -32,17 +34,21 @@
 // rather than misread them. A record's state is meaningful on the clock of
 // the header's clock field; Header.Lag says how to carry it to another.
 //
-// Version 1 is laid out alike, but its 32 bytes at offset 32 are the seed
-// of another digest (the first 16 bytes of SHA-256 of the seed and the
-// key), which no store computes any more: its records of digests can match
-// no key. Read reads version 1 files, with Header.Version 1 and a zero
-// KeySeed, so that a reader can keep their other records; Create writes
-// version 2 only.
+// Version 2 is laid out alike, but its records have no domain (the key's
+// length, the key, the state). Version 1 is laid out as version 2, but its
+// 32 bytes at offset 32 are the seed of another digest (the first 16 bytes
+// of SHA-256 of the seed and the key), which no store computes any more:
+// its records of digests can match no key. Read reads version 1 and 2
+// files, with Header.Version 1 or 2 (and for version 1 a zero KeySeed) and
+// each Bucket's Domain empty, so that a reader can keep their records;
+// Create writes version 3 only.
 //
 // # Crash safety
 //
-// Create writes to PATH.tmp in the same directory; Commit writes the
-// trailer, fsyncs the file, renames it over PATH and fsyncs the directory.
+// Create writes to PATH.tmp in the same directory, a file it creates
+// itself with mode 0600 (never one already there, nor through a symlink);
+// Commit writes the trailer, fsyncs the file, renames it over PATH and
+// fsyncs the directory.
 // A crash at any point leaves PATH either as the previous snapshot or as
 // the new one, whole. A file that is torn or truncated anyway (a disk or
 // filesystem that does not keep its promises, a copy cut short) lacks its
@@ -58,6 +64,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"iter"
 	"os"
 	"path/filepath"
@@ -67,14 +74,14 @@ import (
 
 // Version is the format version this package writes, and the latest it
 // reads.
-const Version = 2
+const Version = 3
 
 // OldestVersion is the oldest format version this package reads.
 const OldestVersion = 1
 
-// MaxKeyBytes bounds a record's key. The engine's keys are far shorter
-// (their parts are bounded by the request bounds); a longer length in a
-// file is corruption.
+// MaxKeyBytes bounds a record's key, and its domain. The engine's keys
+// are far shorter (their parts are bounded by the request bounds); a
+// longer length in a file is corruption.
 const MaxKeyBytes = 1 << 20
 
 var (
@@ -204,12 +211,18 @@ type Writer struct {
 }
 
 // Create starts a snapshot that Commit will put at path, writing its
-// header now to path + ".tmp" (created with mode 0600, or truncated).
-// Nothing happens to path itself until Commit. Only one Writer may write
-// a given path at a time.
+// header now to path + ".tmp": a new file of mode 0600 that Create makes
+// itself, after removing whatever had that name (a file left by a crash,
+// or a symlink, which is removed, never followed: the file is created with
+// O_EXCL, so nothing already there is ever written through). Nothing
+// happens to path itself until Commit. Only one Writer may write a given
+// path at a time.
 func Create(path string, h Header) (*Writer, error) {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -238,18 +251,25 @@ func (w *Writer) write(b []byte) {
 	_, w.err = w.bw.Write(b)
 }
 
-// Add appends one bucket. Keys longer than MaxKeyBytes are refused.
-func (w *Writer) Add(key []byte, st algorithms.State) error { return addKey(w, key, st) }
+// Add appends one bucket: its key, its domain and its state. Keys and
+// domains longer than MaxKeyBytes are refused.
+func (w *Writer) Add(key []byte, domain string, st algorithms.State) error {
+	return addKey(w, key, domain, st)
+}
 
 // AddString is Add for a key held as a string.
-func (w *Writer) AddString(key string, st algorithms.State) error { return addKey(w, key, st) }
+func (w *Writer) AddString(key, domain string, st algorithms.State) error {
+	return addKey(w, key, domain, st)
+}
 
-func addKey[K []byte | string](w *Writer, key K, st algorithms.State) error {
-	if len(key) > MaxKeyBytes {
-		return fmt.Errorf("snapshot: a key of %d bytes (at most %d)", len(key), MaxKeyBytes)
+func addKey[K []byte | string](w *Writer, key K, domain string, st algorithms.State) error {
+	if len(key) > MaxKeyBytes || len(domain) > MaxKeyBytes {
+		return fmt.Errorf("snapshot: a key of %d bytes or a domain of %d (at most %d)", len(key), len(domain), MaxKeyBytes)
 	}
 	r := binary.AppendUvarint(w.rec[:0], uint64(len(key)))
 	r = append(r, key...)
+	r = binary.AppendUvarint(r, uint64(len(domain)))
+	r = append(r, domain...)
 	r, _ = st.AppendBinary(r)
 	w.rec = r
 	w.write(r)
@@ -336,22 +356,47 @@ type Snapshot struct {
 // Len returns the number of buckets in the snapshot.
 func (s *Snapshot) Len() int { return s.count }
 
-// All yields every bucket, in file order. The key is only valid during
-// the yield; copy it to keep it.
-func (s *Snapshot) All() iter.Seq2[[]byte, algorithms.State] {
-	return func(yield func([]byte, algorithms.State) bool) {
+// Bucket is one record of a snapshot.
+type Bucket struct {
+	// Key is the bucket's key as the store keeps it.
+	Key []byte
+	// Domain is the bucket's domain; empty in a file of a version before
+	// 3, which did not record it.
+	Domain []byte
+	State  algorithms.State
+}
+
+// All yields every bucket, in file order. Key and Domain are only valid
+// during the yield; copy them to keep them.
+func (s *Snapshot) All() iter.Seq[Bucket] {
+	return func(yield func(Bucket) bool) {
 		b := s.body
 		for len(b) > 0 {
-			n, w := binary.Uvarint(b) // checked by Decode
-			key := b[w : w+int(n)]
-			var st algorithms.State
-			_ = st.UnmarshalBinary(b[w+int(n) : w+int(n)+algorithms.StateSize])
-			b = b[w+int(n)+algorithms.StateSize:]
-			if !yield(key, st) {
+			var r Bucket
+			r.Key, b, _ = field(b) // checked by Decode
+			if s.Version >= 3 {
+				r.Domain, b, _ = field(b)
+			}
+			_ = r.State.UnmarshalBinary(b[:algorithms.StateSize])
+			b = b[algorithms.StateSize:]
+			if !yield(r) {
 				return
 			}
 		}
 	}
+}
+
+// field splits a length-prefixed field off the front of b. It reports
+// false when b does not start with one as the writer writes it: the length
+// a uvarint in its shortest form, at most MaxKeyBytes, and that many
+// bytes after it.
+func field(b []byte) (f, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	var short [binary.MaxVarintLen64]byte
+	if w <= 0 || w != binary.PutUvarint(short[:], n) || n > MaxKeyBytes || uint64(len(b)-w) < n {
+		return nil, nil, false
+	}
+	return b[w : w+int(n)], b[w+int(n):], true
 }
 
 // Read reads and checks the snapshot at path. It holds the whole file in
@@ -439,17 +484,17 @@ func Decode(data []byte) (*Snapshot, error) {
 		}
 		copy(s.KeySeed[:], data[32:48])
 	}
-	b := s.body
-	var short [binary.MaxVarintLen64]byte
-	for len(b) > 0 {
-		n, w := binary.Uvarint(b)
-		// The length must be a uvarint in its shortest form, as the
-		// writer writes it: one file, one reading.
-		if w <= 0 || w != binary.PutUvarint(short[:], n) || n > MaxKeyBytes || uint64(len(b)-w) < n+algorithms.StateSize {
+	// Each length must be a uvarint in its shortest form, as the writer
+	// writes it: one file, one reading.
+	for b := s.body; len(b) > 0; s.count++ {
+		var ok bool
+		if _, b, ok = field(b); ok && version >= 3 {
+			_, b, ok = field(b)
+		}
+		if !ok || len(b) < algorithms.StateSize {
 			return nil, refuse(Corrupt, "record %d is malformed", s.count)
 		}
-		b = b[w+int(n)+algorithms.StateSize:]
-		s.count++
+		b = b[algorithms.StateSize:]
 	}
 	if uint64(s.count) != count {
 		return nil, refuse(Corrupt, "%d records, the trailer says %d", s.count, count)

@@ -29,15 +29,15 @@ func stateOf(restAt, t int64, n, m uint32) algorithms.State {
 }
 
 type bucket struct {
-	key string
-	st  algorithms.State
+	key, domain string
+	st          algorithms.State
 }
 
 var sample = []bucket{
-	{"\x07default\x04path\x07/orders\x17token_bucket/600/1m0s/800", stateOf(1_800_000_000_000_000_000, 1_799_999_999_000_000_000, 17, 0)},
-	{"", stateOf(1, 2, 3, 4)},
-	{strings.Repeat("k", 300), stateOf(-5, 9, 1<<31, 7)},
-	{"\x00\xff binary key", stateOf(42, 0, 0, 0)},
+	{"\x07default\x04path\x07/orders\x17token_bucket/600/1m0s/800", "default", stateOf(1_800_000_000_000_000_000, 1_799_999_999_000_000_000, 17, 0)},
+	{"", "", stateOf(1, 2, 3, 4)},
+	{strings.Repeat("k", 300), strings.Repeat("d", 200), stateOf(-5, 9, 1<<31, 7)},
+	{"\x00\xff binary key", "shop", stateOf(42, 0, 0, 0)},
 }
 
 var sampleHeader = Header{Clock: 1_767_225_600_123_456_789, Wall: 1_767_225_600_123_000_000, KeySeed: [16]byte{1, 2, 3, 15: 0xff}, Version: Version}
@@ -49,7 +49,7 @@ func write(t testing.TB, path string, h Header, bs []bucket) int64 {
 		t.Fatal(err)
 	}
 	for _, b := range bs {
-		if err := w.Add([]byte(b.key), b.st); err != nil {
+		if err := w.Add([]byte(b.key), b.domain, b.st); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,8 +62,8 @@ func write(t testing.TB, path string, h Header, bs []bucket) int64 {
 
 func contents(s *Snapshot) []bucket {
 	var out []bucket
-	for k, st := range s.All() {
-		out = append(out, bucket{string(k), st})
+	for b := range s.All() {
+		out = append(out, bucket{string(b.Key), string(b.Domain), b.State})
 	}
 	return out
 }
@@ -125,21 +125,21 @@ func TestLayout(t *testing.T) {
 	for i := range seed {
 		seed[i] = byte(100 + i)
 	}
-	write(t, path, Header{Clock: 5, Wall: 6, KeySeed: seed}, []bucket{{"ab", st}})
+	write(t, path, Header{Clock: 5, Wall: 6, KeySeed: seed}, []bucket{{"ab", "d", st}})
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var want []byte
 	want = append(want, 0x89, 'R', 'L', 'S', 'N', 'A', 'P', '\n')
-	want = append(want, 2, 0, 0, 0, 0, 0, 0, 0)
+	want = append(want, 3, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, seed[:]...)
 	want = append(want, make([]byte, 16)...)
-	want = append(want, 2, 'a', 'b')
+	want = append(want, 2, 'a', 'b', 1, 'd')
 	want, _ = st.AppendBinary(want)
 	want = append(want, 1, 0, 0, 0, 0, 0, 0, 0)  // count
-	want = append(want, 27, 0, 0, 0, 0, 0, 0, 0) // body length
+	want = append(want, 29, 0, 0, 0, 0, 0, 0, 0) // body length
 	want = binary.LittleEndian.AppendUint32(want, crc32.Checksum(want, crc32.MakeTable(crc32.Castagnoli)))
 	want = append(want, 'E', 'N', 'D', '\n')
 	if !bytes.Equal(data, want) {
@@ -147,36 +147,59 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-// asVersion1 turns a version 2 file into the version 1 file of the same
-// records: version 1, and a 32-byte seed of the digest of that version.
-func asVersion1(data []byte) []byte {
-	data = bytes.Clone(data)
-	data[8] = 1
-	for i := 32; i < 64; i++ {
-		data[i] = byte(200 + i)
-	}
-	return resum(data)
-}
-
-// A version 1 file reads, with its records and clocks, Version 1 and no
-// key seed: its seed keyed a digest no store computes any more.
-func TestReadsVersion1(t *testing.T) {
-	s, err := Decode(asVersion1(valid(t)))
+// asVersion turns a file of this version into the file of version v (1
+// or 2) of the same records, without their domains; version 1's header
+// holds a 32-byte seed of the digest of that version.
+func asVersion(t testing.TB, data []byte, v byte) []byte {
+	t.Helper()
+	s, err := Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := sampleHeader
-	want.Version, want.KeySeed = 1, [16]byte{}
-	if s.Header != want {
-		t.Errorf("header %+v, want %+v", s.Header, want)
+	old := bytes.Clone(data[:headerSize])
+	old[8] = v
+	if v == 1 {
+		for i := 32; i < 64; i++ {
+			old[i] = byte(200 + i)
+		}
 	}
-	got := contents(s)
-	if len(got) != len(sample) {
-		t.Fatalf("read %d buckets, wrote %d", len(got), len(sample))
+	for b := range s.All() {
+		old = binary.AppendUvarint(old, uint64(len(b.Key)))
+		old = append(old, b.Key...)
+		old, _ = b.State.AppendBinary(old)
 	}
-	for i := range got {
-		if got[i] != sample[i] {
-			t.Errorf("bucket %d: read %+v, wrote %+v", i, got[i], sample[i])
+	body := len(old) - headerSize
+	old = binary.LittleEndian.AppendUint64(old, uint64(s.Len()))
+	old = binary.LittleEndian.AppendUint64(old, uint64(body))
+	old = binary.LittleEndian.AppendUint32(old, 0)
+	return resum(append(old, "END\n"...))
+}
+
+// Files of versions 1 and 2 read, with their records and clocks, their
+// Version and no domains; version 1's with no key seed: its seed keyed a
+// digest no store computes any more.
+func TestReadsOlderVersions(t *testing.T) {
+	for _, v := range []byte{1, 2} {
+		s, err := Decode(asVersion(t, valid(t), v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sampleHeader
+		want.Version = int(v)
+		if v == 1 {
+			want.KeySeed = [16]byte{}
+		}
+		if s.Header != want {
+			t.Errorf("version %d: header %+v, want %+v", v, s.Header, want)
+		}
+		got := contents(s)
+		if len(got) != len(sample) {
+			t.Fatalf("version %d: read %d buckets, wrote %d", v, len(got), len(sample))
+		}
+		for i := range got {
+			if w := (bucket{sample[i].key, "", sample[i].st}); got[i] != w {
+				t.Errorf("version %d: bucket %d: read %+v, want %+v", v, i, got[i], w)
+			}
 		}
 	}
 }
@@ -225,7 +248,7 @@ func TestRefused(t *testing.T) {
 		{"text", []byte("user=alice 800\n"), ErrForeign, "no snapshot magic"},
 		{"a PNG", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), ErrForeign, "no snapshot magic"},
 		{"magic mangled as text", edit(func(b []byte) []byte { return append([]byte("\xef\xbf\xbd"), b[1:]...) }), ErrForeign, "no snapshot magic"},
-		{"version 3", edit(func(b []byte) []byte { b[8] = 3; return resum(b) }), ErrVersion, "format version 3; this build reads versions 1 to 2"},
+		{"version 4", edit(func(b []byte) []byte { b[8] = 4; return resum(b) }), ErrVersion, "format version 4; this build reads versions 1 to 3"},
 		{"version 0", edit(func(b []byte) []byte { b[8] = 0; return resum(b) }), ErrVersion, "format version 0"},
 		{"flags set", edit(func(b []byte) []byte { b[12] = 1; return resum(b) }), ErrCorrupt, "flags 0x1"},
 		{"a byte after the key seed set", edit(func(b []byte) []byte { b[63] = 1; return resum(b) }), ErrCorrupt, "header bytes 48 to 63"},
@@ -237,7 +260,7 @@ func TestRefused(t *testing.T) {
 		{"the clock flipped", edit(func(b []byte) []byte { b[20] ^= 4; return b }), ErrCorrupt, "checksum"},
 		{"the key seed flipped", edit(func(b []byte) []byte { b[40] ^= 1; return b }), ErrCorrupt, "checksum"},
 		{"a record dropped, checksum redone", edit(func(b []byte) []byte {
-			return resum(append(b[:headerSize], b[headerSize+1+len(sample[0].key)+24:]...))
+			return resum(append(b[:headerSize], b[headerSize+1+len(sample[0].key)+1+len(sample[0].domain)+24:]...))
 		}), ErrCorrupt, "the trailer gives"},
 		{"count wrong, checksum redone", edit(func(b []byte) []byte { b[len(b)-24]++; return resum(b) }), ErrCorrupt, "records, the trailer says"},
 		{"key length past the end, checksum redone", edit(func(b []byte) []byte { b[headerSize] = 0x7f; return resum(b) }), ErrCorrupt, "malformed"},
@@ -295,7 +318,7 @@ func TestCrashBeforeCommitKeepsThePreviousFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range sample {
-		if err := w.Add([]byte(b.key), b.st); err != nil {
+		if err := w.Add([]byte(b.key), b.domain, b.st); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -351,8 +374,11 @@ func TestKeyTooLong(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Abort()
-	if err := w.Add(make([]byte, MaxKeyBytes+1), algorithms.State{}); err == nil {
+	if err := w.Add(make([]byte, MaxKeyBytes+1), "d", algorithms.State{}); err == nil {
 		t.Error("a key over MaxKeyBytes was added")
+	}
+	if err := w.AddString("k", strings.Repeat("d", MaxKeyBytes+1), algorithms.State{}); err == nil {
+		t.Error("a domain over MaxKeyBytes was added")
 	}
 	if w.Len() != 0 {
 		t.Errorf("Len() = %d after a refused key", w.Len())

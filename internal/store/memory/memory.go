@@ -10,10 +10,11 @@
 //
 // # Layout
 //
-// A bucket is a stored key and an algorithms.State. Each shard keeps its
-// buckets' states in a slab (a slice) and maps each stored key to its
-// position there; positions no bucket uses are listed for reuse. A bucket
-// lives in the shard its stored key hashes to.
+// A bucket is a stored key, an algorithms.State and the domain it belongs
+// to (store.Charge.Domain). Each shard keeps its buckets' states and
+// domains in a slab (a slice) and maps each stored key to its position
+// there; positions no bucket uses are listed for reuse. A bucket lives in
+// the shard its stored key hashes to.
 //
 // The stored key is the charge's key itself when that is at most
 // MaxVerbatimKey bytes long and not exactly DigestSize bytes long;
@@ -48,17 +49,57 @@
 //
 // Each bucket is accounted BucketBytes(len(stored key)) bytes: its stored
 // key as allocated, its map entry and its slab slot, both with the slack
-// the map and the slab keep for growth. The store holds at most MaxBytes
-// accounted bytes and at most MaxBuckets buckets. When a new bucket would
-// pass either bound, the store samples up to 16 of the buckets in the new
-// one's shard and deletes those at rest; while the new bucket still does
-// not fit, it evicts the sampled bucket that would come to rest soonest,
-// then the next soonest. (Only when the sample runs out does the insertion
-// go ahead without room, so each bound can be passed by at most one bucket
-// per shard.) An evicted bucket starts over at rest, so its key may briefly
-// be admitted more than its limit: the bound trades that, for keys that
-// have nearly recovered anyway, against a flood of unique keys exhausting
-// memory. Evictions counts them.
+// the map and the slab keep for growth; each domain holding buckets
+// (store.Charge.Domain) is accounted 192 bytes and its name besides. The
+// store holds at most MaxBytes accounted bytes and at most MaxBuckets
+// buckets.
+//
+// # Fair shares
+//
+// The bounds are shared between domains, so that one tenant flooding the
+// store with new keys cannot push out another's buckets. A domain's fair
+// share of a bound is the bound divided by the number of domains holding
+// buckets at the moment; a domain is over its share when its buckets, or
+// its accounted bytes, pass its share of either bound. The store is not
+// partitioned: a domain alone may fill it, and what one domain leaves
+// unused another may take.
+//
+// When a new bucket would pass a bound, the store samples up to 16 of the
+// buckets in the new one's shard and deletes those at rest; while the new
+// bucket still does not fit, it evicts sampled buckets of domains over
+// their fair share — the new bucket's own domain's first (counting the new
+// bucket), then others', each group nearest rest first — busy or not. If
+// that leaves no room, the new bucket is not kept (its charge is decided,
+// then forgotten; counted as an eviction), unless its domain is within
+// its share and the shard held fewer than 16 buckets: then it is kept past
+// the bound, so that a nearly empty shard does not refuse a domain within
+// its share. So:
+//
+//   - A bucket of a domain within its fair share is never evicted to make
+//     room for another domain's bucket: only buckets at rest (which lose
+//     nothing) and buckets of domains over their share give way.
+//   - Buckets that never come to rest (a limit of 1 a day, say) cannot pin
+//     memory: a domain over its share gives up its own buckets, busy or
+//     not, or its new ones are not kept.
+//   - Each bound is passed by at most 16 buckets per shard, and only by
+//     domains within their share.
+//   - A domain within its share that inserts into a full store keeps its
+//     new bucket when the sample holds a bucket at rest or one of a domain
+//     over its share (while one domain floods, nearly every sampled bucket
+//     is the flood's); it is not guaranteed room otherwise.
+//
+// The counts are per domain and read without a lock, so a share is judged
+// as of the moment of eviction while other shards insert. A domain is a
+// string the caller sends: a caller that may use any domain (no
+// authorization policy, or a grant of "*") can spread its buckets over
+// many domains and so hold many shares; with an authorization policy that
+// names each caller's domains, a caller's buckets hold at most the shares
+// of those domains.
+//
+// An evicted bucket starts over at rest, so its key may briefly be
+// admitted more than its limit: the bound trades that, for keys of a
+// domain that holds more than its share, against a flood of unique keys
+// exhausting memory. Evictions counts them.
 package memory
 
 import (
@@ -69,6 +110,7 @@ import (
 	"hash/maphash"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +141,7 @@ const DigestSize = 16
 // bucketOverhead is what a bucket costs beyond its key's bytes: a
 // map[string]uint32 entry (a 24-byte slot and a control byte, at a load
 // factor that falls to 7/16 right after the map grows: up to 57 bytes), a
-// 24-byte slab slot (up to 48 with append's doubling), 4 for the free
+// 32-byte slab slot (up to 64 with append's doubling), 4 for the free
 // list, and what a store that evicts as fast as it inserts leaves unused
 // in the heap's pages. In such a store, BenchmarkBucketBytes measures
 // 130 to 165 bytes of heap a bucket beyond twice its key; this rounds
@@ -149,19 +191,49 @@ type Store struct {
 	maxBytes   int64
 
 	buckets   atomic.Int64 // buckets held, across shards
-	bytes     atomic.Int64 // their BucketBytes, summed
+	bytes     atomic.Int64 // their BucketBytes and the domains' DomainBytes, summed
 	evictions atomic.Uint64
+
+	domains sync.Map     // domain name -> *domain, for every domain holding a bucket
+	active  atomic.Int64 // domains holding a bucket
 }
 
-// shard keeps its buckets' states in a slab indexed by a map, so that
-// charging an existing bucket writes the slab and allocates nothing (a Go
-// map re-stores a string key on every assignment).
+// domain counts what one domain holds, for its fair share of the bounds.
+type domain struct {
+	name string
+	// buckets is the number of buckets the domain holds, and -1 once it
+	// has held none and is no longer in Store.domains: an entry that
+	// reaches -1 is never used again.
+	buckets atomic.Int64
+	bytes   atomic.Int64 // their BucketBytes, summed, and its own DomainBytes
+}
+
+// domainOverhead is what a domain holding buckets costs beyond its name's
+// bytes: its domain struct (32 bytes) and its entry in the sync.Map (an
+// entry and its share of the trie's nodes, about 100 bytes), rounded up.
+const domainOverhead = 192
+
+// DomainBytes returns the bytes accounted for a domain whose name is n
+// bytes long, while the domain holds a bucket: domainOverhead and the name
+// rounded up to 16 bytes.
+func DomainBytes(n int) int64 { return domainOverhead + int64(n+15)&^15 }
+
+// shard keeps its buckets in a slab indexed by a map, so that charging an
+// existing bucket writes the slab and allocates nothing (a Go map re-stores
+// a string key on every assignment).
 type shard struct {
-	mu     sync.Mutex
-	index  map[string]uint32 // stored key -> position in states
-	states []algorithms.State
-	free   []uint32 // positions in states no key uses
-	_      [24]byte // keep hot shards on separate cache lines
+	mu    sync.Mutex
+	index map[string]uint32 // stored key -> position in slots
+	slots []slot
+	free  []uint32 // positions in slots no key uses
+	last  *domain  // of the last bucket inserted (Store.acquire)
+	_     [56]byte // keep hot shards on separate cache lines
+}
+
+// slot is one bucket's place in its shard's slab.
+type slot struct {
+	state algorithms.State
+	owner *domain // the bucket's domain; nil for a free slot
 }
 
 // Option configures a Store.
@@ -250,7 +322,7 @@ const absent = ^uint32(0)
 
 func (sh *shard) lookup(key []byte) (algorithms.State, uint32) {
 	if i, ok := sh.index[string(key)]; ok {
-		return sh.states[i], i
+		return sh.slots[i].state, i
 	}
 	return algorithms.State{}, absent
 }
@@ -304,7 +376,7 @@ func (s *Store) Apply(_ context.Context, charges []store.Charge, decisions []alg
 	for _, inserting := range [2]bool{false, true} {
 		for i := range charges {
 			if charges[i].Applied(decisions[i], admitted) && (pos[i] == absent) == inserting {
-				s.put(&s.shards[shardOf[i]], key(i), pos[i], states[i], now)
+				s.put(&s.shards[shardOf[i]], key(i), charges[i].Domain, pos[i], states[i], now)
 			}
 		}
 	}
@@ -326,88 +398,188 @@ func (s *Store) applyOne(c *store.Charge, d *algorithms.Decision) {
 	next, dec := c.Decide(st, now)
 	*d = dec
 	if c.Applied(dec, true) {
-		s.put(sh, key, p, next, now)
+		s.put(sh, key, c.Domain, p, next, now)
 	}
 	sh.mu.Unlock()
 }
 
 // put stores a charged state at position p, or inserts the bucket of
-// stored key key when p is absent and st is not at rest (a refund can
-// leave a bucket at rest). The shard's lock must be held.
-func (s *Store) put(sh *shard, key []byte, p uint32, st algorithms.State, now int64) {
+// stored key key, of domain dom, when p is absent and st is not at rest (a
+// refund can leave a bucket at rest). The shard's lock must be held.
+func (s *Store) put(sh *shard, key []byte, dom string, p uint32, st algorithms.State, now int64) {
 	if p != absent {
-		sh.states[p] = st
+		sh.slots[p].state = st
 		return
 	}
-	if st.AtRest(now) {
-		return
+	if !st.AtRest(now) {
+		s.insert(sh, key, dom, st, now)
 	}
+}
+
+// insert inserts the bucket of stored key key, of domain dom, with state
+// st. It reports whether the bucket is kept: false when the store, full,
+// gave it no room (see the package doc). The shard's lock must be held,
+// and the shard must not hold key.
+func (s *Store) insert(sh *shard, key []byte, dom string, st algorithms.State, now int64) bool {
 	size := BucketBytes(len(key))
-	s.makeRoom(sh, now, size)
-	if n := len(sh.free); n > 0 {
-		p, sh.free = sh.free[n-1], sh.free[:n-1]
-		sh.states[p] = st
-	} else {
-		p = uint32(len(sh.states))
-		sh.states = append(sh.states, st)
-	}
-	sh.index[string(key)] = p
+	// The new bucket is counted from here on, so that makeRoom sees the
+	// bounds and its domain's share as they would be with it.
+	d := s.acquire(sh, dom)
+	d.bytes.Add(size)
 	s.buckets.Add(1)
 	s.bytes.Add(size)
+	if !s.makeRoom(sh, now, d) {
+		s.uncount(d, size)
+		s.evictions.Add(1)
+		return false
+	}
+	var p uint32
+	if n := len(sh.free); n > 0 {
+		p, sh.free = sh.free[n-1], sh.free[:n-1]
+		sh.slots[p] = slot{st, d}
+	} else {
+		p = uint32(len(sh.slots))
+		sh.slots = append(sh.slots, slot{st, d})
+	}
+	sh.index[string(key)] = p
+	return true
+}
+
+// acquire counts one more bucket of the domain named dom and returns its
+// entry, made (and its DomainBytes counted) if the domain held none. The
+// shard remembers the last domain it counted a bucket for, so that a run
+// of insertions of one domain looks it up once. The shard's lock must be
+// held.
+func (s *Store) acquire(sh *shard, dom string) *domain {
+	if d := sh.last; d != nil && d.name == dom && s.hold(d) {
+		return d
+	}
+	for {
+		v, ok := s.domains.Load(dom)
+		if !ok {
+			fresh := &domain{name: strings.Clone(dom)}
+			fresh.bytes.Store(DomainBytes(len(dom)))
+			if v, ok = s.domains.LoadOrStore(fresh.name, fresh); !ok {
+				s.bytes.Add(DomainBytes(len(dom)))
+			}
+		}
+		d := v.(*domain)
+		if s.hold(d) {
+			sh.last = d
+			return d
+		}
+		// d was retired after the Load: it is gone from the map, or about
+		// to be.
+		s.domains.CompareAndDelete(dom, d)
+	}
+}
+
+// hold counts one more bucket of d and reports true, or reports false when
+// d is retired.
+func (s *Store) hold(d *domain) bool {
+	for n := d.buckets.Load(); n >= 0; n = d.buckets.Load() {
+		if d.buckets.CompareAndSwap(n, n+1) {
+			if n == 0 {
+				s.active.Add(1)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// uncount takes a bucket of size bytes of domain d off the counts, and
+// retires d when it was its last.
+func (s *Store) uncount(d *domain, size int64) {
+	s.buckets.Add(-1)
+	s.bytes.Add(-size)
+	d.bytes.Add(-size)
+	if d.buckets.Add(-1) != 0 {
+		return
+	}
+	s.active.Add(-1)
+	if d.buckets.CompareAndSwap(0, -1) { // else acquired again meanwhile
+		s.domains.CompareAndDelete(d.name, d)
+		s.bytes.Add(-DomainBytes(len(d.name)))
+	}
 }
 
 // remove deletes a bucket. The shard's lock must be held.
 func (s *Store) remove(sh *shard, key string, p uint32) {
+	d := sh.slots[p].owner
 	delete(sh.index, key)
-	sh.states[p] = algorithms.State{}
+	sh.slots[p] = slot{}
 	sh.free = append(sh.free, p)
-	s.buckets.Add(-1)
-	s.bytes.Add(-BucketBytes(len(key)))
+	s.uncount(d, BucketBytes(len(key)))
 }
 
-// full reports whether a new bucket of size bytes would pass a bound.
-func (s *Store) full(size int64) bool {
-	return s.buckets.Load() >= s.maxBuckets || s.bytes.Load()+size > s.maxBytes
+// over reports whether the buckets held pass a bound.
+func (s *Store) over() bool {
+	return s.buckets.Load() > s.maxBuckets || s.bytes.Load() > s.maxBytes
 }
 
-// makeRoom reclaims buckets at rest among a few of the shard's others
-// before the insertion of a bucket of size bytes and, while that bucket
-// would pass a bound, evicts sampled buckets nearest rest first. The
-// shard's lock must be held.
-func (s *Store) makeRoom(sh *shard, now int64, size int64) {
+// fairShare is a domain's fair share of the bounds: each bound divided by
+// the number of domains holding buckets.
+type fairShare struct{ buckets, bytes int64 }
+
+func (s *Store) fairShare() fairShare {
+	a := max(s.active.Load(), 1)
+	return fairShare{s.maxBuckets / a, s.maxBytes / a}
+}
+
+// heldOverBy reports whether domain d holds more than f of either bound.
+func (f fairShare) heldOverBy(d *domain) bool {
+	return d.buckets.Load() > f.buckets || d.bytes.Load() > f.bytes
+}
+
+// makeRoom runs before a bucket of domain d is inserted into sh, with the
+// new bucket already counted: it reclaims buckets at rest among a few of
+// the shard's others and, while the store is over a bound, evicts sampled
+// buckets of domains over their fair share, d's own first, nearest rest
+// first. It reports whether the new bucket is to be kept (see the package
+// doc). The shard's lock must be held.
+func (s *Store) makeRoom(sh *shard, now int64, d *domain) bool {
 	sample := insertReclaim
-	if s.full(size) {
+	if s.over() {
 		sample = evictSample
 	}
 	type candidate struct {
 		key    string
 		pos    uint32
 		restAt int64
+		owner  *domain
 	}
 	var buf [evictSample]candidate
 	busy := buf[:0]
 	seen := 0
 	for k, p := range sh.index {
-		if st := sh.states[p]; st.AtRest(now) {
+		if sl := &sh.slots[p]; sl.state.AtRest(now) {
 			s.remove(sh, k, p)
 		} else {
-			busy = append(busy, candidate{k, p, st.RestAt()})
+			busy = append(busy, candidate{k, p, sl.state.RestAt(), sl.owner})
 		}
 		if seen++; seen >= sample {
 			break
 		}
 	}
-	if !s.full(size) {
-		return
+	if !s.over() {
+		return true
 	}
 	slices.SortFunc(busy, func(a, b candidate) int { return cmp.Compare(a.restAt, b.restAt) })
-	for _, c := range busy {
-		s.remove(sh, c.key, c.pos)
-		s.evictions.Add(1)
-		if !s.full(size) {
-			return
+	share := s.fairShare()
+	for _, own := range [2]bool{true, false} { // d's own buckets first
+		for _, c := range busy {
+			if (c.owner == d) == own && share.heldOverBy(c.owner) {
+				s.remove(sh, c.key, c.pos)
+				s.evictions.Add(1)
+				if !s.over() {
+					return true
+				}
+				share = s.fairShare() // c may have been its domain's last
+			}
 		}
 	}
+	return seen < evictSample && !share.heldOverBy(d)
 }
 
 // Sweep deletes every bucket at rest, and compacts shards that hold under
@@ -419,18 +591,18 @@ func (s *Store) Sweep() {
 		sh.mu.Lock()
 		now := s.clock.Now()
 		for k, p := range sh.index {
-			if sh.states[p].AtRest(now) {
+			if sh.slots[p].state.AtRest(now) {
 				s.remove(sh, k, p)
 			}
 		}
-		if n := len(sh.index); len(sh.states) > 64 && n < len(sh.states)/4 {
+		if n := len(sh.index); len(sh.slots) > 64 && n < len(sh.slots)/4 {
 			index := make(map[string]uint32, n)
-			states := make([]algorithms.State, 0, n)
+			slots := make([]slot, 0, n)
 			for k, p := range sh.index {
-				index[k] = uint32(len(states))
-				states = append(states, sh.states[p])
+				index[k] = uint32(len(slots))
+				slots = append(slots, sh.slots[p])
 			}
-			sh.index, sh.states, sh.free = index, states, nil
+			sh.index, sh.slots, sh.free = index, slots, nil
 		}
 		sh.mu.Unlock()
 	}
@@ -475,5 +647,5 @@ func (s *Store) MaxBuckets() int { return int(s.maxBuckets) }
 func (s *Store) MaxBytes() int64 { return s.maxBytes }
 
 // Evictions returns how many buckets not yet at rest were evicted to keep
-// the store within its bounds.
+// the store within its bounds, new buckets not kept included.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }

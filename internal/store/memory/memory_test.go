@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,25 +96,30 @@ func TestPeekCreatesNoBucket(t *testing.T) {
 func BenchmarkApply(b *testing.B) {
 	for _, keyLen := range []int{32, 96, 1024} {
 		b.Run(fmt.Sprintf("key=%dB", keyLen), func(b *testing.B) {
-			s := New(clock.NewMonotonic())
-			l := mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
 			keys := make([][]byte, 1024)
 			for i := range keys {
 				keys[i] = fmt.Appendf(bytes.Repeat([]byte("v"), keyLen-6), "%06d", i)
 			}
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
-				d := make([]algorithms.Decision, 1)
-				i := 0
-				for pb.Next() {
-					charges[0].Key = keys[i%len(keys)]
-					s.Apply(context.Background(), charges, d)
-					i++
-				}
-			})
+			chargeKeys(b, mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0), keys)
 		})
 	}
+}
+
+// chargeKeys charges keys in turn, from every goroutine of RunParallel, in
+// a new store.
+func chargeKeys(b *testing.B, l *algorithms.Limit, keys [][]byte) {
+	s := New(clock.NewMonotonic())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+		d := make([]algorithms.Decision, 1)
+		i := 0
+		for pb.Next() {
+			charges[0].Key = keys[i%len(keys)]
+			s.Apply(context.Background(), charges, d)
+			i++
+		}
+	})
 }
 
 // BenchmarkBucketBytes reports the heap a store holds per bucket
@@ -232,14 +239,15 @@ func TestBoundInBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			const room = 200
 			perBucket := BucketBytes(tt.stored)
-			s := New(clock.NewFake(t0), WithShards(1), WithMaxBytes(room*perBucket))
+			dom := DomainBytes(len(storetest.Domain)) // the buckets' one domain
+			s := New(clock.NewFake(t0), WithShards(1), WithMaxBytes(room*perBucket+dom))
 			l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
 			fill(s, l, tt.keyLen, 0, 1000)
 			if s.Len() != room {
 				t.Errorf("holds %d buckets of %d-byte keys, want %d (the bound's room)", s.Len(), tt.keyLen, room)
 			}
-			if s.Bytes() != int64(s.Len())*perBucket {
-				t.Errorf("accounts %d bytes for %d buckets, want %d each", s.Bytes(), s.Len(), perBucket)
+			if s.Bytes() != int64(s.Len())*perBucket+dom {
+				t.Errorf("accounts %d bytes for %d buckets of one domain, want %d each and %d for the domain", s.Bytes(), s.Len(), perBucket, dom)
 			}
 			if s.Bytes() > s.MaxBytes() {
 				t.Errorf("accounts %d bytes, past the bound of %d", s.Bytes(), s.MaxBytes())
@@ -257,7 +265,7 @@ func TestBoundInBytes(t *testing.T) {
 func TestEvictsNearestRestByBytes(t *testing.T) {
 	c := clock.NewFake(t0)
 	short := BucketBytes(8)
-	s := New(c, WithShards(1), WithMaxBytes(3*short))
+	s := New(c, WithShards(1), WithMaxBytes(3*short+DomainBytes(len(storetest.Domain))))
 	l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 10)
 	// Costs 3, 1, 2: "key-b" rests first, then "key-c", then "key-a".
 	for _, k := range []struct {
@@ -309,8 +317,9 @@ func TestLongKeysAreDistinct(t *testing.T) {
 			}
 		}
 	}
-	if s.Len() != len(keys) || s.Bytes() != int64(len(keys))*BucketBytes(DigestSize) {
-		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), int64(len(keys))*BucketBytes(DigestSize))
+	want := int64(len(keys))*BucketBytes(DigestSize) + DomainBytes(len(storetest.Domain))
+	if s.Len() != len(keys) || s.Bytes() != want {
+		t.Fatalf("holds %d buckets in %d bytes, want %d in %d", s.Len(), s.Bytes(), len(keys), want)
 	}
 }
 
@@ -347,4 +356,168 @@ func TestDebtIsKeptUntilRest(t *testing.T) {
 	if s.Len() != 0 {
 		t.Fatal("Sweep kept a bucket at rest")
 	}
+}
+
+// BenchmarkInsert measures the insertion of new buckets into a full store
+// of busy buckets (room for 100,000 of them), where every insertion evicts
+// one: the path a flood of unique keys takes. Each goroutine charges keys
+// of its own in one of four domains.
+func BenchmarkInsert(b *testing.B) {
+	const room = 100_000
+	s := New(clock.NewFake(t0), WithMaxBuckets(room))
+	l := mustLimit(b, algorithms.TokenBucket, 1, time.Hour, 10)
+	fill(s, l, 24, 0, room)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		g := next.Add(1)
+		charges := []store.Charge{{Domain: fmt.Sprint("domain-", g%4), Limit: l, Cost: 1}}
+		d := make([]algorithms.Decision, 1)
+		key := []byte(fmt.Sprintf("g%03d-kkkkkkkkkkkkkkkkkkkk", g))
+		for i := 0; pb.Next(); i++ {
+			charges[0].Key = strconv.AppendInt(key[:5], int64(i), 10)
+			s.Apply(context.Background(), charges, d)
+		}
+	})
+}
+
+// TestAtRestPastMaxTime: past algorithms.MaxTime the clock stands still
+// for Decide, and so it must for reclaiming: a bucket charged at MaxTime
+// is not at rest 2ms later by the raw clock's reading, as Decide would
+// still count its charge (a token bucket of 1 per millisecond, burst 1).
+// Deleting it would admit a second charge that the Redis store denies.
+func TestAtRestPastMaxTime(t *testing.T) {
+	for _, reclaim := range []struct {
+		name string
+		run  func(s *Store)
+	}{
+		{"Sweep", func(s *Store) { s.Sweep() }},
+		// An insertion into a full store evicts and reclaims.
+		{"insertion", func(s *Store) {
+			l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1)
+			apply(t, s, store.Charge{Domain: storetest.Domain, Key: []byte("other"), Limit: l, Cost: 1})
+		}},
+	} {
+		t.Run(reclaim.name, func(t *testing.T) {
+			c := clock.NewFake(algorithms.MaxTime)
+			s := New(c, WithShards(1), WithMaxBuckets(2))
+			l := mustLimit(t, algorithms.TokenBucket, 1, time.Millisecond, 1)
+			k := store.Charge{Domain: storetest.Domain, Key: []byte("k"), Limit: l, Cost: 1}
+			if d := apply(t, s, k)[0]; d.Code != algorithms.Allowed {
+				t.Fatalf("first charge at MaxTime: %+v", d)
+			}
+			c.Advance(2 * time.Millisecond)
+			reclaim.run(s)
+			if d := apply(t, s, k)[0]; d.Code != algorithms.Denied {
+				t.Fatalf("second charge at MaxTime+2ms, after %s: %v, want denied (Decide's clock stands at MaxTime)", reclaim.name, d.Code)
+			}
+		})
+	}
+}
+
+// TestFairShare: in a full store, a new bucket evicts only buckets of
+// domains over their fair share (the bound over the domains holding
+// buckets), its own domain's first, busy or not; a domain within its
+// share keeps every bucket whatever another inserts.
+func TestFairShare(t *testing.T) {
+	c := clock.NewFake(t0)
+	s := New(c, WithShards(1), WithMaxBuckets(10))
+	l := mustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1) // busy for an hour once charged
+	charge := func(dom, key string) {
+		t.Helper()
+		apply(t, s, store.Charge{Domain: dom, Key: []byte(dom + "/" + key), Limit: l, Cost: 1})
+	}
+	held := func(dom, key string) bool {
+		t.Helper()
+		return apply(t, s, store.Charge{Domain: dom, Key: []byte(dom + "/" + key), Limit: l})[0].Remaining == 0
+	}
+	for i := range 3 {
+		charge("small", fmt.Sprint(i)) // within its share of 5
+	}
+	for i := range 100 {
+		charge("flood", fmt.Sprint(i))
+	}
+	for i := range 3 {
+		if !held("small", fmt.Sprint(i)) {
+			t.Errorf("small's bucket %d was evicted by flood's insertions", i)
+		}
+	}
+	if s.Len() != 10 || !held("flood", "99") {
+		t.Errorf("holds %d buckets (want the bound, 10), flood's newest held: %v", s.Len(), held("flood", "99"))
+	}
+
+	// Two domains at their share of 5 each: a new bucket of one evicts
+	// its own domain's, never the other's.
+	for i := range 2 {
+		charge("small", fmt.Sprint("more-", i))
+	}
+	for i := range 20 {
+		charge("small", fmt.Sprint("over-", i))
+		if !held("small", fmt.Sprint("over-", i)) {
+			t.Errorf("small's newest bucket over-%d was not kept", i)
+		}
+	}
+	flood := 0
+	for i := range 100 {
+		if held("flood", fmt.Sprint(i)) {
+			flood++
+		}
+	}
+	if flood != 5 || s.Len() != 10 {
+		t.Errorf("flood holds %d buckets of 10 (want its share, 5)", flood)
+	}
+}
+
+// TestDomainCountsAddUp: under concurrent insertions, evictions and sweeps
+// across domains that come and go, the per-domain counts always add up to
+// the store's, and once everything is back at rest and swept, nothing is
+// counted: no domain, no bucket, no byte.
+func TestDomainCountsAddUp(t *testing.T) {
+	c := clock.NewFake(t0)
+	s := New(c, WithShards(4), WithMaxBuckets(64))
+	l := mustLimit(t, algorithms.TokenBucket, 1, time.Second, 1)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				dom := fmt.Sprint("d", (g+i)%5)
+				apply(t, s, store.Charge{Domain: dom, Key: fmt.Appendf(nil, "%d-%d", g, i), Limit: l, Cost: 1})
+				if i%100 == 0 {
+					s.Sweep()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var buckets, bytes, domains int64
+	s.domains.Range(func(_, v any) bool {
+		d := v.(*domain)
+		buckets, bytes, domains = buckets+d.buckets.Load(), bytes+d.bytes.Load(), domains+1
+		return true
+	})
+	if buckets != int64(s.Len()) || bytes != s.Bytes() || domains != s.active.Load() {
+		t.Errorf("domains count %d buckets, %d bytes, %d domains; the store %d, %d, %d",
+			buckets, bytes, domains, s.Len(), s.Bytes(), s.active.Load())
+	}
+	c.Advance(time.Second)
+	s.Sweep()
+	s.domains.Range(func(k, _ any) bool { t.Errorf("domain %q still held", k); return true })
+	if s.Len() != 0 || s.Bytes() != 0 || s.active.Load() != 0 {
+		t.Errorf("after everything came to rest: %d buckets, %d bytes, %d domains", s.Len(), s.Bytes(), s.active.Load())
+	}
+}
+
+// BenchmarkApplyHeld measures one charge on one of 1024 buckets that stay
+// held (a window of a billion an hour: none comes to rest while the
+// benchmark runs), so that every charge finds its bucket: the hot path,
+// without the insertions and reclaims of BenchmarkApply, whose buckets
+// come back to rest between two charges.
+func BenchmarkApplyHeld(b *testing.B) {
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "%026d", i)
+	}
+	chargeKeys(b, mustLimit(b, algorithms.FixedWindow, 1_000_000_000, time.Hour, 0), keys)
 }

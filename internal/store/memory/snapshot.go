@@ -27,7 +27,7 @@ type Written struct {
 // that a reader can carry the states to its own clock.
 //
 // The file holds each bucket's stored key — the key itself, or for a long
-// key its digest — and the secret seed of the digests, so that a store
+// key its digest — and domain, and the secret seed of the digests, so that a store
 // restoring it can match the digests; keep the file as private as the
 // process's memory (it is created with mode 0600).
 //
@@ -48,20 +48,22 @@ func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
 	defer w.Abort()
 
 	var out Written
-	// The index's keys are immutable strings: copying their headers is
-	// enough, and the bytes stay valid after the shard moves on.
-	var keys []string
+	// The index's keys and the domains' names are immutable strings:
+	// copying their headers is enough, and the bytes stay valid after the
+	// shard moves on.
+	var keys, domains []string
 	var states []algorithms.State
 	for i := range s.shards {
-		keys, states = keys[:0], states[:0]
+		keys, domains, states = keys[:0], domains[:0], states[:0]
 		sh := &s.shards[i]
 		locked := time.Now()
 		sh.mu.Lock()
 		now := s.clock.Now()
 		for k, p := range sh.index {
-			if st := sh.states[p]; !st.AtRest(now) {
+			if sl := &sh.slots[p]; !sl.state.AtRest(now) {
 				keys = append(keys, k)
-				states = append(states, st)
+				domains = append(domains, sl.owner.name)
+				states = append(states, sl.state)
 			}
 		}
 		sh.mu.Unlock()
@@ -69,7 +71,7 @@ func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
 		out.Pause, out.Locked = max(out.Pause, held), out.Locked+held
 
 		for j, k := range keys {
-			if err := w.AddString(k, states[j]); err != nil {
+			if err := w.AddString(k, domains[j], states[j]); err != nil {
 				return Written{}, err
 			}
 		}
@@ -134,7 +136,10 @@ type Restored struct {
 // key (the engine's InPolicy: its limit no longer exists with the same
 // parameters), when the store already holds the key (its own state is
 // newer), or when it does not fit under the store's bounds. keep is called
-// without any lock held.
+// without any lock held. A bucket counts in its domain's fair share of the
+// bounds; the buckets of a file of a version before 3, which did not
+// record their domains, count as of the domain "", which no request has,
+// until they come to rest.
 //
 // A bucket kept under the digest of a long key (see the package doc) can
 // be matched only with the seed that made the digest: an empty store takes
@@ -160,8 +165,8 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 	if lag <= int64(MinLag) {
 		lag = 0
 	}
-	for key, st := range snap.All() {
-		st = st.Later(lag) // unchanged for lag 0
+	for b := range snap.All() {
+		key, st := b.Key, b.State.Later(lag) // unchanged for lag 0
 		if st.AtRest(now) {
 			r.AtRest++
 			continue
@@ -176,10 +181,10 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 		switch _, p := sh.lookup(key); {
 		case p != absent:
 			r.Present++
-		case s.full(BucketBytes(len(key))):
+		case s.buckets.Load() >= s.maxBuckets || s.bytes.Load()+BucketBytes(len(key)) > s.maxBytes,
+			!s.insert(sh, key, string(b.Domain), st, now):
 			r.Full++
 		default:
-			s.put(sh, key, absent, st, now)
 			r.Buckets++
 		}
 		sh.mu.Unlock()

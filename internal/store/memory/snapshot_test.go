@@ -361,17 +361,29 @@ func TestRestoreVersion1(t *testing.T) {
 	if _, err := old.WriteSnapshot(path, snapT0); err != nil {
 		t.Fatal(err)
 	}
-	// The same records as version 1 wrote them: the version, and a 32-byte
-	// seed of the digest of that version.
+	// The same records as version 1 wrote them: the version, a 32-byte
+	// seed of the digest of that version, and records without domains.
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data[8] = 1
-	copy(data[32:64], bytes.Repeat([]byte{0xa5}, 32))
-	end := len(data)
-	binary.LittleEndian.PutUint32(data[end-8:], crc32.Checksum(data[:end-8], crc32.MakeTable(crc32.Castagnoli)))
-	snap, err := snapshot.Decode(data)
+	now, err := snapshot.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := append(bytes.Clone(data[:8]), 1, 0, 0, 0)
+	v1 = append(v1, data[12:32]...)
+	v1 = append(v1, bytes.Repeat([]byte{0xa5}, 32)...)
+	for b := range now.All() {
+		v1 = binary.AppendUvarint(v1, uint64(len(b.Key)))
+		v1 = append(v1, b.Key...)
+		v1, _ = b.State.AppendBinary(v1)
+	}
+	body := len(v1) - 64
+	v1 = binary.LittleEndian.AppendUint64(v1, uint64(now.Len()))
+	v1 = binary.LittleEndian.AppendUint64(v1, uint64(body))
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, crc32.MakeTable(crc32.Castagnoli)))
+	snap, err := snapshot.Decode(append(v1, "END\n"...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,5 +461,30 @@ func TestRestoreBucketsInDebt(t *testing.T) {
 				t.Errorf("checks allowed, denied: %v; want both, in debt and after it", checks)
 			}
 		})
+	}
+}
+
+// A restored bucket counts in its own domain's fair share, as the file
+// records it, so that after a restart a flood still evicts only the
+// flooding domain's buckets.
+func TestRestoreKeepsDomains(t *testing.T) {
+	l := storetest.MustLimit(t, algorithms.TokenBucket, 1, time.Hour, 1)
+	long := strings.Repeat("a long key past MaxVerbatimKey ", 4) // kept as a digest
+	old := New(clock.NewFake(snapT0))
+	storetest.Apply(t, old, store.Charge{Domain: "billing", Key: []byte(long), Limit: l, Cost: 1})
+	for i := range 8 {
+		storetest.Apply(t, old, store.Charge{Domain: "shop", Key: fmt.Appendf(nil, "shop-%d", i), Limit: l, Cost: 1})
+	}
+	snap := writeRead(t, old, filepath.Join(t.TempDir(), "state"), snapT0)
+
+	s := New(clock.NewFake(snapT0), WithShards(1), WithMaxBuckets(9))
+	if r := s.Restore(snap, snapT0, nil); r.Buckets != 9 {
+		t.Fatalf("Restore = %+v, want 9 buckets", r)
+	}
+	for i := range 100 {
+		storetest.Apply(t, s, store.Charge{Domain: "shop", Key: fmt.Appendf(nil, "flood-%d", i), Limit: l, Cost: 1})
+	}
+	if d := storetest.Apply(t, s, store.Charge{Domain: "billing", Key: []byte(long), Limit: l, Cost: 1})[0]; d.Code != algorithms.Denied {
+		t.Errorf("billing's restored bucket after shop's flood: %v, want still denied", d.Code)
 	}
 }
