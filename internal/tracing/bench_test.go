@@ -45,14 +45,14 @@ func call(b *testing.B, tr *tracing.Tracer, ctx context.Context) {
 func BenchmarkSampledOut(b *testing.B) {
 	p := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"))
-	call(b, tracing.NewWithProvider(p), ctx)
+	call(b, tracing.NewWithProvider(p, true), ctx)
 }
 
 // BenchmarkSampledOutByRatio: a call without a traceparent that a ratio
 // sampler of 0 leaves out.
 func BenchmarkSampledOutByRatio(b *testing.B) {
 	p := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))), sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
-	call(b, tracing.NewWithProvider(p), context.Background())
+	call(b, tracing.NewWithProvider(p, true), context.Background())
 }
 
 // BenchmarkSampled: a sampled call, its two spans recorded (exported to
@@ -61,5 +61,5 @@ func BenchmarkSampled(b *testing.B) {
 	exp := tracetest.NewInMemoryExporter()
 	p := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	b.Cleanup(func() { p.Shutdown(context.Background()) })
-	call(b, tracing.NewWithProvider(p), context.Background())
+	call(b, tracing.NewWithProvider(p, true), context.Background())
 }

@@ -21,7 +21,8 @@ import (
 // the trace context in the call's traceparent metadata (an HTTP header, on
 // the HTTP API), and ends it when the call returns: named after the
 // method, with the call's gRPC status. Calls of other services pass
-// through untouched.
+// through untouched; so do calls whose caller did not sample its trace,
+// under a parent-based sampler (the default).
 func (t *Tracer) UnaryServerInterceptor(services ...string) grpc.UnaryServerInterceptor {
 	traced := make(map[string]bool, len(services))
 	for _, s := range services {
@@ -34,6 +35,14 @@ func (t *Tracer) UnaryServerInterceptor(services ...string) grpc.UnaryServerInte
 			return handler(ctx, req)
 		}
 		ctx = t.prop.Extract(ctx, incoming{ctx})
+		if t.followsParent {
+			// The caller did not sample its trace: neither would the
+			// sampler. The caller's span context stays in ctx, not
+			// recording, so the hooks below record nothing either.
+			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsSampled() {
+				return handler(ctx, req)
+			}
+		}
 		ctx, span := t.tracer.Start(ctx, name, serverKind)
 		resp, err := handler(ctx, req)
 		if span.IsRecording() {

@@ -51,6 +51,10 @@ type Tracer struct {
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	desc     string
+	// followsParent: the sampler is parent-based, so that a call whose
+	// caller did not sample its trace is not sampled either; the
+	// interceptor then makes no span for it at all.
+	followsParent bool
 }
 
 // New returns the Tracer that c and getenv's OpenTelemetry variables (see
@@ -102,18 +106,21 @@ func New(c Config, getenv func(string) string, version string, log *slog.Logger)
 	if endpoint == "" {
 		endpoint = "from the environment"
 	}
+	sampler := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER"))
 	return &Tracer{
-		provider: p,
-		tracer:   p.Tracer(scope),
-		prop:     propagation.TraceContext{},
-		desc:     "otlp " + s.protocol + " " + endpoint,
+		provider:      p,
+		tracer:        p.Tracer(scope),
+		prop:          propagation.TraceContext{},
+		desc:          "otlp " + s.protocol + " " + endpoint,
+		followsParent: s.sampleRatio.set || sampler == "" || strings.HasPrefix(sampler, "parentbased_"),
 	}, nil
 }
 
 // NewWithProvider returns a Tracer making its spans with p, for tests and
-// benchmarks of the hooks.
-func NewWithProvider(p *sdktrace.TracerProvider) *Tracer {
-	return &Tracer{provider: p, tracer: p.Tracer(scope), prop: propagation.TraceContext{}, desc: "test"}
+// benchmarks of the hooks; followsParent says that p's sampler is
+// parent-based.
+func NewWithProvider(p *sdktrace.TracerProvider, followsParent bool) *Tracer {
+	return &Tracer{provider: p, tracer: p.Tracer(scope), prop: propagation.TraceContext{}, desc: "test", followsParent: followsParent}
 }
 
 // String says where the spans go, for the daemon's start line.
