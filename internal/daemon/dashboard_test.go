@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
@@ -85,13 +83,7 @@ var targetLabels = map[string]bool{"instance": true, "job": true}
 // authorization policy, or the Redis store's — and every label it selects
 // or groups by is on one of the metrics of that query.
 func TestDashboardMetricsExist(t *testing.T) {
-	dir := t.TempDir()
-	authzPath := filepath.Join(dir, "authz.yaml")
-	writeFile(t, authzPath, tenantsAuthz)
-	writeFile(t, filepath.Join(dir, "batch.tokens"), batchToken+"\n")
-	policy := filepath.Join(t.TempDir(), "billing.yaml")
-	writeFile(t, policy, billingDomain)
-	memory := daemontest.StartConfig(t, daemon.Config{ConfigPath: policy, AuthzPolicy: authzPath})
+	memory := startBillingWithAuthz(t)
 	srv := redistest.Start(t)
 	redis := daemontest.Start(t, billingDomain, withRedis(srv.Addr(), guard.FailOpen))
 	if _, err := rl.NewRateLimitServiceClient(redis.Dial(t)).ShouldRateLimit(context.Background(), req("billing", desc("user", "ann"))); err != nil {
