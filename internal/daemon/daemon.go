@@ -559,8 +559,9 @@ func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 }
 
 // unaryInterceptors are what every decision call goes through, over gRPC
-// and over HTTP: the daemon's own (metrics, the transport's check that the
-// request decoded, authorization), then Config.UnaryInterceptors.
+// and over HTTP: with tracing on, the one that starts the call's span;
+// the daemon's own (metrics, the transport's check that the request
+// decoded, authorization), then Config.UnaryInterceptors.
 func (d *Daemon) unaryInterceptors(decoded grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
 	return append(append(d.tracingInterceptors(), d.ownInterceptors(decoded)...), d.cfg.UnaryInterceptors...)
 }
