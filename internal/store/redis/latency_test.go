@@ -3,12 +3,13 @@ package redis_test
 import (
 	"context"
 	"fmt"
-	goredis "github.com/redis/go-redis/v9"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/store"
@@ -18,10 +19,16 @@ import (
 )
 
 // farAway is how far the far Redis of these tests is, each way: a round
-// trip takes 200ms, within the default timeout of 250ms.
-const farAway = 100 * time.Millisecond
+// trip takes 200ms. farTimeout leaves 150ms beside it for a loaded CI
+// machine's scheduling (the proxy's and the callers' goroutines), so that
+// only a request made to wait for another's round trip, as the sender
+// once did, runs out of time.
+const (
+	farAway    = 100 * time.Millisecond
+	farTimeout = 350 * time.Millisecond
+)
 
-// newFarStore returns a store on the default timeout and failure mode
+// newFarStore returns a store with a timeout of farTimeout and failure mode
 // closed, in front of a Redis farAway each way, with the script loaded and
 // the store's connections made, and a count of its health changes.
 func newFarStore(t testing.TB) (*testStore, *healthLog) {
@@ -33,7 +40,7 @@ func newFarStore(t testing.TB) (*testStore, *healthLog) {
 	}
 	proxy := redistest.StartLatencyProxy(t, srv.Addr(), farAway)
 	var changes healthLog
-	s := newGuardedStore(t, redis.Config{Addr: proxy.Addr(), Timeout: redis.DefaultTimeout},
+	s := newGuardedStore(t, redis.Config{Addr: proxy.Addr(), Timeout: farTimeout},
 		guard.Config{FailureMode: guard.FailClosed, OnHealth: changes.add}, nil)
 	return s, &changes
 }
@@ -64,7 +71,7 @@ func farCharge(t testing.TB, g, i int) []store.Charge {
 }
 
 // TestFarRedis: with Redis 100ms away each way (a round trip of 200ms,
-// the timeout 250ms), 16 callers sending one request after another for
+// the timeout 350ms), 16 callers sending one request after another for
 // several round trips each are all answered by Redis: batches in flight
 // do not hold back the next, so no request waits for another's round
 // trip before its own and none times out into the failure mode, and the
