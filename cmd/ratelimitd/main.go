@@ -105,6 +105,7 @@ Flags:
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	redisFlags := addRedisFlags(fs, &cfg)
 	xdsFlags := addXDSFlags(fs, &cfg)
+	addTracingFlags(fs, &cfg.Tracing)
 	fs.BoolVar(&cfg.HealthcheckNeedsPolicy, "healthcheck-needs-policy", false, "GET /healthcheck (envoyproxy/ratelimit's probe) fails until a policy is in force, not only while the daemon starts or stops")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve the metrics on this listen `address` (as envoyproxy/ratelimit's PROMETHEUS_ADDR), besides --http-addr's /metrics")
 	fs.StringVar(&cfg.MetricsPath, "metrics-path", "/metrics", "`path` of the metrics on --metrics-addr")
@@ -158,6 +159,7 @@ Flags:
 		return 2
 	}
 	redisFlags.fallbackPassword = upstream.RedisPassword
+	redisFlags.fallbackSentinelPassword = upstream.RedisSentinelPassword
 	if err := redisFlags.apply(&cfg); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2

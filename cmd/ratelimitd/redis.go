@@ -14,21 +14,30 @@ import (
 // parsing; the rest write into cfg.Redis and cfg.RedisGuard directly.
 type redisFlags struct {
 	cluster                string
+	sentinel               string
 	passwordFile           string
+	sentinelPasswordFile   string
 	tls                    bool
 	tlsCA, tlsCert, tlsKey string
 	// fallbackPassword is the password when neither --redis-password-file
 	// nor $RATELIMITD_REDIS_PASSWORD gives one: REDIS_AUTH's, under
 	// envoyproxy/ratelimit's environment.
 	fallbackPassword string
+	// fallbackSentinelPassword is the sentinels' password when neither
+	// --redis-sentinel-password-file nor its variable gives one:
+	// REDIS_SENTINEL_AUTH's.
+	fallbackSentinelPassword string
 }
 
 func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	f := &redisFlags{}
 	r, g := &cfg.Redis, &cfg.RedisGuard
 	fs.StringVar(&cfg.Store, "store", "memory", "where buckets live: memory (this daemon's own) or redis (shared by every daemon on the same Redis; see docs/redis.md)")
-	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis)")
+	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis); with --redis-sentinel, the sentinels' addresses, comma-separated")
 	fs.StringVar(&f.cluster, "redis-cluster", "", "Redis Cluster seed `addresses`, comma-separated (instead of --redis-addr)")
+	fs.StringVar(&f.sentinel, "redis-sentinel", "", "reach the Redis `master` of this name through Redis Sentinel, following its failovers: --redis-addr is then the sentinels' host:port addresses, comma-separated")
+	fs.StringVar(&r.SentinelUsername, "redis-sentinel-username", "", "ACL user name for the sentinels (--redis-sentinel)")
+	fs.StringVar(&f.sentinelPasswordFile, "redis-sentinel-password-file", "", "`file` holding the sentinels' password (--redis-sentinel); or $RATELIMITD_REDIS_SENTINEL_PASSWORD. --redis-tls* apply to the sentinels too")
 	fs.StringVar(&r.Username, "redis-username", "", "Redis ACL user name")
 	fs.StringVar(&f.passwordFile, "redis-password-file", "", "`file` holding the Redis password (a trailing line break is ignored); or $RATELIMITD_REDIS_PASSWORD. Never on the command line: --redis-password is refused")
 	fs.BoolVar(&f.tls, "redis-tls", false, "connect to Redis over TLS, trusting the system's roots (or --redis-tls-ca)")
@@ -64,12 +73,25 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 		password = f.fallbackPassword
 	}
 	cfg.Redis.Password = password
-	if f.cluster != "" {
-		for _, a := range strings.Split(f.cluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				cfg.Redis.ClusterAddrs = append(cfg.Redis.ClusterAddrs, a)
-			}
+	if cfg.Redis.SentinelPassword, err = secret("redis-sentinel-password-file", f.sentinelPasswordFile, "RATELIMITD_REDIS_SENTINEL_PASSWORD"); err != nil {
+		return err
+	}
+	if cfg.Redis.SentinelPassword == "" {
+		cfg.Redis.SentinelPassword = f.fallbackSentinelPassword
+	}
+	if f.sentinel != "" {
+		if f.cluster != "" {
+			return errors.New("--redis-sentinel and --redis-cluster: choose one")
 		}
+		cfg.Redis.SentinelMaster = f.sentinel
+		cfg.Redis.SentinelAddrs = splitAddrs(cfg.Redis.Addr)
+		if len(cfg.Redis.SentinelAddrs) == 0 {
+			return errors.New("--redis-sentinel: --redis-addr names no sentinel")
+		}
+		cfg.Redis.Addr = ""
+	}
+	if f.cluster != "" {
+		cfg.Redis.ClusterAddrs = splitAddrs(f.cluster)
 		if len(cfg.Redis.ClusterAddrs) == 0 {
 			return errors.New("--redis-cluster: no address")
 		}
@@ -83,4 +105,15 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 		cfg.Redis.TLS = c
 	}
 	return nil
+}
+
+// splitAddrs splits comma-separated addresses, dropping empty ones.
+func splitAddrs(list string) []string {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }

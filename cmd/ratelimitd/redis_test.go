@@ -48,6 +48,21 @@ func TestRedisFlags(t *testing.T) {
 			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
 		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
 	}, {
+		name: "sentinel: the address lists the sentinels; their password from a file",
+		args: []string{"--store", "redis", "--redis-sentinel", "mymaster", "--redis-addr", "s1:26379, s2:26379", "--redis-sentinel-username", "watch",
+			"--redis-sentinel-password-file", secretFile},
+		want: redisstore.Config{SentinelMaster: "mymaster", SentinelAddrs: []string{"s1:26379", "s2:26379"}, SentinelUsername: "watch", SentinelPassword: "s3cret",
+			Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
+	}, {
+		name:    "sentinel and cluster both",
+		args:    []string{"--store", "redis", "--redis-sentinel", "mymaster", "--redis-cluster", "a:7000"},
+		wantErr: true,
+	}, {
+		name:    "sentinel without sentinels",
+		args:    []string{"--store", "redis", "--redis-sentinel", "mymaster", "--redis-addr", " , "},
+		wantErr: true,
+	}, {
 		name:    "a breaker that never opens",
 		args:    []string{"--store", "redis", "--redis-breaker-failures", "0"},
 		wantErr: true,
@@ -118,13 +133,18 @@ func TestSecretOnCommandLineRefused(t *testing.T) {
 		{"--store", "redis", "--redis-password", "hunter2"},
 		{"-redis-password=hunter2"},
 		{"--redis-password=hunter2", "--store", "redis"},
+		{"--store", "redis", "--redis-sentinel-password", "hunter2"},
 	} {
 		var stderr strings.Builder
 		if code := run(args, io.Discard, &stderr); code != 2 {
 			t.Errorf("%q: exit status %d, want 2", args, code)
 		}
 		msg := stderr.String()
-		if !strings.Contains(msg, "--redis-password-file") || !strings.Contains(msg, "$RATELIMITD_REDIS_PASSWORD") || strings.Contains(msg, "hunter2") {
+		file, env := "--redis-password-file", "$RATELIMITD_REDIS_PASSWORD"
+		if strings.Contains(strings.Join(args, " "), "sentinel") {
+			file, env = "--redis-sentinel-password-file", "$RATELIMITD_REDIS_SENTINEL_PASSWORD"
+		}
+		if !strings.Contains(msg, file) || !strings.Contains(msg, env) || strings.Contains(msg, "hunter2") {
 			t.Errorf("%q: stderr %q: want how to pass the password instead, without the password", args, msg)
 		}
 	}

@@ -11,7 +11,8 @@ import (
 // every user of the machine can read it (ps, /proc/PID/cmdline). Each is
 // refused, with how to pass the secret instead.
 var secretFlags = map[string]string{
-	"redis-password": "--redis-password-file FILE or $RATELIMITD_REDIS_PASSWORD",
+	"redis-password":          "--redis-password-file FILE or $RATELIMITD_REDIS_PASSWORD",
+	"redis-sentinel-password": "--redis-sentinel-password-file FILE or $RATELIMITD_REDIS_SENTINEL_PASSWORD",
 }
 
 // refuseSecretArgs returns an error naming the first argument that puts a

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
 )
 
 // TestUpstreamEnvFileConfigAndFlagsWin: under upstream's environment
@@ -53,8 +54,26 @@ func TestUpstreamEnvFileConfigAndFlagsWin(t *testing.T) {
 	if strings.Join(got, " ") != "CODE_OK CODE_OVER_LIMIT" {
 		t.Errorf("decisions %v, want the file's 1 an hour", got)
 	}
-	if !strings.Contains(p.logs.String(), `TRACING_ENABLED=true is ignored`) {
-		t.Errorf("no warning for TRACING_ENABLED in the logs:\n%s", p.logs)
+}
+
+// TestUpstreamEnvTracing: upstream's TRACING_* and OTEL_EXPORTER_OTLP_ENDPOINT
+// send a span per decision to the collector over the protocol named, with
+// the service name given, child of the caller's traceparent.
+func TestUpstreamEnvTracing(t *testing.T) {
+	col := otlptest.Start(t)
+	for k, v := range map[string]string{
+		"USE_STATSD": "false", "LOG_LEVEL": "info", "BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:1", "TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SERVICE_NAME": "RateLimit",
+		"TRACING_SAMPLING_RATE": "0.5", "OTEL_EXPORTER_OTLP_ENDPOINT": col.GRPCURL, "OTEL_BSP_SCHEDULE_DELAY": "50",
+	} {
+		t.Setenv(k, v)
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("domain: default\ndescriptors:\n  - key: generic_key\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := tracedDecision(t, startProcess(t, "--upstream-env", "--store", "memory", "--config", policy), col)
+	if s.ParentSpanID != "00f067aa0ba902b7" || s.Resource["service.name"] != "RateLimit" || s.Attributes["ratelimit.domain"] != "default" {
+		t.Errorf("span %+v; want a child of the caller's span, service RateLimit, domain default", s)
 	}
 }
 

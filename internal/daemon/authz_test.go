@@ -245,13 +245,7 @@ func TestAuthzEnvoy(t *testing.T) {
 // does not know; without TLS, a caller with no credentials is
 // Unauthenticated and a bearer token identifies it.
 func TestAuthzOpenServices(t *testing.T) {
-	dir := t.TempDir()
-	authzPath := filepath.Join(dir, "authz.yaml")
-	writeFile(t, authzPath, tenantsAuthz)
-	writeFile(t, filepath.Join(dir, "batch.tokens"), batchToken+"\n")
-	policy := filepath.Join(t.TempDir(), "billing.yaml")
-	writeFile(t, policy, billingDomain)
-	d := daemontest.StartConfig(t, daemon.Config{ConfigPath: policy, AuthzPolicy: authzPath})
+	d := startBillingWithAuthz(t)
 	conn := d.Dial(t)
 
 	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
@@ -371,4 +365,17 @@ func TestAuthzBadFileAtStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startBillingWithAuthz runs a daemon serving billingDomain under
+// tenantsAuthz, without TLS (the batch caller's token file beside it).
+func startBillingWithAuthz(t *testing.T) *daemontest.Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	authzPath := filepath.Join(dir, "authz.yaml")
+	writeFile(t, authzPath, tenantsAuthz)
+	writeFile(t, filepath.Join(dir, "batch.tokens"), batchToken+"\n")
+	policy := filepath.Join(t.TempDir(), "billing.yaml")
+	writeFile(t, policy, billingDomain)
+	return daemontest.StartConfig(t, daemon.Config{ConfigPath: policy, AuthzPolicy: authzPath})
 }

@@ -49,6 +49,7 @@ import (
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
+	"github.com/ratelimitd/ratelimitd/internal/tracing"
 	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
 )
 
@@ -176,6 +177,9 @@ type Config struct {
 	// and on ReloadAuthz. Empty: no authorization, every caller that can
 	// connect may peek at and charge every domain.
 	AuthzPolicy string
+	// Tracing configures OpenTelemetry traces (internal/tracing): off
+	// unless it or the standard OTEL_* environment turns them on.
+	Tracing tracing.Config
 	// UnaryInterceptors run on every unary call after the daemon's own
 	// (metrics, the check that the request decoded, authorization), in
 	// order: for a program embedding the daemon (auth, tracing) and for
@@ -217,6 +221,7 @@ type Daemon struct {
 	policyWatch *reload.Watcher     // nil with the embedded default policy
 	tlsWatch    *reload.Watcher     // nil without TLS
 	xds         *xdspolicy.Client   // nil without Config.XDS
+	tracer      *tracing.Tracer     // nil with tracing off
 	policyIn    chan struct{}       // closed once a policy is in force
 	draining    atomic.Bool         // set as Shutdown starts
 	metricsLis  *connlimit.Listener // nil without Config.MetricsAddr
@@ -258,6 +263,7 @@ func Start(cfg Config) (*Daemon, error) {
 		d.loadTLS,
 		d.loadAuthz,
 		d.openStore,
+		d.startTracing,
 		d.listen,
 	} {
 		if err := step(); err != nil {
@@ -265,9 +271,10 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d.engine = engine.New(d.loadedPolicy().Policy, d.store,
+	decideWith, traced := d.tracedEngineOptions()
+	d.engine = engine.New(d.loadedPolicy().Policy, decideWith, append(traced,
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
-		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))...)
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
@@ -289,7 +296,7 @@ func Start(cfg Config) (*Daemon, error) {
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
-		"tls", tlsMode(d.tls), "store", d.store.String())
+		"tls", tlsMode(d.tls), "store", d.store.String(), "traces", d.tracingMode())
 	return d, nil
 }
 
@@ -476,6 +483,7 @@ func (d *Daemon) abort() {
 	if d.store != nil {
 		d.store.close()
 	}
+	d.stopTracing()
 	for _, l := range []*connlimit.Listener{d.grpcLis, d.httpLis, d.adminLis, d.metricsLis} {
 		if l != nil {
 			l.Close()
@@ -563,10 +571,11 @@ func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 }
 
 // unaryInterceptors are what every decision call goes through, over gRPC
-// and over HTTP: the daemon's own (metrics, the transport's check that the
-// request decoded, authorization), then Config.UnaryInterceptors.
+// and over HTTP: with tracing on, the one that starts the call's span;
+// the daemon's own (metrics, the transport's check that the request
+// decoded, authorization), then Config.UnaryInterceptors.
 func (d *Daemon) unaryInterceptors(decoded grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
-	return append(d.ownInterceptors(decoded), d.cfg.UnaryInterceptors...)
+	return append(append(d.tracingInterceptors(), d.ownInterceptors(decoded)...), d.cfg.UnaryInterceptors...)
 }
 
 // refuseUnlessServing answers Unavailable, for HTTP calls that the HTTP
@@ -763,5 +772,6 @@ func (d *Daemon) drainAndStop(ctx context.Context) {
 	}
 	d.stopJobs()
 	d.store.close()
+	d.stopTracing()
 	d.log.Info("stopped")
 }

@@ -202,8 +202,11 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	}
 	hs.SetServingStatus(RedisHealthService, healthpb.HealthCheckResponse_SERVING)
 	name := "redis " + cfg.Redis.Addr
-	if len(cfg.Redis.ClusterAddrs) > 0 {
+	switch {
+	case len(cfg.Redis.ClusterAddrs) > 0:
 		name = "redis cluster"
+	case cfg.Redis.SentinelMaster != "":
+		name = "redis sentinel master " + cfg.Redis.SentinelMaster
 	}
 	return &redisBackend{Guard: g, redis: rs, name: name}, nil
 }

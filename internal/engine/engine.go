@@ -78,9 +78,10 @@ type Engine struct {
 	store              store.Store
 	bounds             Bounds
 	jitter             func(max time.Duration) time.Duration
-	shadow             bool     // WithShadowMode
-	overdraftByDefault bool     // WithOverdraftByDefault
-	observer           Observer // WithObserver; nil for none
+	shadow             bool            // WithShadowMode
+	overdraftByDefault bool            // WithOverdraftByDefault
+	observer           Observer        // WithObserver; nil for none
+	contextObserver    ContextObserver // WithContextObserver; nil for none
 }
 
 // Option configures an Engine.
@@ -198,6 +199,9 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	e.respond(w, req, resp)
 	if e.observer != nil {
 		e.observer(req, resp, sinceEpoch()-start)
+	}
+	if e.contextObserver != nil {
+		e.contextObserver(ctx, req, resp)
 	}
 	return nil
 }

@@ -58,6 +58,9 @@ type Translation struct {
 	// neither --redis-password-file nor $RATELIMITD_REDIS_PASSWORD gives
 	// one. It is kept out of Flags: a secret is never a flag.
 	RedisPassword string
+	// RedisSentinelPassword is REDIS_SENTINEL_AUTH's, with REDIS_TYPE=SENTINEL:
+	// the sentinels' password, not a flag either.
+	RedisSentinelPassword string
 	// Warnings name each variable set that ratelimitd ignores, and why.
 	Warnings []string
 }
@@ -166,6 +169,7 @@ func Translate(env Env) (Translation, error) {
 	r.stats()
 	r.store()
 	r.decisions()
+	r.tracing()
 	r.ignored()
 	if r.err != nil {
 		return Translation{}, r.err
@@ -336,8 +340,16 @@ func (r *reader) store() {
 		r.flag("redis-addr", url, "REDIS_URL")
 	case "CLUSTER":
 		r.flag("redis-cluster", url, "REDIS_TYPE, REDIS_URL")
+	case "SENTINEL":
+		master, sentinels, ok := strings.Cut(url, ",")
+		if !ok || master == "" || sentinels == "" {
+			r.fail(fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=SENTINEL, want the master's name and the sentinels' addresses: master,host:port[,host:port...]", url))
+		}
+		r.flag("redis-sentinel", master, "REDIS_TYPE, REDIS_URL")
+		r.flag("redis-addr", sentinels, "REDIS_URL")
+		r.t.RedisSentinelPassword = r.str("REDIS_SENTINEL_AUTH")
 	default:
-		r.fail(fmt.Errorf("REDIS_TYPE=%q: ratelimitd connects to a single Redis (SINGLE) or a Redis Cluster (CLUSTER), not through Sentinel", r.str("REDIS_TYPE")))
+		r.fail(fmt.Errorf("REDIS_TYPE=%q: want SINGLE, CLUSTER or SENTINEL", r.str("REDIS_TYPE")))
 	}
 	if auth := r.str("REDIS_AUTH"); auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
@@ -377,7 +389,9 @@ func (r *reader) store() {
 	for _, v := range []string{"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_USE_EXPLICIT_PIPELINE", "REDIS_POOL_ON_EMPTY_BEHAVIOR"} {
 		r.ignoreIfSet(v, pool)
 	}
-	r.ignoreIfSet("REDIS_SENTINEL_AUTH", "REDIS_TYPE is not SENTINEL")
+	if strings.ToUpper(r.str("REDIS_TYPE")) != "SENTINEL" {
+		r.ignoreIfSet("REDIS_SENTINEL_AUTH", "REDIS_TYPE is not SENTINEL")
+	}
 	r.ignoreIfTrue("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "/healthcheck does not follow Redis; GET /healthz/redis and the gRPC health service ratelimitd.redis do")
 	r.ignoreIfSet("EXPIRATION_JITTER_MAX_SECONDS", "ratelimitd's Redis keys expire when their bucket is back at rest")
 	r.ignoreIfSet("LOCAL_CACHE_SIZE_IN_BYTES", "ratelimitd's cache of buckets over their limit is sized in buckets: --redis-deny-cache N")
@@ -428,8 +442,40 @@ func (r *reader) ignored() {
 		r.ignoreIfSet(v, "ratelimitd does not age connections out")
 	}
 	r.ignoreIfTrue("RESPONSE_DYNAMIC_METADATA", "ratelimitd sends no dynamic metadata")
-	r.ignoreIfTrue("TRACING_ENABLED", "ratelimitd does not export traces yet")
-	for _, v := range []string{"TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		r.ignoreIfSet(v, "ratelimitd does not export traces yet")
+	for _, v := range []string{"TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID"} {
+		r.ignoreIfSet(v, "set OTEL_RESOURCE_ATTRIBUTES (service.namespace=..., service.instance.id=...) instead")
 	}
+}
+
+// otlpProtocols maps TRACING_EXPORTER_PROTOCOL to --otlp-protocol.
+var otlpProtocols = map[string]string{"http": "http/protobuf", "grpc": "grpc"}
+
+// otlpDefaultEndpoints are the OTLP exporters' default endpoints, where
+// upstream's go to without OTEL_EXPORTER_OTLP_ENDPOINT.
+var otlpDefaultEndpoints = map[string]string{"http": "http://localhost:4318", "grpc": "http://localhost:4317"}
+
+// tracing translates TRACING_*: with TRACING_ENABLED=true, traces go over
+// OTLP as upstream sends them, to $OTEL_EXPORTER_OTLP_ENDPOINT (which the
+// exporter reads itself, and which alone turns traces on, as the
+// OpenTelemetry standard has it) or to the protocol's default endpoint.
+func (r *reader) tracing() {
+	if !r.boolean("TRACING_ENABLED") {
+		return
+	}
+	proto := strings.ToLower(r.str("TRACING_EXPORTER_PROTOCOL"))
+	p, ok := otlpProtocols[proto]
+	if !ok {
+		r.fail(fmt.Errorf("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", r.str("TRACING_EXPORTER_PROTOCOL")))
+		return
+	}
+	r.flag("otlp-protocol", p, "TRACING_EXPORTER_PROTOCOL")
+	if !r.set("OTEL_EXPORTER_OTLP_ENDPOINT") {
+		r.flag("otlp-endpoint", otlpDefaultEndpoints[proto], "TRACING_ENABLED")
+	}
+	rate := r.str("TRACING_SAMPLING_RATE")
+	if f, err := strconv.ParseFloat(rate, 64); err != nil || !(f >= 0 && f <= 1) {
+		r.fail(fmt.Errorf("TRACING_SAMPLING_RATE=%q: want a fraction in [0, 1]", rate))
+	}
+	r.flag("trace-sample-ratio", rate, "TRACING_SAMPLING_RATE")
+	r.flag("trace-service-name", r.str("TRACING_SERVICE_NAME"), "TRACING_SERVICE_NAME")
 }

@@ -189,7 +189,7 @@ func TestEveryRefusedVariableFails(t *testing.T) {
 func TestBadValuesAreRefused(t *testing.T) {
 	for name, bad := range map[string]string{
 		"PORT": "http", "GRPC_SERVER_USE_TLS": "yes please", "CONFIG_TYPE": "GRPC_XDS_DELTA", "LOG_LEVEL": "loud",
-		"LOG_FORMAT": "xml", "NEAR_LIMIT_RATIO": "2", "BACKEND_TYPE": "memcache", "REDIS_TYPE": "SENTINEL", "REDIS_TIMEOUT": "10",
+		"LOG_FORMAT": "xml", "NEAR_LIMIT_RATIO": "2", "BACKEND_TYPE": "memcache", "REDIS_TYPE": "MEMCACHE", "REDIS_TIMEOUT": "10",
 	} {
 		e := base()
 		e[name] = bad
@@ -221,5 +221,79 @@ func TestDocumentedTable(t *testing.T) {
 	}
 	for name := range documented {
 		t.Errorf("docs/envoy-gateway.md documents %s, which is no variable of upstream's", name)
+	}
+}
+
+// TestTracing: TRACING_ENABLED=true sends traces as upstream does: to the
+// protocol's default endpoint unless OTEL_EXPORTER_OTLP_ENDPOINT names one
+// (the exporter reads it itself), sampled at TRACING_SAMPLING_RATE, under
+// TRACING_SERVICE_NAME; off, the TRACING_* variables do nothing.
+func TestTracing(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want map[string]string
+	}{
+		{"off", map[string]string{"TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.1"}, map[string]string{}},
+		{"on, upstream's defaults", map[string]string{"TRACING_ENABLED": "true"}, map[string]string{
+			"otlp-protocol": "http/protobuf", "otlp-endpoint": "http://localhost:4318", "trace-sample-ratio": "1", "trace-service-name": "RateLimit"}},
+		{"grpc to a collector", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4317",
+			"TRACING_SAMPLING_RATE": "0.25", "TRACING_SERVICE_NAME": "edge"}, map[string]string{
+			"otlp-protocol": "grpc", "trace-sample-ratio": "0.25", "trace-service-name": "edge"}},
+		{"grpc, the default endpoint", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc"}, map[string]string{
+			"otlp-protocol": "grpc", "otlp-endpoint": "http://localhost:4317", "trace-sample-ratio": "1", "trace-service-name": "RateLimit"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := base()
+			for k, v := range tt.env {
+				e[k] = v
+			}
+			tr, err := upstreamenv.Translate(env(e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for k, v := range flags(tr) {
+				if strings.HasPrefix(k, "otlp-") || strings.HasPrefix(k, "trace-") {
+					got[k] = v
+				}
+			}
+			if !mapsEqual(got, tt.want) {
+				t.Errorf("flags %v, want %v", got, tt.want)
+			}
+		})
+	}
+	for name, bad := range map[string]string{"TRACING_EXPORTER_PROTOCOL": "zipkin", "TRACING_SAMPLING_RATE": "2"} {
+		e := base()
+		e["TRACING_ENABLED"], e[name] = "true", bad
+		if _, err := upstreamenv.Translate(env(e)); err == nil || !strings.HasPrefix(err.Error(), name+"=") {
+			t.Errorf("%s=%q: error %v, want one naming it", name, bad, err)
+		}
+	}
+}
+
+// TestRedisSentinel: REDIS_TYPE=SENTINEL (any case, as upstream) reads
+// REDIS_URL as the master's name and the sentinels' addresses, and
+// REDIS_SENTINEL_AUTH as the sentinels' password.
+func TestRedisSentinel(t *testing.T) {
+	e := base()
+	e["BACKEND_TYPE"], e["REDIS_SOCKET_TYPE"], e["REDIS_TYPE"] = "redis", "tcp", "sentinel"
+	e["REDIS_URL"], e["REDIS_SENTINEL_AUTH"], e["REDIS_AUTH"] = "mymaster,s1:26379,s2:26379", "sentinel-secret", "redis-secret"
+	tr, err := upstreamenv.Translate(env(e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := flags(tr)
+	if f["redis-sentinel"] != "mymaster" || f["redis-addr"] != "s1:26379,s2:26379" || tr.RedisSentinelPassword != "sentinel-secret" || tr.RedisPassword != "redis-secret" {
+		t.Errorf("flags %v, passwords %q %q", f, tr.RedisSentinelPassword, tr.RedisPassword)
+	}
+	for _, w := range tr.Warnings {
+		if strings.HasPrefix(w, "REDIS_SENTINEL_AUTH") {
+			t.Errorf("warning %q: the sentinel password is used", w)
+		}
+	}
+	e["REDIS_URL"] = "s1:26379"
+	if _, err := upstreamenv.Translate(env(e)); err == nil || !strings.HasPrefix(err.Error(), "REDIS_URL=") {
+		t.Errorf("REDIS_URL without the master's name: %v, want an error naming REDIS_URL", err)
 	}
 }

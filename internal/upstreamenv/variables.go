@@ -94,7 +94,7 @@ var Variables = []Variable{
 	{"REDIS_PERSECOND_POOL_SIZE", "10", Ignored},
 	{"REDIS_PERSECOND_AUTH", "", Ignored},
 	{"REDIS_PERSECOND_TLS", "false", Ignored},
-	{"REDIS_SENTINEL_AUTH", "", Ignored},
+	{"REDIS_SENTINEL_AUTH", "", Honoured},
 	{"REDIS_PERSECOND_SENTINEL_AUTH", "", Ignored},
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", "0", Ignored},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", "0", Ignored},
@@ -116,13 +116,13 @@ var Variables = []Variable{
 	{"SHADOW_MODE", "false", Honoured},
 	{"RESPONSE_DYNAMIC_METADATA", "false", Ignored},
 	{"MERGE_DOMAIN_CONFIG", "false", Refused},
-	{"TRACING_ENABLED", "false", Ignored},
-	{"TRACING_SERVICE_NAME", "RateLimit", Ignored},
+	{"TRACING_ENABLED", "false", Honoured},
+	{"TRACING_SERVICE_NAME", "RateLimit", Honoured},
 	{"TRACING_SERVICE_NAMESPACE", "", Ignored},
 	{"TRACING_SERVICE_INSTANCE_ID", "", Ignored},
-	{"TRACING_EXPORTER_PROTOCOL", "http", Ignored},
-	{"TRACING_SAMPLING_RATE", "1", Ignored},
-	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", Ignored},
+	{"TRACING_EXPORTER_PROTOCOL", "http", Honoured},
+	{"TRACING_SAMPLING_RATE", "1", Honoured},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", Honoured},
 }
 
 var byName = func() map[string]Variable {

@@ -46,6 +46,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/reminder"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
@@ -151,11 +152,12 @@ type Guard struct {
 	up      atomic.Bool
 	lastErr atomic.Pointer[error] // the last failure
 	misconf atomic.Pointer[error] // the refusal, while the remote refuses the daemon
-	// misconfLogged is when the refusal was last logged (Config.Clock).
-	misconfLogged atomic.Int64
-	onHealth      func(bool, error)
-	done          chan struct{}
-	closing       sync.Once
+	// misconfLog paces the refusal's log lines: one as it starts, then one
+	// a minute while it lasts.
+	misconfLog *reminder.Reminder
+	onHealth   func(bool, error)
+	done       chan struct{}
+	closing    sync.Once
 
 	fallbacks atomic.Uint64 // requests decided, wholly or in part, by the failure mode
 	cacheHits atomic.Uint64 // requests denied from the deny cache
@@ -195,16 +197,30 @@ func New(remote Remote, cfg Config) (*Guard, error) {
 		onHealth: cfg.OnHealth,
 		health:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
+
+		misconfLog: reminder.New(cfg.Clock, reminder.DefaultInterval),
 	}
+	// The breaker opens again after every failed probe, once per cool-off:
+	// a warning as it opens, then a reminder a minute while it stays open.
+	open := reminder.New(cfg.Clock, reminder.DefaultInterval)
 	g.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, func(from, to BreakerState) {
 		switch to {
 		case BreakerOpen:
-			g.log.Warn(g.name+" circuit breaker open: deciding by the failure mode without asking "+g.name,
-				"failure_mode", g.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
+			log, since, repeats := open.Start()
+			switch {
+			case !log:
+			case from == BreakerClosed:
+				g.log.Warn(g.name+" circuit breaker open: deciding by the failure mode without asking "+g.name,
+					"failure_mode", g.mode.String(), "cooloff", cfg.BreakerCooloff, "failures_in_a_row", cfg.BreakerFailures)
+			default:
+				g.log.Warn(g.name+" circuit breaker still open: deciding by the failure mode without asking "+g.name,
+					"failure_mode", g.mode.String(), "open_for", since.Round(time.Second), "probes_failed", repeats)
+			}
 		case BreakerHalfOpen:
-			g.log.Info(g.name + " circuit breaker half open: probing " + g.name)
+			g.log.Debug(g.name + " circuit breaker half open: probing " + g.name)
 		case BreakerClosed:
-			g.log.Info(g.name+" circuit breaker closed: deciding from "+g.name, "was", from.String())
+			_, since := open.Stop()
+			g.log.Info(g.name+" circuit breaker closed: deciding from "+g.name, "was", from.String(), "open_for", since.Round(time.Millisecond))
 		}
 	})
 	if cfg.DenyCache > 0 {
@@ -326,16 +342,15 @@ func (g *Guard) setHealth(err error) {
 func (g *Guard) misconfigured(err error) {
 	if err == nil {
 		if g.misconf.Swap(nil) != nil {
+			g.misconfLog.Stop()
 			g.log.Info(g.name + " accepts the daemon's configuration again")
 		}
 		return
 	}
-	was := g.misconf.Swap(&err)
-	now := g.clock.Now()
-	if was != nil && now-g.misconfLogged.Load() < int64(time.Minute) {
+	g.misconf.Store(&err)
+	if log, _, _ := g.misconfLog.Start(); !log {
 		return
 	}
-	g.misconfLogged.Store(now)
 	g.log.Error(g.name+" refuses the daemon: a configuration error, not an outage; not ready, deciding by the failure mode until it is mended",
 		"failure_mode", g.mode.String(), "err", err)
 }

@@ -19,9 +19,16 @@ import (
 // lines on stderr.
 type clientLogger struct{ log *slog.Logger }
 
+// Failures to connect, which go-redis logs on every attempt (a ping or a
+// probe a second while Redis is down), are logged at debug level: the
+// store's own warnings say that Redis is down, and why.
 func (l clientLogger) Printf(ctx context.Context, format string, v ...any) {
 	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
-	l.log.WarnContext(ctx, msg, "component", "go-redis")
+	level := slog.LevelWarn
+	if strings.HasPrefix(msg, "connection pool: failed to dial") {
+		level = slog.LevelDebug
+	}
+	l.log.Log(ctx, level, msg, "component", "go-redis")
 }
 
 // SetClientLogger sends the log lines of go-redis, the Redis client, to

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/logtest"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 )
 
@@ -35,7 +36,9 @@ func logLines(t *testing.T, buf *logtest.Buffer) []map[string]any {
 // TestRefusedConnection: with nothing listening on Redis's port, the
 // store says the connection is refused — in Healthy and in its log line —
 // rather than that a deadline passed, and go-redis's own lines go through
-// the store's structured logger (component=go-redis), not to stderr.
+// the store's structured logger (component=go-redis), not to stderr, at
+// debug level: go-redis says it on every attempt, and the store's own
+// warning says it once.
 func TestRefusedConnection(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,7 +48,7 @@ func TestRefusedConnection(t *testing.T) {
 	ln.Close() // connections to addr are now refused
 
 	var buf logtest.Buffer
-	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := newTestStore(t, redis.Config{Addr: addr, Timeout: 250 * time.Millisecond, Logger: log}, clock.NewFake(t0))
 	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
 	apply(t, s, store.Charge{Domain: "shop", Key: engineKey("shop", "refused"), Limit: l, Cost: 1})
@@ -74,7 +77,64 @@ func TestRefusedConnection(t *testing.T) {
 	if clientLine == nil {
 		t.Fatalf("no go-redis line in the structured log; got %v", logLines(t, &buf))
 	}
-	if msg, _ := clientLine["msg"].(string); !strings.Contains(msg, "refused") || clientLine["level"] != "WARN" {
-		t.Errorf("go-redis's line: %v; want a warning naming the refused connection", clientLine)
+	if msg, _ := clientLine["msg"].(string); !strings.Contains(msg, "refused") || clientLine["level"] != "DEBUG" {
+		t.Errorf("go-redis's line: %v; want a debug line naming the refused connection", clientLine)
+	}
+}
+
+// TestRedisDownWarnsOnce: while Redis stays down for two minutes, the
+// breaker opens again after each failed probe (a cool-off of a second),
+// but the warnings are one as it goes down — Redis failed, the breaker
+// open — and a reminder a minute that counts the failed probes; the half
+// open breaker is a debug line. Once Redis is back, one line says so.
+func TestRedisDownWarnsOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	var buf logtest.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	local := clock.NewFake(t0)
+	s := newGuardedStore(t, redis.Config{Addr: addr, Timeout: 250 * time.Millisecond, Logger: log},
+		guard.Config{BreakerFailures: 1, BreakerCooloff: time.Second, Clock: local}, nil)
+	l := mustLimit(t, algorithms.FixedWindow, 10, time.Hour, 0)
+	charge := store.Charge{Domain: "shop", Key: engineKey("shop", "down"), Limit: l, Cost: 1}
+	apply(t, s, charge)
+	for range 130 { // over two minutes, a probe a second
+		local.Advance(time.Second)
+		apply(t, s, charge)
+	}
+	if got := s.Breaker(); got != guard.BreakerOpen {
+		t.Fatalf("breaker %v after 130 failed probes, want open", got)
+	}
+	waitFor(t, func() bool { return strings.Contains(buf.String(), "redis failed") })
+
+	var opened, reminders, failed, other []map[string]any
+	for _, m := range logLines(t, &buf) {
+		msg := m["msg"].(string)
+		switch {
+		case strings.HasPrefix(msg, "redis circuit breaker open"):
+			opened = append(opened, m)
+		case strings.HasPrefix(msg, "redis circuit breaker still open"):
+			reminders = append(reminders, m)
+		case strings.HasPrefix(msg, "redis failed"):
+			failed = append(failed, m)
+		default:
+			other = append(other, m)
+		}
+	}
+	if len(opened) != 1 || len(failed) != 1 || len(other) != 0 {
+		t.Errorf("%d breaker-open, %d redis-failed lines and others %v; want one each and no other at info level", len(opened), len(failed), other)
+	}
+	if len(reminders) != 2 {
+		t.Fatalf("%d reminders over 130s down, want 2 (one a minute): %v", len(reminders), reminders)
+	}
+	for i, m := range reminders {
+		if m["level"] != "WARN" || m["open_for"] != float64((time.Duration(i+1)*time.Minute).Nanoseconds()) || m["probes_failed"] != float64(60) {
+			t.Errorf("reminder %d: %v; want a warning, open_for %v, probes_failed 60", i, m, time.Duration(i+1)*time.Minute)
+		}
 	}
 }

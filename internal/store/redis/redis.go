@@ -59,6 +59,16 @@ type Config struct {
 	// ClusterAddrs are seed addresses of a Redis Cluster; when set, Addr
 	// must be empty.
 	ClusterAddrs []string
+	// SentinelMaster, with SentinelAddrs (and Addr empty), reaches the
+	// master of that name through Redis Sentinel: the client asks the
+	// sentinels for the master's address, and follows a failover when
+	// they announce one (go-redis's failover client). TLS applies to the
+	// sentinels and the master alike.
+	SentinelMaster string
+	SentinelAddrs  []string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (Username and Password to the master); both optional.
+	SentinelUsername, SentinelPassword string
 	// Username and Password authenticate (AUTH); both optional.
 	Username, Password string
 	// TLS, when not nil, connects over TLS with this configuration.
@@ -115,8 +125,11 @@ type stats struct {
 
 // New connects to Redis as cfg says. It does not wait for Redis.
 func New(cfg Config) (*Store, error) {
-	if (cfg.Addr == "") == (len(cfg.ClusterAddrs) == 0) {
-		return nil, errors.New("redis: set exactly one of an address and cluster addresses")
+	if n := btoi(cfg.Addr != "") + btoi(len(cfg.ClusterAddrs) > 0) + btoi(len(cfg.SentinelAddrs) > 0); n != 1 {
+		return nil, errors.New("redis: set exactly one of an address, cluster addresses and sentinel addresses")
+	}
+	if (cfg.SentinelMaster == "") != (len(cfg.SentinelAddrs) == 0) {
+		return nil, errors.New("redis: sentinel addresses need the master's name, and the master's name sentinel addresses")
 	}
 	if cfg.Timeout < 0 {
 		return nil, errors.New("redis: timeout must not be negative")
@@ -160,7 +173,30 @@ func New(cfg Config) (*Store, error) {
 	// costs a round trip, which a request far from Redis cannot afford on
 	// top of its own.
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	if cfg.Addr != "" {
+	switch {
+	case len(cfg.SentinelAddrs) > 0:
+		// As a standalone Redis's, with a master that may move. On a
+		// failover, go-redis closes the connections to the old master;
+		// requests in flight on them are decided by the failure mode
+		// (never sent again: no retries), the next go to the new master.
+		c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            cfg.SentinelMaster,
+			SentinelAddrs:         cfg.SentinelAddrs,
+			SentinelUsername:      cfg.SentinelUsername,
+			SentinelPassword:      cfg.SentinelPassword,
+			Username:              cfg.Username,
+			Password:              cfg.Password,
+			TLSConfig:             cfg.TLS,
+			MaxRetries:            -1,
+			PipelinePoolSize:      maxInFlight,
+			ConnMaxIdleTime:       -1,
+			ContextTimeoutEnabled: true,
+			DisableIdentity:       true,
+		})
+		c.AddHook(hook)
+		c.AddHook(dial)
+		s.client = c
+	case cfg.Addr != "":
 		c := goredis.NewClient(&goredis.Options{
 			Addr:                     cfg.Addr,
 			Username:                 cfg.Username,
@@ -176,7 +212,7 @@ func New(cfg Config) (*Store, error) {
 		c.AddHook(hook)
 		c.AddHook(dial)
 		s.client = c
-	} else {
+	default:
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs:                    cfg.ClusterAddrs,
 			Username:                 cfg.Username,
@@ -559,3 +595,10 @@ func (s *Store) RoundTrips() uint64 { return s.stats.roundTrips.Load() }
 
 // Applies returns how many Apply calls asked Redis (with charges).
 func (s *Store) Applies() uint64 { return s.stats.applies.Load() }
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

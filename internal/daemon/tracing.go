@@ -1,0 +1,71 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
+	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
+	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/tracing"
+)
+
+// startTracing starts the OTLP exporter when Config.Tracing or the
+// OpenTelemetry environment turns tracing on; otherwise d.tracer stays nil
+// and no hook of it is installed.
+func (d *Daemon) startTracing() (err error) {
+	d.tracer, err = tracing.New(d.cfg.Tracing, os.Getenv, buildinfo.Read().Version, d.log)
+	return err
+}
+
+// tracedEngineOptions are the engine's tracing hooks, and the store the
+// engine decides with: with Redis, its calls in spans of their own.
+func (d *Daemon) tracedEngineOptions() (store.Store, []engine.Option) {
+	if d.tracer == nil {
+		return d.store, nil
+	}
+	var s store.Store = d.store
+	if d.cfg.Store == "redis" {
+		s = d.tracer.Store(s, "redis")
+	}
+	return s, []engine.Option{engine.WithContextObserver(d.tracer.Decided)}
+}
+
+// tracingInterceptors is the interceptor that starts a span per decision
+// call, first of all, when tracing is on.
+func (d *Daemon) tracingInterceptors() []grpc.UnaryServerInterceptor {
+	if d.tracer == nil {
+		return nil
+	}
+	return []grpc.UnaryServerInterceptor{d.tracer.UnaryServerInterceptor(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, envoyapi.ServiceName)}
+}
+
+// stopTracing sends the spans not sent yet, for at most
+// tracingShutdownGrace.
+func (d *Daemon) stopTracing() {
+	if d.tracer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownGrace)
+	defer cancel()
+	if err := d.tracer.Shutdown(ctx); err != nil {
+		d.log.Warn("traces: sending the last spans failed", "err", err)
+	}
+}
+
+// tracingShutdownGrace bounds how long the daemon's end waits for the
+// collector to take the last spans.
+const tracingShutdownGrace = 5 * time.Second
+
+// tracingMode names where the spans go, for the start log line.
+func (d *Daemon) tracingMode() string {
+	if d.tracer == nil {
+		return "off"
+	}
+	return d.tracer.String()
+}
