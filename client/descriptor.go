@@ -36,6 +36,16 @@ func NewDescriptor(key, value string) Descriptor {
 	return Descriptor{entries: []entry{{key, value}}}
 }
 
+// Pairs returns d's entries as key, value, key, value, ..., from the most
+// general: a quota bucket's pairs (client/quota).
+func (d Descriptor) Pairs() []string {
+	pairs := make([]string, 0, 2*len(d.entries))
+	for _, e := range d.entries {
+		pairs = append(pairs, e.key, e.value)
+	}
+	return pairs
+}
+
 // With returns d with one more entry, one level deeper.
 func (d Descriptor) With(key, value string) Descriptor {
 	// The full slice expression makes append copy: descriptors built from

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/client/quota"
 )
 
 // Interceptor limits the calls of a gRPC server. Make one with New; it is
@@ -46,13 +47,27 @@ type Interceptor struct {
 	client   *client.Client
 	domain   string
 	describe DescribeFunc
+	quota    *quota.Client // WithQuota
 }
+
+// An Option configures an Interceptor.
+type Option func(*Interceptor)
+
+// WithQuota decides each call locally against quota assignments
+// (quota.Client.Admit: each descriptor a bucket of q's domain) instead of
+// asking the service per call; a denied call ends with ResourceExhausted,
+// "throttled by quota: <descriptor>", without RetryInfo.
+func WithQuota(q *quota.Client) Option { return func(i *Interceptor) { i.quota = q } }
 
 // New returns an Interceptor that checks each call with c in domain, named
 // by describe. A call for which describe returns no descriptors goes
 // through without a check.
-func New(c *client.Client, domain string, describe DescribeFunc) *Interceptor {
-	return &Interceptor{client: c, domain: domain, describe: describe}
+func New(c *client.Client, domain string, describe DescribeFunc, opts ...Option) *Interceptor {
+	i := &Interceptor{client: c, domain: domain, describe: describe}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
 }
 
 // Unary returns the interceptor for unary calls.
@@ -81,6 +96,12 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	ds := i.describe(ctx, method, md)
 	if len(ds) == 0 {
+		return nil
+	}
+	if i.quota != nil {
+		if ok, n := i.quota.Admit(ctx, ds...); !ok {
+			return status.Error(codes.ResourceExhausted, "throttled by quota: "+ds[n].String())
+		}
 		return nil
 	}
 	d, err := i.client.Check(ctx, i.domain, ds...)

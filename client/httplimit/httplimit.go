@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/client/quota"
 	"github.com/ratelimitd/ratelimitd/internal/ratelimitheader"
 )
 
@@ -76,7 +77,15 @@ type Middleware struct {
 	tarpit  time.Duration
 	maxHeld int64
 	held    atomic.Int64
+	quota   *quota.Client // WithQuota
 }
+
+// WithQuota decides each request locally against quota assignments
+// (quota.Client.Admit: each descriptor a bucket of q's domain) instead of
+// asking the service per request. A denied request gets 429 with the body
+// "throttled by quota: <descriptor>", without Retry-After or RateLimit
+// headers (a share has no window to report).
+func WithQuota(q *quota.Client) Option { return func(m *Middleware) { m.quota = q } }
 
 // An Option configures a Middleware.
 type Option func(*Middleware)
@@ -119,6 +128,14 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
+		if m.quota != nil {
+			if ok, i := m.quota.Admit(ctx, ds...); !ok {
+				http.Error(w, "throttled by quota: "+ds[i].String(), http.StatusTooManyRequests)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
 		d, err := m.client.Check(ctx, m.domain, ds...)
 		if err != nil {
 			// The request's context ended: the client is gone or the

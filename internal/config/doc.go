@@ -10,6 +10,7 @@
 // unchanged (but see Differences below), with extensions:
 //
 //	domain: api                   # required, unique across files
+//	quota_fallback: allow         # optional: allow, deny or ask; quota clients without an assignment (docs/quota.md)
 //	descriptors:                  # the rule tree; a list at every level
 //	  - key: remote_address       # required
 //	    value: 10.0.0.1           # optional; a * makes it a wildcard

@@ -265,7 +265,7 @@ func newPolicy(domains []*Domain) *Policy {
 
 // Fields of each mapping of a policy file.
 var (
-	fileFields       = []string{"domain", "descriptors"}
+	fileFields       = []string{"domain", "descriptors", "quota_fallback"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
 		"quota_mode", "share_threshold", "value_to_metric", "metadata"}
 	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
@@ -397,6 +397,13 @@ func (p *parser) document(data []byte) *Domain {
 			p.errorf(v, "domain", "empty: a policy file names its domain")
 		} else {
 			d.Name = name
+		}
+	}
+	if v := m["quota_fallback"]; v != nil {
+		if f, ok := p.nodes.Str(v, "quota_fallback"); ok {
+			if d.QuotaFallback, ok = parseQuotaFallback(f); !ok {
+				p.errorf(v, "quota_fallback", "%q: want allow, deny or ask", f)
+			}
 		}
 	}
 	p.descriptors(m["descriptors"], "descriptors", &d.root, level{statKey: d.Name})

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
@@ -25,6 +27,9 @@ type Domain struct {
 	// Source is where the domain was loaded from: a file path, or
 	// "embedded:default.yaml" for the embedded default policy.
 	Source string
+	// QuotaFallback (quota_fallback) is what a quota client of the domain
+	// does before a bucket's first assignment and once one has expired.
+	QuotaFallback QuotaFallback
 
 	root node // the top-level descriptors
 	line int  // of the domain field, for a duplicate domain
@@ -116,6 +121,33 @@ func (l *Limit) TakesOverdraft(byDefault bool) bool {
 		return false
 	}
 	return l.Overdraft == OverdraftOn || l.Overdraft == OverdraftDefault && byDefault
+}
+
+// QuotaFallback is what a quota client does without an assignment in
+// force: allow every request (the default, as Envoy's rate_limit_quota
+// filter does), deny every one, or ask the service per request.
+type QuotaFallback uint8
+
+// Quota fallbacks, as a policy file names them.
+const (
+	QuotaAllow QuotaFallback = iota // "allow"
+	QuotaDeny                       // "deny"
+	QuotaAsk                        // "ask"
+)
+
+var quotaFallbacks = [...]string{QuotaAllow: "allow", QuotaDeny: "deny", QuotaAsk: "ask"}
+
+// String returns the fallback as a policy file names it.
+func (f QuotaFallback) String() string {
+	if int(f) < len(quotaFallbacks) {
+		return quotaFallbacks[f]
+	}
+	return "QuotaFallback(" + strconv.Itoa(int(f)) + ")"
+}
+
+func parseQuotaFallback(s string) (QuotaFallback, bool) {
+	i := slices.Index(quotaFallbacks[:], s)
+	return QuotaFallback(max(i, 0)), i >= 0
 }
 
 // Unit is a policy file's rate_limit.unit.

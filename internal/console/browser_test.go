@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"fmt"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,6 +198,25 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("most denied lacks alice:\n%s", top)
 	}
 	screenshot(t, ctx, "top-denied")
+
+	// Quota: a client of the global tier, its demand and share.
+	qs, err := rlqsv3.NewRateLimitQuotaServiceClient(d.Dial(t)).StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "default", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"generic_key": "global"}}, NumRequestsAllowed: 7},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qs.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "quota", chromedp.Click(`#tabs button[data-tab=quota]`), chromedp.WaitVisible(`#quota-table tbody tr.quota-bucket`))
+	if q := value(t, ctx, chromedp.Text(`#quota-table tbody`)); !strings.Contains(q, "default: generic_key=global") {
+		t.Errorf("the quota view lacks the global tier's bucket:\n%s", q)
+	}
+	screenshot(t, ctx, "quota")
 
 	// Inspect: alice's bucket is empty; the endpoint's holds what is left.
 	do(t, ctx, "inspect", chromedp.Click(`#tabs button[data-tab=inspect]`), chromedp.Click(`#inspect-form button`), chromedp.WaitVisible(`#inspect-table tbody tr`))

@@ -44,6 +44,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/simulate"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 )
@@ -73,6 +74,9 @@ type Options struct {
 	RuleTotals func(func(metrics.RuleTotal))
 	// Top is the top-denied tracker.
 	Top *topdenied.Tracker
+	// Quota returns the buckets served by quota (RLQS), their clients,
+	// demands and shares (nil: the view is empty).
+	Quota func() []rlqsapi.BucketView
 }
 
 // Console serves the page and its endpoints.
@@ -107,6 +111,7 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /console/api/policy", c.policy)
 	mux.HandleFunc("GET /console/api/live", c.liveView)
 	mux.HandleFunc("GET /console/api/top", c.top)
+	mux.HandleFunc("GET /console/api/quota", c.quota)
 	mux.HandleFunc("GET /console/api/inspect", c.inspect)
 	mux.HandleFunc("POST /console/api/simulate", c.simulate)
 }
@@ -157,6 +162,17 @@ func (c *Console) policy(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) liveView(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, c.live.view(time.Now()))
+}
+
+// quota answers the quota view: every bucket served by quota, its limit
+// and its clients (stream id, peer address, demand and share in requests
+// per period, what it may still apply, burst, report interval in ns).
+func (c *Console) quota(w http.ResponseWriter, _ *http.Request) {
+	buckets := []rlqsapi.BucketView{}
+	if c.o.Quota != nil {
+		buckets = append(buckets, c.o.Quota()...)
+	}
+	writeJSON(w, map[string]any{"buckets": buckets})
 }
 
 func (c *Console) top(w http.ResponseWriter, r *http.Request) {

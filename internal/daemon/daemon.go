@@ -1,6 +1,7 @@
 // Package daemon assembles ratelimitd: the policy, the store, the engine,
-// the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3, health,
-// reflection; TLS optional) and the HTTP server (health, metrics, admin, and
+// the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3 and its
+// quota service envoy.service.rate_limit_quota.v3, health, reflection; TLS
+// optional) and the HTTP server (health, metrics, admin, and
 // both decision APIs as JSON: internal/httpapi), and runs them until stopped.
 //
 // While it runs, the daemon reloads the policy when the files at
@@ -43,6 +44,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
+	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
@@ -162,6 +164,10 @@ type Config struct {
 	// overdraft: an overdraft limit (engine.WithOverdraftByDefault), for
 	// token budgets in policies that cannot say it, as over xDS.
 	OverdraftByDefault bool
+	// QuotaDaemons is how many daemons serve quota (RLQS) streams for the
+	// same limits, sharing them (several daemons on one Redis): each hands
+	// out shares of limit / QuotaDaemons, rounded down (0: 1).
+	QuotaDaemons int
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
@@ -203,6 +209,7 @@ type Daemon struct {
 	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
 	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
 	engine   *engine.Engine
+	quota    *rlqsapi.Server
 	store    storeBackend
 	stopJobs context.CancelFunc
 	served   chan error
@@ -271,6 +278,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
+	d.quota = d.newQuota()
 	d.grpc = d.grpcServer()
 	d.serversHTTP()
 	// While the state file loads, the HTTP port answers: /readyz and the
@@ -334,6 +342,9 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.QuotaDaemons < 0 {
+		return cfg, fmt.Errorf("quota daemons %d: want 1 or more", cfg.QuotaDaemons)
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
@@ -509,6 +520,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	g := grpc.NewServer(opts...)
 	grpcapi.Register(g, d.engine)
 	envoyapi.Register(g, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	d.quota.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
 	return g
@@ -553,7 +565,7 @@ func (d *Daemon) adminRoutes(mux *http.ServeMux) {
 	if !d.cfg.NoConsole {
 		console.New(console.Options{
 			Policy: d.loadedPolicy, Reload: d.reloadStatus, Engine: d.engine,
-			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied,
+			RuleTotals: d.metrics.RuleTotals, Top: d.topDenied, Quota: d.quota.View,
 		}).Register(mux)
 	}
 }
@@ -608,6 +620,7 @@ func (d *Daemon) serve() {
 	go every(jobs, topDeniedGeneration, d.topDenied.Rotate)
 	go every(jobs, d.waiting.ExpireEvery(), d.waiting.Expire)
 	go every(jobs, d.bodies.ExpireEvery(), d.bodies.Expire)
+	go every(jobs, quotaTick, d.quota.Tick)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -664,6 +677,7 @@ func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
 	d.health.SetServingStatus("", s)
 	d.health.SetServingStatus(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, s)
 	d.health.SetServingStatus(envoyapi.ServiceName, s)
+	d.health.SetServingStatus(rlqsapi.ServiceName, s)
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {

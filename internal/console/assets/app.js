@@ -187,6 +187,31 @@ async function loadTop() {
 }
 refreshers.top = loadTop;
 
+// ---- quota ----
+async function loadQuota() {
+  let v;
+  try { v = await getJSON("/console/api/quota"); } catch (e) { return; }
+  const body = $("#quota-table tbody");
+  if (v.buckets.length === 0) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No client asks for quota.")));
+    return;
+  }
+  const secs = ns => `${ns / 1e9} s`;
+  const rows = [];
+  for (const b of v.buckets) {
+    const id = Object.keys(b.bucket_id).sort().map(k => `${k}=${b.bucket_id[k]}`).join(", ");
+    rows.push(el("tr", { class: "quota-bucket" },
+      el("td", { colspan: 7 }, el("code", {}, `${b.domain}: ${id}`), ` ${b.rule} · ${b.requests} per ${secs(b.period)}`)));
+    for (const c of b.clients) rows.push(el("tr", {},
+      el("td", {}, ""), el("td", {}, `#${c.client} `, el("span", { class: "muted" }, b.peers[c.client] || "gone")),
+      el("td", { class: "num" }, c.demand), el("td", { class: "num" }, c.share),
+      el("td", { class: "num" }, c.committed), el("td", { class: "num" }, c.burst),
+      el("td", { class: "num" }, secs(c.interval))));
+  }
+  body.replaceChildren(...rows);
+}
+refreshers.quota = loadQuota;
+
 // ---- inspect ----
 async function inspect(ev) {
   ev.preventDefault();
@@ -257,5 +282,6 @@ document.addEventListener("DOMContentLoaded", () => {
   loadPolicy().then(() => show(location.hash.slice(1) || "policies"));
   setInterval(() => { if (active === "live") loadLive(); }, 1000);
   setInterval(() => { if (active === "top") loadTop(); }, 2000);
+  setInterval(() => { if (active === "quota") loadQuota(); }, 1000);
   setInterval(() => { if (active === "policies") loadPolicy(); }, 5000);
 });

@@ -1,0 +1,244 @@
+package quota_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/client/quota"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+)
+
+const policy = `
+domain: shop
+descriptors:
+  - key: route
+    value: checkout
+    rate_limit: {unit: minute, requests_per_unit: 600}
+`
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAssignedAndEnforced: the first request, allowed by the fallback,
+// subscribes the bucket and is reported at once; the assignment for that
+// demand (1 request in an interval of 1s: 60/min, a burst of 1, one token
+// per second) is then enforced locally, starting full: one admitted, the
+// next denied.
+func TestAssignedAndEnforced(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	q, err := quota.New(d.GRPCAddr(), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	b := q.Bucket("route", "checkout")
+	if !b.Allow(context.Background()) {
+		t.Fatal("the first request, before any assignment, was denied (the default fallback allows)")
+	}
+	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
+	maxTokens, per, fill, _, _ := b.Assignment()
+	if maxTokens != 1 || per != 1 || fill != time.Second {
+		t.Fatalf("assignment: %d tokens, %d per %v; want 1, 1 per 1s", maxTokens, per, fill)
+	}
+	if !b.Allow(context.Background()) || b.Allow(context.Background()) {
+		t.Fatal("a full bucket of 1 did not admit exactly 1 of 2 at once")
+	}
+	if q.Bucket("route", "checkout") != b {
+		t.Fatal("the same pairs gave another Bucket")
+	}
+}
+
+// TestOneReportPerInterval: however many decisions, the daemon gets one
+// report for the bucket per interval (and the first at once).
+func TestOneReportPerInterval(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	const interval = 100 * time.Millisecond
+	q, err := quota.New(d.GRPCAddr(), "shop", quota.WithInterval(interval))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := q.Bucket("route", "checkout")
+	ctx := context.Background()
+	began := time.Now()
+	n := 0
+	for time.Since(began) < 5*interval {
+		for range 1000 {
+			b.Allow(ctx)
+			n++
+		}
+	}
+	q.Close()
+	took := time.Since(began)
+	got := reports(t, d)
+	if most := int(took/interval) + 2; got < 2 || got > most {
+		t.Fatalf("%d decisions in %v gave %d reports, want 2 to %d", n, took, got, most)
+	}
+}
+
+var reportsRE = regexp.MustCompile(`ratelimitd_quota_reports_total\{domain="shop"\} (\d+)`)
+
+func reports(t *testing.T, d *daemontest.Daemon) int {
+	t.Helper()
+	_, body := d.Get(t, "/metrics")
+	m := reportsRE.FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// proxy forwards connections to addr until cut.
+type proxy struct {
+	lis   net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, addr string) *proxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis}
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) cut() {
+	p.lis.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// TestStreamBreaks: when the stream breaks, the last assignment stays in
+// force until its time to live runs out (1.5 report intervals after it was
+// received), then the fallback applies (here: deny all).
+func TestStreamBreaks(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	p := newProxy(t, d.GRPCAddr())
+	const interval = time.Second // renewed every second, for 1.5s: at least 0.5s left at the cut
+	q, err := quota.New(p.lis.Addr().String(), "shop", quota.WithInterval(interval), quota.WithFallback(quota.DenyAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	b := q.Bucket("route", "checkout")
+	ctx := context.Background()
+	if b.Allow(ctx) {
+		t.Fatal("the first request was allowed with the fallback deny all")
+	}
+	// The second report says the interval: the TTL is then 1.5 × 1s.
+	waitFor(t, func() bool { return reports(t, d) >= 2 }, "the second report")
+	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
+	p.cut()
+	if _, _, _, _, ok := b.Assignment(); !ok {
+		t.Fatal("the assignment was dropped as the stream broke")
+	}
+	if !b.Allow(ctx) {
+		t.Fatal("denied right after the stream broke, with the last assignment in force")
+	}
+	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return !ok }, "the assignment to expire")
+	if b.Allow(ctx) {
+		t.Fatal("allowed after the assignment expired, with the fallback deny all")
+	}
+}
+
+// TestAsk: with AskPerRequest, a request without an assignment is decided
+// by the function given, with the bucket's pairs sorted by key.
+func TestAsk(t *testing.T) {
+	var got []string
+	q, err := quota.New("127.0.0.1:1", "shop", quota.WithAsk(func(_ context.Context, pairs []string) bool {
+		got = pairs
+		return false
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.Bucket("user", "alice", "route", "checkout").Allow(context.Background()) {
+		t.Fatal("allowed; ask said no")
+	}
+	if want := []string{"route", "checkout", "user", "alice"}; len(got) != 4 || got[0] != want[0] || got[3] != want[3] {
+		t.Fatalf("asked with %v, want %v", got, want)
+	}
+}
+
+// TestPolicyFallback: without WithFallback, the client takes the domain's
+// quota_fallback from the policy with the stream's first response, and a
+// bucket with no assignment yet then allows, denies, or asks the service
+// (which charges the per-request bucket: here already spent, so denied);
+// an option overrides the policy.
+func TestPolicyFallback(t *testing.T) {
+	for _, tc := range []struct {
+		fallback string
+		opts     []quota.Option
+		want     bool
+	}{
+		{"allow", nil, true},
+		{"deny", nil, false},
+		{"ask", nil, false},
+		{"deny", []quota.Option{quota.WithFallback(quota.AllowAll)}, true},
+	} {
+		t.Run(tc.fallback, func(t *testing.T) {
+			d := daemontest.Start(t, "domain: shop\nquota_fallback: "+tc.fallback+`
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+			// Spend route=checkout's per-request bucket.
+			rl := ratelimitv1.NewRateLimitServiceClient(d.Dial(t))
+			if _, err := rl.ShouldRateLimit(context.Background(), &ratelimitv1.ShouldRateLimitRequest{Domain: "shop",
+				Descriptors: []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{{Key: "route", Value: "checkout"}}}}}); err != nil {
+				t.Fatal(err)
+			}
+			q, err := quota.New(d.GRPCAddr(), "shop", tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			warm := q.Bucket("route", "warmup")
+			warm.Allow(context.Background())
+			waitFor(t, func() bool { _, _, _, _, ok := warm.Assignment(); return ok }, "the first assignment")
+			if got := q.Bucket("route", "checkout").Allow(context.Background()); got != tc.want {
+				t.Fatalf("a bucket without an assignment, quota_fallback %s: allowed %v, want %v", tc.fallback, got, tc.want)
+			}
+		})
+	}
+}

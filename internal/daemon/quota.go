@@ -1,0 +1,31 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/authz"
+	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
+)
+
+// quotaTick is how often the quota service rebalances between reports, so
+// that a share freed by expiry reaches the streams that need it soon.
+const quotaTick = 100 * time.Millisecond
+
+// newQuota returns the quota service (Envoy's RLQS) on the policy in force.
+// With an authorization policy, taking shares of a domain's limits is a
+// charge of that domain.
+func (d *Daemon) newQuota() *rlqsapi.Server {
+	opts := []rlqsapi.Option{rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds),
+		rlqsapi.WithDrain(d.drain), rlqsapi.WithDaemons(d.cfg.QuotaDaemons)}
+	if d.authz != nil {
+		opts = append(opts, rlqsapi.WithAuthorize(func(ctx context.Context, domain string) error {
+			return d.authz.Authorize(authz.FromGRPC(ctx), domain, authz.Charge)
+		}))
+	}
+	return rlqsapi.New(func() *config.Policy { return d.loadedPolicy().Policy }, d.cfg.Clock, opts...)
+}
+
+// Quota returns the daemon's quota service.
+func (d *Daemon) Quota() *rlqsapi.Server { return d.quota }

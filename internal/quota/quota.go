@@ -1,0 +1,400 @@
+// Package quota divides a limit's rate among the clients that enforce it
+// themselves (Envoy's rate_limit_quota filter, the Go client's quota
+// mode): each client reports its demand every report interval, and gets an
+// assignment — a share of the limit's requests per period, a burst and a
+// time to live — that it enforces locally until the next.
+//
+// # Shares
+//
+// A bucket has a limit of L requests per period P. Every report interval,
+// each client of the bucket reports what it was asked in that interval
+// (requests allowed plus denied), which the allocator reads as a demand of
+// D = ⌈asked × P / elapsed⌉ requests per period, at least 1. A report
+// with no elapsed time (Envoy reports a bucket's first request at once)
+// counts as one interval's, and what it asked is added to the next
+// report's. The bucket's
+// target shares are the max-min fair division of L among the demands of
+// its live clients (MaxMinFair): a client asking for less than an equal
+// division gets what it asks; the others share the rest equally.
+//
+// The allocator never lets the shares it has handed out, and that a client
+// may still be applying, add up to more than L: a client's share is
+// committed until the assignment that carries it expires (its time to
+// live after it was sent, plus Delivery). A share that shrinks is
+// sent at once, but the larger one stays committed until it expires; a
+// share that grows grows only out of what is not committed. So a client
+// that reports less frees its share for the others within
+//
+//	TTL + Delivery = 1.5 + 0.25 = 1.75 report intervals
+//
+// of the assignment it last received, that is within two report intervals
+// of the report that shows its demand fell; a client that goes quiet (its
+// stream ends, or it stops reporting) frees it when its last assignment
+// expires.
+//
+// Small changes are not sent: a share moves when its target differs from
+// it by more than 1/Tolerance of the target (2.5%), so that clients are
+// not re-assigned at every report for noise; except that while a client
+// needs more (by more than that), every share above its target shrinks to
+// it.
+//
+// # The bound
+//
+// A client enforces its share s as a token bucket of rate s/P holding at
+// most Burst = max(1, ⌊s × R / P⌋) tokens, R its report interval: what its
+// share earns in one interval. In any stretch of time T, the clients of a
+// bucket together admit at most
+//
+//	L × T / P + Σ_i Burst_i × (1 + k_i)
+//
+// where k_i is the number of assignments client i received in T that
+// changed its share (Envoy starts a new, full token bucket for each; the
+// Go client carries its tokens over, so k_i = 0 for it), provided every
+// assignment reaches its client within Delivery (a quarter of its report
+// interval) of being sent. Σ Burst_i ≤ L × R / P + N for N clients. What a
+// client admits without an assignment (before its first, after one
+// expires) is what its fallback admits, outside this bound: with Envoy's
+// default (allow all) it is what arrives in one round trip.
+//
+// The Allocator is pure logic: time comes in as an argument (Unix
+// nanoseconds, from internal/clock), and it is not safe for concurrent use.
+package quota
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Limit is what a bucket's clients share: Requests per Period.
+type Limit struct {
+	Requests int64
+	Period   time.Duration
+}
+
+// Assignment is what a client is told to enforce for a bucket.
+type Assignment struct {
+	// Share is the client's requests per Limit.Period; 0 denies all.
+	Share int64
+	// Period is the bucket's Limit.Period.
+	Period time.Duration
+	// Burst is the most tokens the client's bucket holds (0 with Share 0).
+	Burst int64
+	// TTL is how long the assignment holds after it is received.
+	TTL time.Duration
+}
+
+// Push is an assignment that changed without the client asking: it should
+// be sent to Client for Bucket now.
+type Push struct {
+	Bucket, Client string
+	Assignment
+}
+
+// Tuning of the allocator, in report intervals.
+const (
+	// TTLIntervals: an assignment lives 1.5 report intervals, so that a
+	// report a little late does not let it expire, and a share that shrinks
+	// is free again soon.
+	TTLNum, TTLDen = 3, 2
+	// DeliveryDen: an assignment is assumed to reach its client within a
+	// quarter of the client's report interval of being sent.
+	DeliveryDen = 4
+	// Tolerance: a share moves when its target is more than 1/Tolerance of
+	// the target away.
+	Tolerance = 40
+)
+
+// Allocator keeps the buckets, their clients and their shares.
+type Allocator struct {
+	buckets map[string]*bucket
+	// interval is the report interval assumed for a client until it says
+	// (its first report's elapsed time is 0 or absent).
+	interval time.Duration
+}
+
+type bucket struct {
+	limit   Limit
+	clients map[string]*client
+}
+
+type client struct {
+	demand   int64         // requests per period, from the last report
+	interval time.Duration // between its reports
+	reported int64         // when it last reported
+	// unelapsed is what reports with no elapsed time counted, to be added
+	// to the next report that says how long it covers.
+	unelapsed uint64
+	gone      bool // its stream ended
+
+	share  int64 // the last share sent
+	sentAt int64 // when it was sent
+	holds  []hold
+}
+
+// hold is a larger share sent earlier that the client may still apply.
+type hold struct {
+	share int64
+	until int64
+}
+
+// New returns an allocator that assumes a report interval of interval for
+// clients that have not said theirs.
+func New(interval time.Duration) *Allocator {
+	return &Allocator{buckets: map[string]*bucket{}, interval: interval}
+}
+
+func (c *client) ttl() time.Duration { return c.interval * TTLNum / TTLDen }
+
+// expiry is when the last share sent stops being committed.
+func (c *client) expiry() int64 {
+	return c.sentAt + int64(c.ttl()) + int64(c.interval/DeliveryDen)
+}
+
+// live reports whether the client takes part in the division at now: its
+// stream is open and its last assignment has not expired.
+func (c *client) live(now int64) bool { return !c.gone && now < c.expiry() }
+
+// committed is the most the client may be applying at now.
+func (c *client) committed(now int64) int64 {
+	var m int64
+	if now < c.expiry() {
+		m = c.share
+	}
+	for _, h := range c.holds {
+		if now < h.until {
+			m = max(m, h.share)
+		}
+	}
+	return m
+}
+
+func (c *client) assignment(l Limit) Assignment {
+	a := Assignment{Share: c.share, Period: l.Period, TTL: c.ttl()}
+	if c.share > 0 {
+		a.Burst = max(1, c.share*int64(c.interval)/int64(l.Period))
+		if l.Period <= 0 {
+			a.Burst = 1
+		}
+	}
+	return a
+}
+
+// Report records that client asked asked requests of bucket in the elapsed
+// time since its previous report (0 for its first), under limit (which may
+// have changed since the last report: a reload), and rebalances the bucket.
+// It returns the client's assignment, to be sent to it now (its time to
+// live starts now), and the assignments of other clients that changed, to
+// be pushed to them now.
+func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked uint64, elapsed time.Duration, now int64) (Assignment, []Push) {
+	b := a.buckets[bucketKey]
+	if b == nil {
+		b = &bucket{clients: map[string]*client{}}
+		a.buckets[bucketKey] = b
+	}
+	b.limit = limit
+	c := b.clients[clientID]
+	if c == nil {
+		c = &client{interval: a.interval}
+		b.clients[clientID] = c
+	}
+	if elapsed > 0 {
+		// What a report with no elapsed time counted belongs to this one's
+		// interval (Envoy reports a bucket's first request at once).
+		asked += c.unelapsed
+		c.unelapsed = 0
+		c.interval = elapsed
+		c.demand = demand(asked, elapsed, limit.Period)
+	} else {
+		// A first report: what it asked, as if in one interval.
+		c.unelapsed += asked
+		c.demand = demand(c.unelapsed, c.interval, limit.Period)
+	}
+	if now >= c.expiry() {
+		c.share = 0 // expired: what it had may have gone to others
+	}
+	c.gone = false
+	c.reported = now
+	pushes := a.rebalance(bucketKey, b, now, clientID)
+	c.sentAt = now // the reply carries its assignment, renewed
+	return c.assignment(limit), pushes
+}
+
+// demand returns asked per elapsed as requests per period, rounded up, at
+// least 1.
+func demand(asked uint64, elapsed, period time.Duration) int64 {
+	if elapsed <= 0 || period <= 0 {
+		return 1
+	}
+	const most = 1 << 62
+	if asked > most/uint64(period) {
+		return most // more than any limit: saturate rather than overflow
+	}
+	d := (int64(asked)*int64(period) + int64(elapsed) - 1) / int64(elapsed)
+	return max(d, 1)
+}
+
+// Gone records that client's stream for bucket ended: its share stays
+// committed until its last assignment expires, and is then divided among
+// the others (by Tick).
+func (a *Allocator) Gone(bucketKey, clientID string, now int64) []Push {
+	b := a.buckets[bucketKey]
+	if b == nil || b.clients[clientID] == nil {
+		return nil
+	}
+	b.clients[clientID].gone = true
+	return a.rebalance(bucketKey, b, now, "")
+}
+
+// Tick rebalances every bucket at now: shares that expired (clients gone
+// quiet, shares shrunk) go to the clients that need them. It returns the
+// assignments to push, and forgets clients and buckets with nothing left.
+func (a *Allocator) Tick(now int64) []Push {
+	var pushes []Push
+	for _, key := range a.bucketKeys() {
+		pushes = append(pushes, a.rebalance(key, a.buckets[key], now, "")...)
+	}
+	return pushes
+}
+
+func (a *Allocator) bucketKeys() []string {
+	keys := make([]string, 0, len(a.buckets))
+	for k := range a.buckets {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// rebalance moves the bucket's shares towards their targets at now. The
+// client reporting (if any) is live, and gets its assignment in the reply,
+// so it is not among the pushes.
+func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string) []Push {
+	live := func(id string) bool { return id == reporting || b.clients[id].live(now) }
+	ids := make([]string, 0, len(b.clients))
+	for id, c := range b.clients {
+		c.holds = slices.DeleteFunc(c.holds, func(h hold) bool { return now >= h.until })
+		if !live(id) && c.committed(now) == 0 {
+			delete(b.clients, id) // nothing sent that it may still apply
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		delete(a.buckets, key)
+		return nil
+	}
+	slices.Sort(ids)
+	var lives []string
+	var demands []int64
+	for _, id := range ids {
+		if live(id) {
+			lives = append(lives, id)
+			demands = append(demands, b.clients[id].demand)
+		} else if c := b.clients[id]; c.share > 0 {
+			// Gone or quiet: what it had is committed until it expires.
+			c.holds = append(c.holds, hold{c.share, c.expiry()})
+			c.share = 0
+		}
+	}
+	targets := MaxMinFair(b.limit.Requests, demands)
+	// A client needs more when its target is more than the tolerance above
+	// its share; then every share above its target shrinks, however little,
+	// as others wait for it.
+	needs := false
+	for i, id := range lives {
+		if t, s := targets[i], b.clients[id].share; t > s && t-s > t/Tolerance {
+			needs = true
+		}
+	}
+	changed := map[string]bool{}
+	// Shrink first: the larger share stays committed until it expires.
+	for i, id := range lives {
+		c := b.clients[id]
+		if t := targets[i]; t < c.share && (needs || c.share-t > t/Tolerance) {
+			c.holds = append(c.holds, hold{c.share, c.expiry()})
+			c.share = t
+			changed[id] = true
+		}
+	}
+	// Then grow, out of what no one may be applying.
+	free := b.limit.Requests
+	for _, id := range ids {
+		free -= b.clients[id].committed(now)
+	}
+	var growing []string
+	var wants []int64
+	for i, id := range lives {
+		c := b.clients[id]
+		if t := targets[i]; t > c.share && t-c.share > t/Tolerance {
+			growing = append(growing, id)
+			wants = append(wants, t-c.share)
+		}
+	}
+	for i, g := range MaxMinFair(free, wants) {
+		if g > 0 {
+			c := b.clients[growing[i]]
+			c.share += g
+			changed[growing[i]] = true
+		}
+	}
+	var pushes []Push
+	for _, id := range lives {
+		if !changed[id] {
+			continue
+		}
+		c := b.clients[id]
+		c.sentAt = now
+		if id != reporting {
+			pushes = append(pushes, Push{Bucket: key, Client: id, Assignment: c.assignment(b.limit)})
+		}
+	}
+	return pushes
+}
+
+// Has reports whether the allocator keeps the bucket: it has clients, or
+// shares that may still be applied.
+func (a *Allocator) Has(bucketKey string) bool { return a.buckets[bucketKey] != nil }
+
+// ClientView is one client of a bucket, for the console.
+type ClientView struct {
+	Client string `json:"client"`
+	// Demand is requests per period, from its last report.
+	Demand int64 `json:"demand"`
+	// Share is the requests per period last sent to it.
+	Share int64 `json:"share"`
+	// Committed is the most it may be applying now (a larger share sent
+	// earlier that has not expired included).
+	Committed int64 `json:"committed"`
+	Burst     int64 `json:"burst"`
+	// Interval is its report interval.
+	Interval time.Duration `json:"interval"`
+	Live     bool          `json:"live"`
+}
+
+// BucketView is one bucket and its clients, for the console.
+type BucketView struct {
+	Bucket   string        `json:"bucket"`
+	Requests int64         `json:"requests"`
+	Period   time.Duration `json:"period"`
+	Clients  []ClientView  `json:"clients"`
+}
+
+// View returns every bucket and its clients at now, buckets by key,
+// clients by id.
+func (a *Allocator) View(now int64) []BucketView {
+	var views []BucketView
+	for _, key := range a.bucketKeys() {
+		b := a.buckets[key]
+		v := BucketView{Bucket: key, Requests: b.limit.Requests, Period: b.limit.Period}
+		for id, c := range b.clients {
+			v.Clients = append(v.Clients, ClientView{
+				Client: id, Demand: c.demand, Share: c.share, Committed: c.committed(now),
+				Burst: c.assignment(b.limit).Burst, Interval: c.interval, Live: c.live(now),
+			})
+		}
+		slices.SortFunc(v.Clients, func(x, y ClientView) int { return strings.Compare(x.Client, y.Client) })
+		views = append(views, v)
+	}
+	return views
+}
