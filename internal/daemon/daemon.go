@@ -271,10 +271,9 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	decideWith, traced := d.tracedEngineOptions()
-	d.engine = engine.New(d.loadedPolicy().Policy, decideWith, append(traced,
+	d.engine = engine.New(d.loadedPolicy().Policy, d.tracedStore(),
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
-		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))...)
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
@@ -311,9 +310,12 @@ const topDeniedGeneration = time.Minute
 
 // observe is the engine's observer: the metrics, and the console's
 // top-denied tracker.
-func (d *Daemon) observe(req *engine.Request, resp *engine.Response, took time.Duration) {
-	d.metrics.Observe(req, resp, took)
+func (d *Daemon) observe(ctx context.Context, req *engine.Request, resp *engine.Response, took time.Duration) {
+	d.metrics.Observe(ctx, req, resp, took)
 	d.topDenied.Observe(req, resp)
+	if d.tracer != nil {
+		d.tracer.Decided(ctx, req, resp)
+	}
 }
 
 // withDefaults returns cfg with its zero values replaced by the defaults

@@ -9,7 +9,6 @@ import (
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
-	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/tracing"
@@ -23,17 +22,14 @@ func (d *Daemon) startTracing() (err error) {
 	return err
 }
 
-// tracedEngineOptions are the engine's tracing hooks, and the store the
-// engine decides with: with Redis, its calls in spans of their own.
-func (d *Daemon) tracedEngineOptions() (store.Store, []engine.Option) {
-	if d.tracer == nil {
-		return d.store, nil
+// tracedStore is the store the engine decides with: with tracing on and
+// Redis, one whose calls are spans of their own. (The decision itself is
+// added to the call's span by the engine's observer, Daemon.observe.)
+func (d *Daemon) tracedStore() store.Store {
+	if d.tracer == nil || d.cfg.Store != "redis" {
+		return d.store
 	}
-	var s store.Store = d.store
-	if d.cfg.Store == "redis" {
-		s = d.tracer.Store(s, "redis")
-	}
-	return s, []engine.Option{engine.WithContextObserver(d.tracer.Decided)}
+	return d.tracer.Store(d.store, "redis")
 }
 
 // tracingInterceptors is the interceptor that starts a span per decision

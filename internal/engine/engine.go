@@ -78,10 +78,9 @@ type Engine struct {
 	store              store.Store
 	bounds             Bounds
 	jitter             func(max time.Duration) time.Duration
-	shadow             bool            // WithShadowMode
-	overdraftByDefault bool            // WithOverdraftByDefault
-	observer           Observer        // WithObserver; nil for none
-	contextObserver    ContextObserver // WithContextObserver; nil for none
+	shadow             bool     // WithShadowMode
+	overdraftByDefault bool     // WithOverdraftByDefault
+	observer           Observer // WithObserver; nil for none
 }
 
 // Option configures an Engine.
@@ -125,11 +124,13 @@ func (e *Engine) OverdraftByDefault() bool { return e.overdraftByDefault }
 // it adds to every decision's latency, so it should be quick, and it must
 // not modify req or resp nor keep them, or anything they point to except
 // the policy's *config.Rule and *config.Limit values, after it returns.
-// took is the real time the decision took, from the start of
-// ShouldRateLimit to the end of building resp (validation, matching, the
-// store and the response); it is measured only when an Observer is set.
-// Requests rejected as invalid and store failures are not observed.
-type Observer func(req *Request, resp *Response, took time.Duration)
+// ctx is the call's, for what belongs to the call rather than to the
+// daemon (its trace span, say). took is the real time the decision took,
+// from the start of ShouldRateLimit to the end of building resp
+// (validation, matching, the store and the response); it is measured only
+// when an Observer is set. Requests rejected as invalid and store failures
+// are not observed.
+type Observer func(ctx context.Context, req *Request, resp *Response, took time.Duration)
 
 // epoch anchors sinceEpoch.
 var epoch = time.Now()
@@ -198,10 +199,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	}
 	e.respond(w, req, resp)
 	if e.observer != nil {
-		e.observer(req, resp, sinceEpoch()-start)
-	}
-	if e.contextObserver != nil {
-		e.contextObserver(ctx, req, resp)
+		e.observer(ctx, req, resp, sinceEpoch()-start)
 	}
 	return nil
 }

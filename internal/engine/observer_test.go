@@ -24,7 +24,7 @@ domain: d
 descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 3}
-`, WithObserver(func(req *Request, resp *Response, took time.Duration) {
+`, WithObserver(func(_ context.Context, req *Request, resp *Response, took time.Duration) {
 		s := seen{domain: req.Domain, code: resp.Code}
 		for _, st := range resp.Statuses {
 			s.costs = append(s.costs, st.Cost)

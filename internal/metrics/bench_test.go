@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -45,7 +46,7 @@ func BenchmarkObserve(b *testing.B) {
 					entries := bb.entries(n.Add(1))
 					req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{Entries: entries}}}
 					resp := &engine.Response{Code: algorithms.Allowed, Statuses: []engine.Status{status(entries)}}
-					m.Observe(req, resp, time.Microsecond)
+					m.Observe(context.Background(), req, resp, time.Microsecond)
 				}
 			})
 		})

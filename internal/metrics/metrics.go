@@ -77,6 +77,7 @@
 package metrics
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strings"
@@ -391,7 +392,7 @@ func (m *Metrics) CertificateLoaded(reload bool, notAfter time.Time, err error) 
 // Observe counts one decided request; it is the engine's Observer
 // (engine.WithObserver(m.Observe)). It allocates nothing for requests
 // whose rules have been seen before, except for detailed_metric rules.
-func (m *Metrics) Observe(req *engine.Request, resp *engine.Response, took time.Duration) {
+func (m *Metrics) Observe(_ context.Context, req *engine.Request, resp *engine.Response, took time.Duration) {
 	m.latency.Observe(took.Seconds())
 	charged := resp.Code == algorithms.Allowed
 	if charged {

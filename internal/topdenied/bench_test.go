@@ -71,11 +71,13 @@ func BenchmarkEngineDenied(b *testing.B) {
 		opts []engine.Option
 	}{
 		{"none", nil},
-		{"noop", []engine.Option{engine.WithObserver(func(*engine.Request, *engine.Response, time.Duration) {})}},
-		{"tracker", []engine.Option{engine.WithObserver(func(req *engine.Request, resp *engine.Response, _ time.Duration) { tr.Observe(req, resp) })}},
+		{"noop", []engine.Option{engine.WithObserver(func(context.Context, *engine.Request, *engine.Response, time.Duration) {})}},
+		{"tracker", []engine.Option{engine.WithObserver(func(_ context.Context, req *engine.Request, resp *engine.Response, _ time.Duration) {
+			tr.Observe(req, resp)
+		})}},
 		{"metrics", []engine.Option{engine.WithObserver(m.Observe)}},
-		{"metrics+tracker", []engine.Option{engine.WithObserver(func(req *engine.Request, resp *engine.Response, took time.Duration) {
-			m.Observe(req, resp, took)
+		{"metrics+tracker", []engine.Option{engine.WithObserver(func(ctx context.Context, req *engine.Request, resp *engine.Response, took time.Duration) {
+			m.Observe(ctx, req, resp, took)
 			tr.Observe(req, resp)
 		})}},
 	} {

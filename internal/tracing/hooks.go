@@ -64,7 +64,8 @@ var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 // Decided adds the engine's decision to the call's span, when it records:
 // the domain, the overall decision, the deciding rule and limit
 // (engine.Response.MostRestrictive's status; none when no limit binds)
-// and, for a denial, the retry-after. It is an engine.ContextObserver.
+// and, for a denial, the retry-after. The daemon's engine observer calls
+// it.
 func (t *Tracer) Decided(ctx context.Context, req *engine.Request, resp *engine.Response) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
