@@ -65,12 +65,19 @@ var serving = regexp.MustCompile(`msg="ratelimitd serving" grpc=(\S+) http=(\S+)
 // its "serving" log line, which names the bound addresses.
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
+	return startProcessIn(t, "", args...)
+}
+
+// startProcessIn is startProcess in the working directory dir.
+func startProcessIn(t *testing.T, dir string, args ...string) *process {
+	t.Helper()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 	p := &process{cmd: exec.Command(bin, args...), logs: &logtest.Buffer{}, exited: make(chan struct{})}
+	p.cmd.Dir = dir
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
