@@ -31,7 +31,12 @@ import (
 // rewritten to them; a page whose commands call the daemon before any such
 // line gets the default one. A command line that cannot run here is listed
 // in excusedLines with the reason, so a new snippet is either run or
-// deliberately excused.
+// deliberately excused. Python blocks run with /usr/bin/python3 (Debian's
+// grpc), JavaScript blocks with node and client/polyglot's node_modules; a
+// missing tool fails the test. A field a sample says varies is checked
+// against the bounds the page states (varying). examples/ has no page
+// today: its programs are run by their own tests (examples/httpservice,
+// internal/envoyapi's example_test.go, kubernetes_test.go).
 
 // excusedPages are pages whose commands another test runs.
 var excusedPages = map[string]string{
