@@ -48,6 +48,7 @@ func benchJSON(t *testing.T, args ...string) *loadgen.Report {
 // TestBenchFlags: what the flags say is what is sent; the daemon's policy
 // admits 50 and denies the rest.
 func TestBenchFlags(t *testing.T) {
+	t.Parallel()
 	workload := filepath.Join(t.TempDir(), "w.yaml")
 	if err := os.WriteFile(workload, []byte("domain: bench\ndescriptors: [{entries: [{key: generic_key, value: tiny}]}]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -77,6 +78,7 @@ func TestBenchFlags(t *testing.T) {
 // TestBenchBadFlags: a run that cannot be what the user meant is refused
 // before anything is sent, with a message naming the problem.
 func TestBenchBadFlags(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		code int
@@ -112,6 +114,7 @@ func TestBenchBadFlags(t *testing.T) {
 // TestBenchServeEmpty runs the baseline server as its own process, loads
 // it, with --pid, and stops it with SIGTERM.
 func TestBenchServeEmpty(t *testing.T) {
+	t.Parallel()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +160,7 @@ func TestBenchServeEmpty(t *testing.T) {
 
 // TestBenchDocsListEveryFlag keeps docs/operations.md true to bench --help.
 func TestBenchDocsListEveryFlag(t *testing.T) {
+	t.Parallel()
 	docs, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)

@@ -81,6 +81,7 @@ var dashboardSeries = []string{
 // TLS as Envoy does, and scrapes PROMETHEUS_ADDR as the dashboard's
 // Prometheus does.
 func TestAsEnvoyGatewayDeploysIt(t *testing.T) {
+	t.Parallel()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)

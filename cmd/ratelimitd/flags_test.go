@@ -12,6 +12,7 @@ import (
 // the flag (and a near one for a typo), then where the help is — never
 // followed by every flag's description; --help still prints them all.
 func TestFlagMistakesAreShort(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args      []string
 		code      int
@@ -48,6 +49,7 @@ func TestFlagMistakesAreShort(t *testing.T) {
 // A policy path that is not there names --config; one that holds
 // envoyproxy/ratelimit's runtime root names the directory to give instead.
 func TestConfigPathMistakes(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	policies := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(policies, 0o755); err != nil {

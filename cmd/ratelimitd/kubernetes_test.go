@@ -67,6 +67,7 @@ type probe struct {
 // the image listens on; the grace period outlasts the drain; the Service
 // targets both ports.
 func TestKubernetesExample(t *testing.T) {
+	t.Parallel()
 	text, err := os.ReadFile("../../examples/kubernetes/ratelimitd.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -65,12 +65,19 @@ var serving = regexp.MustCompile(`msg="ratelimitd serving" grpc=(\S+) http=(\S+)
 // its "serving" log line, which names the bound addresses.
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
+	return startProcessIn(t, "", args...)
+}
+
+// startProcessIn is startProcess in the working directory dir.
+func startProcessIn(t *testing.T, dir string, args ...string) *process {
+	t.Helper()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 	p := &process{cmd: exec.Command(bin, args...), logs: &logtest.Buffer{}, exited: make(chan struct{})}
+	p.cmd.Dir = dir
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +139,7 @@ func (p *process) wait(t *testing.T) int {
 // decision or was refused cleanly (Unavailable), that the daemon cut
 // nothing off, and that it exits 0.
 func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
+	t.Parallel()
 	p := startProcess(t, "--shutdown-grace", "30s")
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -201,6 +209,7 @@ func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
 // TestSIGHUPReloads: SIGHUP reloads the policy even when nothing changed
 // (the file watcher only reacts to changes).
 func TestSIGHUPReloads(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "shop.yaml")
 	if err := os.WriteFile(path, []byte("domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -251,6 +260,7 @@ func helpFlags(t *testing.T, atLeast int, args ...string) []string {
 
 // TestREADMEListsEveryFlag keeps the README's flag list true to --help.
 func TestREADMEListsEveryFlag(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -265,6 +275,7 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 // TestBadFlags: a flag value the daemon cannot use is refused before
 // anything starts, with exit status 2 and a message naming the flag.
 func TestBadFlags(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		want string
@@ -306,6 +317,7 @@ func TestBadFlags(t *testing.T) {
 // first SIGTERM starts draining and a second one ends it: the daemon exits
 // 0 instead of waiting out the delay.
 func TestSecondSignalCutsDrainShort(t *testing.T) {
+	t.Parallel()
 	p := startProcess(t, "--shutdown-delay", "1h")
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -333,6 +345,7 @@ func TestSecondSignalCutsDrainShort(t *testing.T) {
 // TestBadAuthzPolicy: the daemon does not start on an authorization policy
 // it cannot use; it exits 1 saying where the problem is.
 func TestBadAuthzPolicy(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "authz.yaml")
 	if err := os.WriteFile(path, []byte("clients:\n  - name: shop\n    match: [{common_name: shop}]\n    grants: [{domains: [shop], access: write}]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -350,6 +363,7 @@ func TestBadAuthzPolicy(t *testing.T) {
 // profiles; with --pprof it does, but never its command line, which may
 // hold what the operator did not mean to publish.
 func TestPprofOffByDefault(t *testing.T) {
+	t.Parallel()
 	get := func(p *process, path string) (int, string) {
 		resp, err := http.Get("http://" + p.http + path)
 		if err != nil {
@@ -374,6 +388,7 @@ func TestPprofOffByDefault(t *testing.T) {
 // TestCheckConfigLimits: check-config applies the policy bounds as the
 // daemon does, and warns of a domain that admits everything.
 func TestCheckConfigLimits(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.yaml")
 	if err := os.WriteFile(big, []byte("domain: big\ndescriptors:\n"+strings.Repeat("#", 3000)+"\n"), 0o644); err != nil {

@@ -129,6 +129,7 @@ func TestRedisFlags(t *testing.T) {
 // refused before anything starts, saying how to pass it instead and
 // without repeating it.
 func TestSecretOnCommandLineRefused(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--store", "redis", "--redis-password", "hunter2"},
 		{"-redis-password=hunter2"},

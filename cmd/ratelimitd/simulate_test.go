@@ -9,6 +9,7 @@ import (
 )
 
 func TestSimulate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	csvPath, svgPath := filepath.Join(dir, "sim.csv"), filepath.Join(dir, "sim.svg")
 	var stdout, stderr bytes.Buffer
@@ -54,6 +55,7 @@ func TestSimulate(t *testing.T) {
 // TestSimulateTokenBudget: --overdraft and --cost simulate a token budget
 // charged after the fact, and the CSV says when it is in debt.
 func TestSimulateTokenBudget(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	args := []string{"simulate", "--algorithms", "fixed_window", "--requests", "1000", "--period", "1m", "--overdraft", "--cost", "300",
 		"--pattern", "steady", "--rate", "1", "--duration", "1m", "--bin", "10s"}

@@ -3,6 +3,7 @@ package main
 import "testing"
 
 func TestByteSizeFlag(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want int64 // 0: rejected

@@ -74,6 +74,7 @@ func stateArgs(t *testing.T, dir string, extra ...string) []string {
 // file: the same caller is still denied, and waiting the retry_after it is
 // given admits it.
 func TestStateFileAcrossSIGTERM(t *testing.T) {
+	t.Parallel()
 	args := stateArgs(t, t.TempDir())
 	callers := [][]string{{"user", "alice"}, {"api_key", "k1"}}
 
@@ -153,6 +154,7 @@ func TestStateFileAcrossSIGTERM(t *testing.T) {
 // loss, and they must all be from the last moments before the kill — about
 // one interval. The test logs what it measured.
 func TestStateFileAfterKill9(t *testing.T) {
+	t.Parallel()
 	const interval = 200 * time.Millisecond
 	args := stateArgs(t, t.TempDir(), "--snapshot-interval", interval.String())
 	first := startProcess(t, args...)

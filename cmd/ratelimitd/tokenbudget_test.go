@@ -105,6 +105,7 @@ func retryAfter(r *rlsv3.RateLimitResponse) (time.Duration, bool) {
 //     one token to come back, and refunds restore exactly what they say,
 //     never past a full budget.
 func TestEnvoyGatewayTokenBudget(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, overdraft string
 		redis           bool
@@ -223,6 +224,7 @@ func tokenBudgetFlow(t *testing.T, c rlsv3.RateLimitServiceClient) {
 // less. What the budget holds at the end is exactly the budget less what
 // the admitted reservations used (no token comes back during the test).
 func TestReserveSettle(t *testing.T) {
+	t.Parallel()
 	for _, useRedis := range []bool{false, true} {
 		name := "memory"
 		if useRedis {
@@ -295,6 +297,7 @@ func TestReserveSettle(t *testing.T) {
 // owes 200: checks are denied, with a retry_after that counts down to the
 // instant the debt and one token are back, and admitted from then on.
 func TestDebtPaidByRefill(t *testing.T) {
+	t.Parallel()
 	const policy = "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 100, overdraft: true}\n"
 	const owed = 201 * 10 * time.Millisecond // the debt of 200 and one token, at 10ms a token
 	for _, useRedis := range []bool{false, true} {

@@ -81,6 +81,7 @@ func TestUpstreamEnvTracing(t *testing.T) {
 // upstream's environment; an environment it refuses stops it with status
 // 2 and the variable named, but --version still answers.
 func TestRatelimitNameReadsUpstreamEnv(t *testing.T) {
+	t.Parallel()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)

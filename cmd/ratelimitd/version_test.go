@@ -37,6 +37,7 @@ func toolchainView(t *testing.T, bin string) (version, commit string) {
 // TestVersion: --version prints the build as the Go toolchain recorded it
 // in the binary, and so do the start log line and ratelimitd_build_info.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
