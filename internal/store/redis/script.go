@@ -233,7 +233,7 @@ var redisTime = [2]string{"", ""}
 // nowArgs is an injected now as the scripts take it: within [0, MaxTime],
 // as Decide takes it, in milliseconds and the nanoseconds beyond them.
 func nowArgs(now int64) [2]string {
-	now = min(max(now, 0), algorithms.MaxTime)
+	now = algorithms.ClampTime(now)
 	return [2]string{strconv.FormatInt(now/1e6, 10), strconv.FormatInt(now%1e6, 10)}
 }
 

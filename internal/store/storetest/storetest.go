@@ -427,7 +427,7 @@ func nextNow(rng *rand.Rand, now, high int64, ref *reference) int64 {
 	default:
 		next = now + rng.Int64N(1<<(1+rng.IntN(36)))
 	}
-	return min(max(next, 0), algorithms.MaxTime)
+	return algorithms.ClampTime(next)
 }
 
 // ConcurrentOneKey: goroutines charge one bucket at once, half of them
