@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	ratelimitd_quota_streams                         quota streams open now
 //	ratelimitd_quota_reports_total{domain}           bucket usage reports received
 //	ratelimitd_quota_assignments_total{domain,action} bucket actions sent: "share" (a token bucket), "allow_all", "deny_all"
+//	ratelimitd_quota_ledger_claims_total{result}     buckets synced with the ledger of shares (several daemons on one Redis): "ok", "error"
 //
 // domain is the report's domain when the policy has it, "" otherwise, so
 // that callers cannot make series. A nil *Quota counts nothing.
@@ -14,6 +15,7 @@ type Quota struct {
 	streams     prometheus.Gauge
 	reports     *prometheus.CounterVec
 	assignments *prometheus.CounterVec
+	claims      *prometheus.CounterVec
 }
 
 // NewQuota adds the quota service's metrics to the registry. Call it once.
@@ -31,8 +33,12 @@ func (m *Metrics) NewQuota() *Quota {
 			Namespace: namespace, Subsystem: "quota", Name: "assignments_total",
 			Help: `Bucket actions sent on RLQS streams, by domain and action: "share" (a token bucket), "allow_all" or "deny_all".`,
 		}, []string{"domain", "action"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "quota", Name: "ledger_claims_total",
+			Help: `Buckets' claims synced with the ledger of shares that daemons on one Redis keep, by result: "ok" or "error".`,
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(q.streams, q.reports, q.assignments)
+	m.reg.MustRegister(q.streams, q.reports, q.assignments, q.claims)
 	return q
 }
 
@@ -61,5 +67,16 @@ func (q *Quota) Reported(domain string) {
 func (q *Quota) Assigned(domain, action string) {
 	if q != nil {
 		q.assignments.WithLabelValues(domain, action).Inc()
+	}
+}
+
+// Synced counts n claims sent to the ledger, answered unless err.
+func (q *Quota) Synced(n int, err error) {
+	if q != nil {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		q.claims.WithLabelValues(result).Add(float64(n))
 	}
 }

@@ -111,11 +111,21 @@ type Allocator struct {
 	// interval is the report interval assumed for a client until it says
 	// (its first report's elapsed time is 0 or absent).
 	interval time.Duration
+	// shared: the limits are shared with other daemons' clients through a
+	// ledger (shared.go); released are the buckets forgotten since the
+	// last Claims, whose ledger entries are to be removed.
+	shared   bool
+	released []string
 }
 
 type bucket struct {
 	limit   Limit
 	clients map[string]*client
+	// pool is this daemon's part of a shared limit, from the ledger (nil
+	// when not shared, or before the first sync); claimed is what the last
+	// claim said, to tell whether the next one has news.
+	pool    *Pool
+	claimed Claim
 }
 
 type client struct {
@@ -130,6 +140,9 @@ type client struct {
 	share  int64 // the last share sent
 	sentAt int64 // when it was sent
 	holds  []hold
+	// due: it reported, and no assignment could be sent (a shared limit
+	// whose ledger has not answered): the next one that can is sent.
+	due bool
 }
 
 // hold is a larger share sent earlier that the client may still apply.
@@ -152,8 +165,9 @@ func (c *client) expiry() int64 {
 }
 
 // live reports whether the client takes part in the division at now: its
-// stream is open and its last assignment has not expired.
-func (c *client) live(now int64) bool { return !c.gone && now < c.expiry() }
+// stream is open, and its last assignment has not expired or its report
+// awaits an answer.
+func (c *client) live(now int64) bool { return !c.gone && (c.due || now < c.expiry()) }
 
 // committed is the most the client may be applying at now.
 func (c *client) committed(now int64) int64 {
@@ -185,8 +199,10 @@ func (c *client) assignment(l Limit) Assignment {
 // have changed since the last report: a reload), and rebalances the bucket.
 // It returns the client's assignment, to be sent to it now (its time to
 // live starts now), and the assignments of other clients that changed, to
-// be pushed to them now.
-func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked uint64, elapsed time.Duration, now int64) (Assignment, []Push) {
+// be pushed to them now. For a shared limit whose pool is not in force
+// (see Shared), ok is false: nothing is to be sent now, and the client's
+// assignment is pushed once the pool is.
+func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked uint64, elapsed time.Duration, now int64) (as Assignment, ok bool, pushes []Push) {
 	b := a.buckets[bucketKey]
 	if b == nil {
 		b = &bucket{clients: map[string]*client{}}
@@ -215,9 +231,13 @@ func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked
 	}
 	c.gone = false
 	c.reported = now
-	pushes := a.rebalance(bucketKey, b, now, clientID)
-	c.sentAt = now // the reply carries its assignment, renewed
-	return c.assignment(limit), pushes
+	if !a.usable(b, now, c) {
+		c.due = true
+		return Assignment{}, false, nil
+	}
+	pushes = a.rebalance(bucketKey, b, now, clientID)
+	c.sentAt, c.due = now, false // the reply carries its assignment, renewed
+	return c.assignment(limit), true, pushes
 }
 
 // demand returns asked per elapsed as requests per period, rounded up, at
@@ -282,7 +302,13 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 	}
 	if len(ids) == 0 {
 		delete(a.buckets, key)
+		if b.pool != nil {
+			a.released = append(a.released, key)
+		}
 		return nil
+	}
+	if !a.usable(b, now, nil) {
+		return nil // nothing can be sent: the ledger's answer is awaited
 	}
 	slices.Sort(ids)
 	var lives []string
@@ -297,7 +323,7 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 			c.share = 0
 		}
 	}
-	targets := MaxMinFair(b.limit.Requests, demands)
+	targets := a.targets(b, demands)
 	// A client needs more when its target is more than the tolerance above
 	// its share; then every share above its target shrinks, however little,
 	// as others wait for it.
@@ -318,7 +344,7 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		}
 	}
 	// Then grow, out of what no one may be applying.
-	free := b.limit.Requests
+	free := a.capacity(b)
 	for _, id := range ids {
 		free -= b.clients[id].committed(now)
 	}
@@ -340,11 +366,11 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 	}
 	var pushes []Push
 	for _, id := range lives {
-		if !changed[id] {
+		c := b.clients[id]
+		if !changed[id] && !c.due {
 			continue
 		}
-		c := b.clients[id]
-		c.sentAt = now
+		c.sentAt, c.due = now, false
 		if id != reporting {
 			pushes = append(pushes, Push{Bucket: key, Client: id, Assignment: c.assignment(b.limit)})
 		}

@@ -132,7 +132,7 @@ func TestNeverOverLimit(t *testing.T) {
 				elapsed := time.Duration(r.Int64N(int64(2 * interval)))
 				asked := uint64(r.Int64N(2 * limit.Requests))
 				var as quota.Assignment
-				as, pushes = a.Report("b", limit, c, asked, elapsed, now)
+				as, _, pushes = a.Report("b", limit, c, asked, elapsed, now)
 				model.receive(c, as, now)
 			}
 			for _, p := range pushes {
@@ -157,7 +157,7 @@ func steady(a *quota.Allocator, clk *clock.Fake, limit quota.Limit, demands map[
 		clk.Advance(interval)
 		for _, id := range ids {
 			asked := uint64(demands[id] * int64(interval) / int64(limit.Period))
-			as, pushes := a.Report("b", limit, id, asked, interval, clk.Now())
+			as, _, pushes := a.Report("b", limit, id, asked, interval, clk.Now())
 			held[id] = as.Share
 			for _, p := range pushes {
 				held[p.Client] = p.Share
@@ -251,7 +251,7 @@ func TestQuietClientReclaimed(t *testing.T) {
 			expiry := sent + int64(interval*3/2+interval/4)
 			// a reports just before b's share expires: it cannot have it yet.
 			clk.Set(expiry - 1)
-			as, _ := a.Report("b", limit, "a", 100, interval, clk.Now())
+			as, _, _ := a.Report("b", limit, "a", 100, interval, clk.Now())
 			if as.Share != 3000 {
 				t.Fatalf("before b's assignment expired a got %d, want 3000", as.Share)
 			}
@@ -274,12 +274,12 @@ func TestShrinkHeldUntilExpiry(t *testing.T) {
 	limit := quota.Limit{Requests: 600, Period: period}
 	a := quota.New(interval)
 	clk := clock.NewFake(t0)
-	as, _ := a.Report("b", limit, "a", 1000, interval, clk.Now())
+	as, _, _ := a.Report("b", limit, "a", 1000, interval, clk.Now())
 	if as.Share != 600 || as.Burst != 10 || as.TTL != interval*3/2 {
 		t.Fatalf("a alone got %+v, want share 600, burst 10 (600/min × 1s), TTL 1.5s", as)
 	}
 	clk.Advance(interval / 2)
-	nb, pushes := a.Report("b", limit, "n", 1000, interval, clk.Now())
+	nb, _, pushes := a.Report("b", limit, "n", 1000, interval, clk.Now())
 	if nb.Share != 0 {
 		t.Fatalf("the newcomer got %d while a may still apply all 600", nb.Share)
 	}
@@ -303,16 +303,16 @@ func TestSmallChangesNotSent(t *testing.T) {
 	limit := quota.Limit{Requests: 6000, Period: period}
 	a := quota.New(interval)
 	clk := clock.NewFake(t0)
-	as, _ := a.Report("b", limit, "a", 40, interval, clk.Now()) // 2400/min
+	as, _, _ := a.Report("b", limit, "a", 40, interval, clk.Now()) // 2400/min
 	if as.Share != 2400 {
 		t.Fatalf("share %d, want 2400", as.Share)
 	}
 	clk.Advance(interval)
-	if as, _ = a.Report("b", limit, "a", 41, interval, clk.Now()); as.Share != 2400 { // 2460: within 2.5%
+	if as, _, _ = a.Report("b", limit, "a", 41, interval, clk.Now()); as.Share != 2400 { // 2460: within 2.5%
 		t.Fatalf("share %d after a 2.5%% change, want 2400 kept", as.Share)
 	}
 	clk.Advance(interval)
-	if as, _ = a.Report("b", limit, "a", 45, interval, clk.Now()); as.Share != 2700 {
+	if as, _, _ = a.Report("b", limit, "a", 45, interval, clk.Now()); as.Share != 2700 {
 		t.Fatalf("share %d after a 12.5%% change, want 2700", as.Share)
 	}
 }

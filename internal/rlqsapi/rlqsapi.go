@@ -41,6 +41,7 @@ package rlqsapi
 import (
 	"context"
 	"io"
+	"log/slog"
 	"math"
 	"math/bits"
 	"slices"
@@ -65,6 +66,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/quota"
+	"github.com/ratelimitd/ratelimitd/internal/reminder"
 )
 
 // DefaultInterval is the report interval assumed for a client until its
@@ -85,6 +87,9 @@ type Server struct {
 	drain    <-chan struct{} // closed when streams are to end
 	authz    func(ctx context.Context, domain string) error
 	daemons  int64 // each limit is divided by it
+	ledger   Ledger
+	log      *slog.Logger
+	down     *reminder.Reminder // the ledger failing
 
 	mu      sync.Mutex // guards alloc, streams and buckets
 	alloc   *quota.Allocator
@@ -128,6 +133,27 @@ func WithAuthorize(authorize func(ctx context.Context, domain string) error) Opt
 // part cannot borrow another's unused part.
 func WithDaemons(n int) Option { return func(s *Server) { s.daemons = int64(max(n, 1)) } }
 
+// Ledger keeps, for daemons that share limits, each one's part of every
+// bucket's limit (internal/store/redis: QuotaLedger; quota.Claim and
+// quota.Grant say what is asked and answered). Sync answers the claims in
+// order, or fails as a whole.
+type Ledger interface {
+	Sync(ctx context.Context, claims []quota.Claim) ([]quota.Grant, error)
+}
+
+// WithLedger shares every limit with the other daemons on the same ledger
+// (package quota, "Limits shared by several daemons"): each Tick first
+// syncs the buckets whose claims changed, and a bucket's assignments are
+// sent only while the ledger's grant is in force; log receives the
+// ledger's failures (at most one line a minute while they last) and its
+// recovery.
+func WithLedger(l Ledger, log *slog.Logger) Option {
+	return func(s *Server) { s.ledger, s.log = l, log }
+}
+
+// SyncTimeout bounds a Tick's exchange with the ledger.
+const SyncTimeout = time.Second
+
 // WithInterval sets the report interval assumed for a client until its
 // reports say (0: DefaultInterval).
 func WithInterval(d time.Duration) Option { return func(s *Server) { s.interval = d } }
@@ -147,6 +173,13 @@ func New(policy func() *config.Policy, clk clock.Clock, opts ...Option) *Server 
 		s.interval = DefaultInterval
 	}
 	s.alloc = quota.New(s.interval)
+	if s.ledger != nil {
+		s.alloc = quota.NewShared(s.interval)
+		s.down = reminder.New(clk, 0)
+		if s.log == nil {
+			s.log = slog.Default()
+		}
+	}
 	return s
 }
 
@@ -155,8 +188,12 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s)
 }
 
-// Tick rebalances every bucket now and pushes the shares that changed.
+// Tick rebalances every bucket now and pushes the shares that changed;
+// with a ledger, it syncs with the ledger first.
 func (s *Server) Tick() {
+	if s.ledger != nil {
+		s.sync()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.push(s.alloc.Tick(s.clock.Now()))
@@ -165,6 +202,36 @@ func (s *Server) Tick() {
 			delete(s.buckets, k)
 		}
 	}
+}
+
+// sync sends the allocator's claims to the ledger and gives it the grants.
+// The lock is not held while the ledger answers: reports go on meanwhile
+// (the claimed buckets' shares do not grow until the grants are in).
+func (s *Server) sync() {
+	s.mu.Lock()
+	claimedAt := s.clock.Now()
+	claims := s.alloc.Claims(claimedAt)
+	s.mu.Unlock()
+	if len(claims) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), SyncTimeout)
+	grants, err := s.ledger.Sync(ctx, claims)
+	cancel()
+	s.metrics.Synced(len(claims), err)
+	if err != nil {
+		if log, since, n := s.down.Start(); log {
+			s.log.Warn("quota: the ledger of shares is unreachable: shares do not grow, and assignments stop being renewed as their grants run out",
+				"for", since, "failures", n, "err", err)
+		}
+		return
+	}
+	if log, since := s.down.Stop(); log {
+		s.log.Info("quota: the ledger of shares answers again", "after", since)
+	}
+	s.mu.Lock()
+	s.alloc.SetPools(claims, grants, claimedAt)
+	s.mu.Unlock()
 }
 
 // stream is one client's stream: what is to be sent to it, sent by one
@@ -179,13 +246,9 @@ type stream struct {
 	buckets map[string]*rlqsv3.BucketId // allocator keys it reported
 }
 
-// queue adds an action to send, replacing one pending for the same bucket;
-// key, when not empty, is the bucket's allocator key, for pushes.
-func (st *stream) queue(key string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+// queue adds an action to send, replacing one pending for the same bucket.
+func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	st.mu.Lock()
-	if _, ok := st.buckets[key]; !ok && key != "" {
-		st.buckets[key] = a.BucketId
-	}
 	st.pending = slices.DeleteFunc(st.pending, func(p *rlqsv3.RateLimitQuotaResponse_BucketAction) bool {
 		return sameBucket(p.BucketId, a.BucketId)
 	})
@@ -396,7 +459,7 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 			if elapsed > 0 {
 				ttl = elapsed
 			}
-			s.send(st, "", blanketAction(id, blanket, ttl*quota.TTLNum/quota.TTLDen))
+			s.send(st, blanketAction(id, blanket, ttl*quota.TTLNum/quota.TTLDen))
 			continue
 		}
 		key := bucketKey(domain, entries, rule, limit)
@@ -405,8 +468,13 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 		}
 		s.buckets[key] = bucketInfo{domain: domain, id: id.GetBucket(), rule: rule.StatKey}
 		ql := quota.Limit{Requests: limit.Rate.Requests() / s.daemons, Period: limit.Rate.Period()}
-		a, pushes := s.alloc.Report(key, ql, st.id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
-		s.send(st, key, shareAction(id, a))
+		st.mu.Lock()
+		st.buckets[key] = id // for pushes, the reply's included
+		st.mu.Unlock()
+		a, ok, pushes := s.alloc.Report(key, ql, st.id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
+		if ok { // else pushed once the ledger has answered (a shared limit)
+			s.send(st, shareAction(id, a))
+		}
 		s.push(pushes)
 	}
 	return nil
@@ -452,14 +520,13 @@ func (s *Server) push(pushes []quota.Push) {
 		id := st.buckets[p.Bucket]
 		st.mu.Unlock()
 		if id != nil {
-			s.send(st, p.Bucket, shareAction(id, p.Assignment))
+			s.send(st, shareAction(id, p.Assignment))
 		}
 	}
 }
 
-// send queues an action for st (key: its allocator key, "" for a blanket
-// rule that no share stands behind) and counts it.
-func (s *Server) send(st *stream, key string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+// send queues an action for st and counts it.
+func (s *Server) send(st *stream, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	action := "share"
 	if b := a.GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() == nil {
 		action = "allow_all"
@@ -468,7 +535,7 @@ func (s *Server) send(st *stream, key string, a *rlqsv3.RateLimitQuotaResponse_B
 		}
 	}
 	s.metrics.Assigned(st.domain, action)
-	st.queue(key, a)
+	st.queue(a)
 }
 
 // closed forgets a stream: its shares stay committed until they expire.

@@ -1,0 +1,55 @@
+-- quotaledger.lua: one bucket's ledger of quota shares, for daemons that
+-- share its limit (package quota, "Limits shared by several daemons";
+-- quotaledger.go). The bucket's key holds one entry per daemon, each
+-- "id grant until demands;": the most that daemon's clients may be
+-- applying together, until when (ms) the entry holds, and its live
+-- clients' demands ("d,d,d", or empty). Entries past their until are
+-- dropped as they are read.
+--
+-- KEYS[1]: the bucket's ledger key.
+-- ARGV: the daemon's id; the limit; keep; want; lease (ms, 0: remove the
+-- daemon's entry); its demands; now in ms ("": Redis TIME, and the key
+-- expires with its last entry).
+--
+-- The daemon is granted min(want, limit - the others' grants), never less
+-- than keep (what its clients may already be applying) nor than 0. It
+-- returns the grant and the others' demands, joined by ",".
+local key, me = KEYS[1], ARGV[1]
+local limit, keep, want, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local demands, now, expire = ARGV[6], ARGV[7], false
+if now == "" then
+  local tm = redis.call("TIME")
+  now, expire = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000), true
+else
+  now = tonumber(now)
+end
+
+local entries, others, otherDemands, last = {}, 0, {}, now
+local v = redis.call("GET", key)
+if v then
+  for id, grant, untilMs, ds in string.gmatch(v, "([^ ;]+) (%d+) (%d+) ([%d,]*);") do
+    local u = tonumber(untilMs)
+    if id ~= me and u > now then
+      others = others + tonumber(grant)
+      if ds ~= "" then otherDemands[#otherDemands + 1] = ds end
+      entries[#entries + 1] = id .. " " .. grant .. " " .. untilMs .. " " .. ds .. ";"
+      if u > last then last = u end
+    end
+  end
+end
+
+local grant = math.min(want, limit - others)
+if grant < keep then grant = keep end
+if grant < 0 then grant = 0 end
+if lease > 0 then
+  entries[#entries + 1] = string.format("%s %d %d %s;", me, grant, now + lease, demands)
+  if now + lease > last then last = now + lease end
+end
+if #entries == 0 then
+  redis.call("DEL", key)
+elseif expire then
+  redis.call("SET", key, table.concat(entries), "PX", last - now)
+else
+  redis.call("SET", key, table.concat(entries))
+end
+return { string.format("%d", grant), table.concat(otherDemands, ",") }
