@@ -56,6 +56,42 @@
 // expires) is what its fallback admits, outside this bound: with Envoy's
 // default (allow all) it is what arrives in one round trip.
 //
+// # Limits shared by several daemons
+//
+// When several daemons hand out shares of the same limits (behind a load
+// balancer, on one Redis), each keeps its own clients in an Allocator
+// made by NewShared, and a ledger (internal/store/redis: QuotaLedger)
+// keeps, per bucket, one entry per daemon: the most its clients may be
+// applying together (its grant), its live clients' demands, and until
+// when the entry holds. A daemon's Allocator then
+//
+//   - divides the limit max-min fairly among the demands of every client
+//     of every daemon (its own and the Others of its pool), and takes the
+//     targets of its own clients;
+//   - grows its clients' shares only out of its grant, less what they may
+//     already be applying;
+//   - sends no assignment that may be applied after its pool's Until: a
+//     client whose report cannot be answered is answered once it can.
+//
+// The ledger grants a daemon at most the limit less the grants of the
+// other daemons' entries in force, and never less than what the daemon's
+// clients may already be applying (Claim.Keep). A daemon asks (Claims)
+// every tick for the buckets whose claim has news, whose pool is due for
+// renewal, or whose last claim is half a report interval old (so that the
+// others' demands it divides by are at most that old); while a claim is in flight the bucket's grant is lowered to
+// its Keep (no growth on the old grant, which the ledger may be lowering).
+// So the grants in force never add up to more than the limit, and the
+// shares a daemon's clients may apply never exceed its grant: the sum over
+// every client of every daemon is at most the limit, as within one.
+//
+// A daemon's entry lives Lease (its clients' longest assignment life plus
+// LeaseSlack) beyond its last claim, so that a daemon that stops without a
+// word holds its grant for as long as its clients may apply what it sent
+// them, and at most LeaseSlack longer. If the ledger cannot be
+// reached, a daemon's pools run out at their Until: it stops renewing
+// assignments, and its clients fall back (quota_fallback) as their last
+// assignments expire.
+//
 // The Allocator is pure logic: time comes in as an argument (Unix
 // nanoseconds, from internal/clock), and it is not safe for concurrent use.
 package quota
@@ -124,8 +160,9 @@ type bucket struct {
 	// pool is this daemon's part of a shared limit, from the ledger (nil
 	// when not shared, or before the first sync); claimed is what the last
 	// claim said, to tell whether the next one has news.
-	pool    *Pool
-	claimed Claim
+	pool      *Pool
+	claimed   Claim
+	claimedAt int64
 }
 
 type client struct {

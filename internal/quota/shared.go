@@ -5,40 +5,6 @@ import (
 	"time"
 )
 
-// # Limits shared by several daemons
-//
-// When several daemons hand out shares of the same limits (behind a load
-// balancer, on one Redis), each keeps its own clients in an Allocator
-// made by NewShared, and a ledger (internal/store/redis: QuotaLedger)
-// keeps, per bucket, one entry per daemon: the most its clients may be
-// applying together (its grant), its live clients' demands, and until
-// when the entry holds. A daemon's Allocator then
-//
-//   - divides the limit max-min fairly among the demands of every client
-//     of every daemon (its own and the Others of its pool), and takes the
-//     targets of its own clients;
-//   - grows its clients' shares only out of its grant, less what they may
-//     already be applying;
-//   - sends no assignment that may be applied after its pool's Until: a
-//     client whose report cannot be answered is answered once it can.
-//
-// The ledger grants a daemon at most the limit less the grants of the
-// other daemons' entries in force, and never less than what the daemon's
-// clients may already be applying (Claim.Keep). A daemon asks (Claims)
-// every tick for the buckets whose claim has news or whose pool is due
-// for renewal; while a claim is in flight the bucket's grant is lowered to
-// its Keep (no growth on the old grant, which the ledger may be lowering).
-// So the grants in force never add up to more than the limit, and the
-// shares a daemon's clients may apply never exceed its grant: the sum over
-// every client of every daemon is at most the limit, as within one.
-//
-// A daemon's entry lives Lease beyond its last sync, so that a daemon
-// that stops without a word holds its grant for as long as its clients
-// may apply what it sent them, and no longer. If the ledger cannot be
-// reached, a daemon's pools run out at their Until: it stops renewing
-// assignments, and its clients fall back (quota_fallback) as their last
-// assignments expire.
-
 // Pool is a daemon's part of a limit shared with other daemons, from the
 // ledger.
 type Pool struct {
@@ -91,6 +57,22 @@ func NewShared(interval time.Duration) *Allocator {
 // so never lapses while the daemon is up and reaches the ledger.
 const LeaseSlack = 2 * time.Second
 
+// ClaimEveryDen: a bucket is claimed at least every 1/ClaimEveryDen of
+// its clients' shortest report interval, with news or not, so that the
+// other daemons' demands (the answer's Others) are at most that old.
+const ClaimEveryDen = 2
+
+// shortest is the shortest report interval of b's clients.
+func shortest(b *bucket) time.Duration {
+	var least time.Duration
+	for _, x := range b.clients {
+		if least == 0 || x.interval < least {
+			least = x.interval
+		}
+	}
+	return least
+}
+
 // life is the longest an assignment sent now to a client of b lives, the
 // reporting client c (if any) included: its time to live and delivery.
 func life(b *bucket, c *client) time.Duration {
@@ -133,8 +115,9 @@ func (a *Allocator) capacity(b *bucket) int64 {
 }
 
 // Claims returns at now what the daemon asks the ledger, for each bucket
-// whose claim changed since the last or whose pool needs renewing, and
-// one removal for each bucket forgotten since; the claimed buckets grow
+// whose claim changed since the last, whose pool needs renewing or whose
+// last claim is half its clients' shortest report interval old, and one
+// removal for each bucket forgotten since; the claimed buckets grow
 // no more until SetPools answers. Buckets come in key order.
 func (a *Allocator) Claims(now int64) []Claim {
 	var claims []Claim
@@ -147,11 +130,12 @@ func (a *Allocator) Claims(now int64) []Claim {
 	for _, key := range a.bucketKeys() {
 		b := a.buckets[key]
 		c := a.claim(key, b, now)
-		renew := b.pool == nil || now+int64(life(b, nil)+LeaseSlack/2) > b.pool.Until
+		renew := b.pool == nil || now+int64(life(b, nil)+LeaseSlack/2) > b.pool.Until ||
+			now-b.claimedAt >= int64(shortest(b)/ClaimEveryDen)
 		if !renew && b.pool.Grant == c.Want && c.Limit == b.claimed.Limit && slices.Equal(c.Demands, b.claimed.Demands) {
-			continue // nothing new, and the pool holds a while yet
+			continue // nothing new here, the others' news not due, and the pool holds a while yet
 		}
-		b.claimed = c
+		b.claimed, b.claimedAt = c, now
 		if b.pool != nil {
 			b.pool.Grant = min(b.pool.Grant, c.Keep)
 		}
