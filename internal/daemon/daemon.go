@@ -164,9 +164,11 @@ type Config struct {
 	// overdraft: an overdraft limit (engine.WithOverdraftByDefault), for
 	// token budgets in policies that cannot say it, as over xDS.
 	OverdraftByDefault bool
-	// QuotaDaemons is how many daemons serve quota (RLQS) streams for the
-	// same limits, sharing them (several daemons on one Redis): each hands
-	// out shares of limit / QuotaDaemons, rounded down (0: 1).
+	// QuotaDaemons is how many daemons without a shared store serve quota
+	// (RLQS) streams for the same limits: each hands out shares of limit /
+	// QuotaDaemons, rounded down (0: 1). Daemons on one Redis share quota
+	// limits through it by demand instead (more than 1 is refused with the
+	// redis store).
 	QuotaDaemons int
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
@@ -347,6 +349,9 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	}
 	if cfg.QuotaDaemons < 0 {
 		return cfg, fmt.Errorf("quota daemons %d: want 1 or more", cfg.QuotaDaemons)
+	}
+	if cfg.QuotaDaemons > 1 && cfg.Store == "redis" {
+		return cfg, fmt.Errorf("quota daemons %d with the redis store: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval

@@ -19,6 +19,9 @@ const quotaTick = 100 * time.Millisecond
 func (d *Daemon) newQuota() *rlqsapi.Server {
 	opts := []rlqsapi.Option{rlqsapi.WithMetrics(d.metrics.NewQuota()), rlqsapi.WithBounds(d.cfg.Bounds),
 		rlqsapi.WithDrain(d.drain), rlqsapi.WithDaemons(d.cfg.QuotaDaemons)}
+	if l := d.store.quotaLedger(); l != nil { // shared with the other daemons on the store
+		opts = append(opts, rlqsapi.WithLedger(l, d.cfg.Logger))
+	}
 	if d.authz != nil {
 		opts = append(opts, rlqsapi.WithAuthorize(func(ctx context.Context, domain string) error {
 			return d.authz.Authorize(authz.FromGRPC(ctx), domain, authz.Charge)

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/snapshot"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
@@ -53,6 +54,10 @@ type storeBackend interface {
 	// daemon's configuration (Redis's ACL or password), nil while it does
 	// not: the daemon is then not ready (/readyz says why).
 	misconfigured() error
+	// quotaLedger is where daemons sharing the store keep their parts of
+	// quota limits (package quota, "Limits shared by several daemons"), nil
+	// for a store that no other daemon shares.
+	quotaLedger() rlqsapi.Ledger
 	// close releases what the store holds, once no call is deciding.
 	close()
 	// String names the store in the start log line.
@@ -130,8 +135,9 @@ func (b *memoryBackend) collectors() []prometheus.Collector {
 	}
 	return c
 }
-func (b *memoryBackend) routes(*http.ServeMux) {}
-func (b *memoryBackend) misconfigured() error  { return nil }
+func (b *memoryBackend) routes(*http.ServeMux)       {}
+func (b *memoryBackend) misconfigured() error        { return nil }
+func (b *memoryBackend) quotaLedger() rlqsapi.Ledger { return nil }
 func (b *memoryBackend) restore(keep func(key []byte) bool) {
 	if b.snapshots != nil {
 		b.snapshots.load(keep)
@@ -217,6 +223,7 @@ func (b *redisBackend) collectors() []prometheus.Collector {
 }
 func (b *redisBackend) restore(func(key []byte) bool) {}
 func (b *redisBackend) misconfigured() error          { return b.Misconfigured() }
+func (b *redisBackend) quotaLedger() rlqsapi.Ledger   { return b.redis.QuotaLedger() }
 func (b *redisBackend) close()                        { b.Guard.Close(); b.redis.Close() }
 func (b *redisBackend) String() string                { return b.name }
 
