@@ -170,6 +170,10 @@ type Config struct {
 	// limits through it by demand instead (more than 1 is refused with the
 	// redis store).
 	QuotaDaemons int
+	// QuotaLedgerClock, when set, keeps the leases of the quota ledger in
+	// Redis on its time instead of Redis TIME, for tests whose daemons
+	// share a fake clock (internal/store/redis: QuotaLedger).
+	QuotaLedgerClock clock.Clock
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/snapshot"
@@ -162,8 +163,9 @@ const redisCheckTimeout = 5 * time.Second
 // Redis, in the guard that decides while Redis fails.
 type redisBackend struct {
 	*guard.Guard
-	redis *redisstore.Store
-	name  string
+	redis       *redisstore.Store
+	name        string
+	ledgerClock clock.Clock // Config.QuotaLedgerClock
 }
 
 func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
@@ -214,7 +216,7 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	case cfg.Redis.SentinelMaster != "":
 		name = "redis sentinel master " + cfg.Redis.SentinelMaster
 	}
-	return &redisBackend{Guard: g, redis: rs, name: name}, nil
+	return &redisBackend{Guard: g, redis: rs, name: name, ledgerClock: cfg.QuotaLedgerClock}, nil
 }
 
 func (b *redisBackend) run(ctx context.Context) { b.Run(ctx, time.Second) }
@@ -223,7 +225,7 @@ func (b *redisBackend) collectors() []prometheus.Collector {
 }
 func (b *redisBackend) restore(func(key []byte) bool) {}
 func (b *redisBackend) misconfigured() error          { return b.Misconfigured() }
-func (b *redisBackend) quotaLedger() rlqsapi.Ledger   { return b.redis.QuotaLedger() }
+func (b *redisBackend) quotaLedger() rlqsapi.Ledger   { return b.redis.QuotaLedger(b.ledgerClock) }
 func (b *redisBackend) close()                        { b.Guard.Close(); b.redis.Close() }
 func (b *redisBackend) String() string                { return b.name }
 

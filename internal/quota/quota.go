@@ -70,8 +70,14 @@
 //     targets of its own clients;
 //   - grows its clients' shares only out of its grant, less what they may
 //     already be applying;
-//   - sends no assignment that may be applied after its pool's Until: a
-//     client whose report cannot be answered is answered once it can.
+//   - answers reports in two ticks (a tick is 100ms in the daemon): the
+//     first publishes their demands without growing its grant, the second
+//     claims what its clients' targets want, computed on the other
+//     daemons' demands as they published them meanwhile; the Tick after
+//     the ledger's answer sends the assignments. So clients that report
+//     together on several daemons (a change of demand everywhere) are
+//     divided on each other's new demands, not the old;
+//   - sends no assignment that may be applied after its pool's Until.
 //
 // The ledger grants a daemon at most the limit less the grants of the
 // other daemons' entries in force, and never less than what the daemon's
@@ -163,6 +169,10 @@ type bucket struct {
 	pool      *Pool
 	claimed   Claim
 	claimedAt int64
+	news      bool // a report since the last claim
+	// publishing: the last claim published news without growing; the
+	// next is the full claim, and until it is answered nothing is sent.
+	publishing bool
 }
 
 type client struct {
@@ -177,8 +187,8 @@ type client struct {
 	share  int64 // the last share sent
 	sentAt int64 // when it was sent
 	holds  []hold
-	// due: it reported, and no assignment could be sent (a shared limit
-	// whose ledger has not answered): the next one that can is sent.
+	// due: it reported, and is answered by the next assignment that can
+	// be sent (a shared limit: after the ledger's answer).
 	due bool
 }
 
@@ -236,9 +246,9 @@ func (c *client) assignment(l Limit) Assignment {
 // have changed since the last report: a reload), and rebalances the bucket.
 // It returns the client's assignment, to be sent to it now (its time to
 // live starts now), and the assignments of other clients that changed, to
-// be pushed to them now. For a shared limit whose pool is not in force
-// (see Shared), ok is false: nothing is to be sent now, and the client's
-// assignment is pushed once the pool is.
+// be pushed to them now. For a shared limit (NewShared) ok is false and
+// nothing is to be sent now: the client's assignment is pushed by the
+// Tick after the ledger has answered the bucket's next claim.
 func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked uint64, elapsed time.Duration, now int64) (as Assignment, ok bool, pushes []Push) {
 	b := a.buckets[bucketKey]
 	if b == nil {
@@ -268,8 +278,10 @@ func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked
 	}
 	c.gone = false
 	c.reported = now
-	if !a.usable(b, now, c) {
-		c.due = true
+	if a.shared {
+		// Answered once the ledger has had the report's news and the
+		// bucket's full claim has been answered (Claims).
+		c.due, b.news = true, true
 		return Assignment{}, false, nil
 	}
 	pushes = a.rebalance(bucketKey, b, now, clientID)
@@ -300,6 +312,9 @@ func (a *Allocator) Gone(bucketKey, clientID string, now int64) []Push {
 		return nil
 	}
 	b.clients[clientID].gone = true
+	if a.shared {
+		return nil // the next Tick rebalances, after the ledger
+	}
 	return a.rebalance(bucketKey, b, now, "")
 }
 
@@ -344,7 +359,7 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		}
 		return nil
 	}
-	if !a.usable(b, now, nil) {
+	if !a.usable(b, now) || b.publishing {
 		return nil // nothing can be sent: the ledger's answer is awaited
 	}
 	slices.Sort(ids)
@@ -441,6 +456,19 @@ type BucketView struct {
 	Requests int64         `json:"requests"`
 	Period   time.Duration `json:"period"`
 	Clients  []ClientView  `json:"clients"`
+	// Shared is this daemon's part of a limit shared with other daemons
+	// (NewShared), nil before the ledger's first answer.
+	Shared *SharedView `json:"shared,omitempty"`
+}
+
+// SharedView is a daemon's part of a shared limit, for the console.
+type SharedView struct {
+	// Grant is what this daemon's clients may together be applying.
+	Grant int64 `json:"grant"`
+	// OtherClients are the other daemons' live clients, OtherDemand what
+	// they ask together, in requests per period.
+	OtherClients int   `json:"other_clients"`
+	OtherDemand  int64 `json:"other_demand"`
 }
 
 // View returns every bucket and its clients at now, buckets by key,
@@ -450,6 +478,12 @@ func (a *Allocator) View(now int64) []BucketView {
 	for _, key := range a.bucketKeys() {
 		b := a.buckets[key]
 		v := BucketView{Bucket: key, Requests: b.limit.Requests, Period: b.limit.Period}
+		if p := b.pool; p != nil {
+			v.Shared = &SharedView{Grant: p.Grant, OtherClients: len(p.Others)}
+			for _, d := range p.Others {
+				v.Shared.OtherDemand += d
+			}
+		}
 		for id, c := range b.clients {
 			v.Clients = append(v.Clients, ClientView{
 				Client: id, Demand: c.demand, Share: c.share, Committed: c.committed(now),

@@ -73,27 +73,24 @@ func shortest(b *bucket) time.Duration {
 	return least
 }
 
-// life is the longest an assignment sent now to a client of b lives, the
-// reporting client c (if any) included: its time to live and delivery.
-func life(b *bucket, c *client) time.Duration {
+// life is the longest an assignment sent now to a client of b lives: its
+// time to live and delivery.
+func life(b *bucket) time.Duration {
 	var most time.Duration
 	for _, x := range b.clients {
 		most = max(most, x.ttl()+x.interval/DeliveryDen)
-	}
-	if c != nil {
-		most = max(most, c.ttl()+c.interval/DeliveryDen)
 	}
 	return most
 }
 
 // usable reports whether assignments can be sent for b at now: always for
 // a limit not shared; for a shared one, while its pool is in force for
-// the longest life of an assignment sent now (c: the reporting client).
-func (a *Allocator) usable(b *bucket, now int64, c *client) bool {
+// the longest life of an assignment sent now.
+func (a *Allocator) usable(b *bucket, now int64) bool {
 	if !a.shared {
 		return true
 	}
-	return b.pool != nil && now+int64(life(b, c)) <= b.pool.Until
+	return b.pool != nil && now+int64(life(b)) <= b.pool.Until
 }
 
 // targets returns the max-min fair shares of b's limit for the demands of
@@ -115,8 +112,10 @@ func (a *Allocator) capacity(b *bucket) int64 {
 }
 
 // Claims returns at now what the daemon asks the ledger, for each bucket
-// whose claim changed since the last, whose pool needs renewing or whose
-// last claim is half its clients' shortest report interval old, and one
+// reported since the last claim (its demands published, its grant not
+// grown: the full claim follows at the next call), whose claim changed,
+// whose pool needs renewing or whose last claim is half its clients'
+// shortest report interval old, and one
 // removal for each bucket forgotten since; the claimed buckets grow
 // no more until SetPools answers. Buckets come in key order.
 func (a *Allocator) Claims(now int64) []Claim {
@@ -130,12 +129,24 @@ func (a *Allocator) Claims(now int64) []Claim {
 	for _, key := range a.bucketKeys() {
 		b := a.buckets[key]
 		c := a.claim(key, b, now)
-		renew := b.pool == nil || now+int64(life(b, nil)+LeaseSlack/2) > b.pool.Until ||
-			now-b.claimedAt >= int64(shortest(b)/ClaimEveryDen)
-		if !renew && b.pool.Grant == c.Want && c.Limit == b.claimed.Limit && slices.Equal(c.Demands, b.claimed.Demands) {
-			continue // nothing new here, the others' news not due, and the pool holds a while yet
+		switch {
+		case b.publishing: // the full claim, on the others' latest demands
+			b.publishing = false
+		case b.news: // publish the reports' demands, growing nothing yet
+			if b.pool != nil {
+				c.Want = min(c.Want, max(c.Keep, b.pool.Grant))
+			} else {
+				c.Want = c.Keep
+			}
+			b.publishing = true
+		default:
+			renew := b.pool == nil || now+int64(life(b)+LeaseSlack/2) > b.pool.Until ||
+				now-b.claimedAt >= int64(shortest(b)/ClaimEveryDen)
+			if !renew && b.pool.Grant == c.Want && c.Limit == b.claimed.Limit && slices.Equal(c.Demands, b.claimed.Demands) {
+				continue // nothing new here, the others' news not due, and the pool holds a while yet
+			}
 		}
-		b.claimed, b.claimedAt = c, now
+		b.claimed, b.claimedAt, b.news = c, now, false
 		if b.pool != nil {
 			b.pool.Grant = min(b.pool.Grant, c.Keep)
 		}
@@ -147,7 +158,7 @@ func (a *Allocator) Claims(now int64) []Claim {
 // claim is b's claim at now: what its clients may be applying, what they
 // would at their targets, their demands.
 func (a *Allocator) claim(key string, b *bucket, now int64) Claim {
-	c := Claim{Bucket: key, Limit: b.limit.Requests, Lease: life(b, nil) + LeaseSlack}
+	c := Claim{Bucket: key, Limit: b.limit.Requests, Lease: life(b) + LeaseSlack}
 	ids := make([]string, 0, len(b.clients))
 	for id := range b.clients {
 		ids = append(ids, id)

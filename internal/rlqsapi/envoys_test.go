@@ -15,9 +15,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/quota"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
+	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
 
 // The simulated Envoys share one limit: L requests per P, reporting every
@@ -48,7 +52,8 @@ descriptors:
 // bucket does, kept exactly in units of 1/fill_interval-ns.
 type simEnvoy struct {
 	name   string
-	addr   string // the local address of its connection
+	daemon *daemontest.Daemon // the daemon it reports to
+	addr   string             // the local address of its connection
 	open   func() error
 	stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
 	clock  interface{ Now() int64 }
@@ -170,20 +175,44 @@ func (e *simEnvoy) applied() (int64, time.Duration, int) {
 // that no Envoy is starved.
 func TestEnvoys(t *testing.T) {
 	for _, n := range []int{1, 10, 100} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) { runEnvoys(t, n) })
+		t.Run(fmt.Sprint(n), func(t *testing.T) { runEnvoys(t, n, []*daemontest.Daemon{daemontest.Start(t, simPolicy)}) })
 	}
 }
 
-func runEnvoys(t *testing.T, n int) {
-	d := daemontest.Start(t, simPolicy)
+// TestEnvoysAcrossDaemons: the same, the Envoys spread over three daemons
+// on one Redis, which share the limit through the ledger (package quota,
+// "Limits shared by several daemons"). The daemons share the test's clock;
+// after each round of reports every daemon ticks three times (a daemon
+// ticks every 100ms: ten times in a report interval).
+func TestEnvoysAcrossDaemons(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, n := range []int{3, 30, 99} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			clk := clock.NewFake(daemontest.T0.UnixNano())
+			daemons := make([]*daemontest.Daemon, 3)
+			for i := range daemons {
+				daemons[i] = daemontest.Start(t, simPolicy, func(c *daemon.Config) {
+					c.Clock, c.QuotaLedgerClock, c.Store = clk, clk, "redis"
+					c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, KeyPrefix: fmt.Sprintf("envoys%d:", n)}
+				})
+			}
+			runEnvoys(t, n, daemons)
+		})
+	}
+}
+
+// runEnvoys runs n Envoys, the i-th on daemons[i % len(daemons)]; the
+// daemons share one clock.
+func runEnvoys(t *testing.T, n int, daemons []*daemontest.Daemon) {
+	d := daemons[0] // the clock's
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	envoys := make([]*simEnvoy, n)
 	for i := range envoys {
-		e := &simEnvoy{name: fmt.Sprintf("envoy%03d", i), clock: d.Clock}
+		e := &simEnvoy{name: fmt.Sprintf("envoy%03d", i), clock: d.Clock, daemon: daemons[i%len(daemons)]}
 		// A connection each, as separate Envoys have; its local address
 		// finds it in the daemon's view.
-		conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(e.daemon.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 				if err == nil {
@@ -264,10 +293,17 @@ func runEnvoys(t *testing.T, n int) {
 					t.Fatal(err)
 				}
 			}
+			if len(daemons) > 1 { // the ledger's rounds
+				for range 3 {
+					for _, d := range daemons {
+						d.Quota().Tick()
+					}
+				}
+			}
 			for i, e := range envoys { // each report has its reply
 				waitFor(t, func() bool { _, _, r := e.applied(); return r > replies[i] }, e.name+"'s reply")
 			}
-			settle(t, d, envoys)
+			settle(t, daemons, envoys)
 			// The bound of this window so far.
 			var bound int64
 			for _, e := range envoys {
@@ -277,7 +313,7 @@ func runEnvoys(t *testing.T, n int) {
 			}
 			w.bound = bound
 			if step >= 2 { // two intervals after the change
-				checkFair(t, fmt.Sprintf("phase %d step %d", p, step), d, envoys, demand)
+				checkFair(t, fmt.Sprintf("phase %d step %d", p, step), daemons, envoys, demand)
 			}
 		}
 	}
@@ -301,40 +337,72 @@ func harmonic(n int) int64 {
 	return int64(h + 1)
 }
 
-// settle waits until every Envoy applies the share the daemon last gave
-// it (pushes included).
-func settle(t *testing.T, d *daemontest.Daemon, envoys []*simEnvoy) {
-	t.Helper()
-	waitFor(t, func() bool {
-		v := d.Quota().View()
-		if len(v) != 1 || len(v[0].Clients) != len(envoys) {
-			return false
-		}
-		for _, c := range v[0].Clients {
-			e := envoyOf(envoys, v[0], c)
-			if e == nil {
-				return false
-			}
-			burst, every, _ := e.applied()
-			if c.Share == 0 {
-				if every != 0 {
-					return false
-				}
-				continue
-			}
-			_, want := rlqsapi.FillInterval(c.Share, simP)
-			if burst != c.Burst || every != want {
-				return false
-			}
-		}
-		return true
-	}, "the Envoys to apply their shares")
+// clientView is a client of the bucket in a daemon's view, and its Envoy.
+type clientView struct {
+	quota.ClientView
+	envoy *simEnvoy
 }
 
-// envoyOf finds the Envoy of a client of the view by its address.
-func envoyOf(envoys []*simEnvoy, v rlqsapi.BucketView, c quota.ClientView) *simEnvoy {
+// clients returns every daemon's clients of the bucket, with their Envoys
+// (nil when not found).
+func clients(daemons []*daemontest.Daemon, envoys []*simEnvoy) []clientView {
+	var cs []clientView
+	for _, d := range daemons {
+		for _, v := range d.Quota().View() {
+			for _, c := range v.Clients {
+				cs = append(cs, clientView{c, envoyOf(envoys, d, v, c)})
+			}
+		}
+	}
+	return cs
+}
+
+// settle waits until every Envoy applies the share its daemon last gave
+// it (pushes included).
+func settle(t *testing.T, daemons []*daemontest.Daemon, envoys []*simEnvoy) {
+	t.Helper()
+	var unsettled string
+	deadline := time.Now().Add(10 * time.Second)
+	for unsettled = unsettledEnvoys(daemons, envoys); unsettled != ""; unsettled = unsettledEnvoys(daemons, envoys) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the Envoys to apply their shares: %s", unsettled)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// unsettledEnvoys says which Envoy does not apply what its daemon last
+// gave it, or "" when all do.
+func unsettledEnvoys(daemons []*daemontest.Daemon, envoys []*simEnvoy) string {
+	cs := clients(daemons, envoys)
+	if len(cs) != len(envoys) {
+		return fmt.Sprintf("the daemons have %d clients, not %d", len(cs), len(envoys))
+	}
+	for _, c := range cs {
+		e := c.envoy
+		if e == nil {
+			return fmt.Sprintf("client %+v: no Envoy", c.ClientView)
+		}
+		burst, every, _ := e.applied()
+		want := time.Duration(0)
+		if c.Share > 0 {
+			_, want = rlqsapi.FillInterval(c.Share, simP)
+		} else {
+			c.Burst = burst
+		}
+		if burst != c.Burst || every != want {
+			return fmt.Sprintf("%s applies %d tokens every %v; its daemon gave %+v", e.name, burst, every, c.ClientView)
+		}
+	}
+	return ""
+}
+
+// envoyOf finds the Envoy of a client of d's view by its address (the
+// local address of its connection, which Envoys on different daemons may
+// share).
+func envoyOf(envoys []*simEnvoy, d *daemontest.Daemon, v rlqsapi.BucketView, c quota.ClientView) *simEnvoy {
 	for _, e := range envoys {
-		if e.addr == v.Peers[c.Client] {
+		if e.daemon == d && e.addr == v.Peers[c.Client] {
 			return e
 		}
 	}
@@ -342,17 +410,17 @@ func envoyOf(envoys []*simEnvoy, v rlqsapi.BucketView, c quota.ClientView) *simE
 }
 
 // checkFair checks every share is within 10% of the max-min fair share.
-func checkFair(t *testing.T, what string, d *daemontest.Daemon, envoys []*simEnvoy, demand []int64) {
+func checkFair(t *testing.T, what string, daemons []*daemontest.Daemon, envoys []*simEnvoy, demand []int64) {
 	t.Helper()
 	ds := make([]int64, len(demand))
 	for i := range demand {
 		ds[i] = max(demand[i], 1)
 	}
 	fair := quota.MaxMinFair(simL, ds)
-	v := d.Quota().View()
+	cs := clients(daemons, envoys)
 	var sum int64
-	for _, c := range v[0].Clients {
-		i := slices.Index(envoys, envoyOf(envoys, v[0], c))
+	for _, c := range cs {
+		i := slices.Index(envoys, c.envoy)
 		f := fair[i]
 		sum += c.Share
 		if diff := c.Share - f; diff*10 > f || -diff*10 > f {
@@ -365,8 +433,23 @@ func checkFair(t *testing.T, what string, d *daemontest.Daemon, envoys []*simEnv
 	if sum > simL {
 		t.Errorf("%s: shares add up to %d > %d", what, sum, simL)
 	}
+	if len(daemons) > 1 { // the ledger's grants, which bound the shares
+		var grants int64
+		for _, d := range daemons {
+			for _, v := range d.Quota().View() {
+				if v.Shared == nil {
+					t.Errorf("%s: a daemon has no grant yet", what)
+					continue
+				}
+				grants += v.Shared.Grant
+			}
+		}
+		if grants > simL {
+			t.Errorf("%s: the daemons' grants add up to %d > %d", what, grants, simL)
+		}
+	}
 	if t.Failed() {
-		for _, c := range v[0].Clients {
+		for _, c := range cs {
 			if c.Committed != c.Share || !c.Live {
 				t.Logf("committed above its share, or not live: %+v", c)
 			}

@@ -88,6 +88,7 @@ type Server struct {
 	authz    func(ctx context.Context, domain string) error
 	daemons  int64 // each limit is divided by it
 	ledger   Ledger
+	ticking  sync.Mutex // one Tick at a time, with a ledger
 	log      *slog.Logger
 	down     *reminder.Reminder // the ledger failing
 
@@ -192,6 +193,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // with a ledger, it syncs with the ledger first.
 func (s *Server) Tick() {
 	if s.ledger != nil {
+		// One tick at a time: grants are set in the order the ledger gave
+		// them, and shares move on the grants in force, not claims in flight.
+		s.ticking.Lock()
+		defer s.ticking.Unlock()
 		s.sync()
 	}
 	s.mu.Lock()

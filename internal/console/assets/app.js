@@ -201,7 +201,8 @@ async function loadQuota() {
   for (const b of v.buckets) {
     const id = Object.keys(b.bucket_id).sort().map(k => `${k}=${b.bucket_id[k]}`).join(", ");
     rows.push(el("tr", { class: "quota-bucket" },
-      el("td", { colspan: 7 }, el("code", {}, `${b.domain}: ${id}`), ` ${b.rule} · ${b.requests} per ${secs(b.period)}`)));
+      el("td", { colspan: 7 }, el("code", {}, `${b.domain}: ${id}`), ` ${b.rule} · ${b.requests} per ${secs(b.period)}`,
+        b.shared ? el("span", { class: "muted" }, ` · shared with other daemons: ${b.shared.grant} granted here; ${b.shared.other_clients} clients elsewhere ask ${b.shared.other_demand}`) : "")));
     for (const c of b.clients) rows.push(el("tr", {},
       el("td", {}, ""), el("td", {}, `#${c.client} `, el("span", { class: "muted" }, b.peers[c.client] || "gone")),
       el("td", { class: "num" }, c.demand), el("td", { class: "num" }, c.share),

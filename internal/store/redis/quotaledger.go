@@ -12,6 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/quota"
 )
 
@@ -29,29 +30,35 @@ var quotaLedgerScript = goredis.NewScript(quotaLedgerLua)
 //
 // It is safe for concurrent use; a daemon uses one, under an id of its own.
 type QuotaLedger struct {
-	s  *Store
-	id string
+	s     *Store
+	id    string
+	clock clock.Clock // nil: Redis TIME
 }
 
 // QuotaLedger returns the store's ledger of quota shares for this daemon,
 // under a random id (a daemon that restarts is a new one: its old entries
-// hold until their leases end).
-func (s *Store) QuotaLedger() *QuotaLedger {
+// hold until their leases end). Leases are kept on Redis TIME, and the
+// keys expire with them, unless c is not nil: then on c's time (a test's,
+// which its daemons share), and the keys do not expire.
+func (s *Store) QuotaLedger(c clock.Clock) *QuotaLedger {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &QuotaLedger{s: s, id: hex.EncodeToString(b)}
+	return &QuotaLedger{s: s, id: hex.EncodeToString(b), clock: c}
 }
 
 // Sync sends the claims, pipelined (per node on a cluster), and returns
 // the grants in their order, or the first error (a *guard.ConfigError
 // when Redis refuses the daemon for its configuration).
 func (l *QuotaLedger) Sync(ctx context.Context, claims []quota.Claim) ([]quota.Grant, error) {
-	now, _ := l.s.scriptTime()
+	now := ""
+	if l.clock != nil {
+		now = strconv.FormatInt(l.clock.Now()/1e6, 10)
+	}
 	cmds := make([]*goredis.Cmd, len(claims))
 	run := func(eval func(ctx context.Context, p goredis.Pipeliner, keys []string, args ...any) *goredis.Cmd) error {
 		_, err := l.s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for i, c := range claims {
-				cmds[i] = eval(ctx, p, []string{l.s.prefix + "quota:" + c.Bucket}, l.args(c, now[0])...)
+				cmds[i] = eval(ctx, p, []string{l.s.prefix + "quota:" + c.Bucket}, l.args(c, now)...)
 			}
 			return nil
 		})

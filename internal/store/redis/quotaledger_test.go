@@ -32,8 +32,8 @@ func sync1(t *testing.T, l *redis.QuotaLedger, c quota.Claim) quota.Grant {
 func TestQuotaLedger(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "ql:"}, clk)
-	a, b, c := s.redis.QuotaLedger(), s.redis.QuotaLedger(), s.redis.QuotaLedger()
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "ql:"}, nil)
+	a, b, c := s.redis.QuotaLedger(clk), s.redis.QuotaLedger(clk), s.redis.QuotaLedger(clk)
 	claim := func(keep, want int64, lease time.Duration, demands ...int64) quota.Claim {
 		return quota.Claim{Bucket: "shop\x00route\x00checkout", Limit: 100, Keep: keep, Want: want, Lease: lease, Demands: demands}
 	}
@@ -77,7 +77,7 @@ func TestQuotaLedger(t *testing.T) {
 func TestQuotaLedgerExpires(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qx:"}, nil)
-	a, b := s.redis.QuotaLedger(), s.redis.QuotaLedger()
+	a, b := s.redis.QuotaLedger(nil), s.redis.QuotaLedger(nil)
 	if g := sync1(t, a, quota.Claim{Bucket: "k", Limit: 10, Want: 4, Lease: 3 * time.Second, Demands: []int64{4}}); g.Grant != 4 {
 		t.Fatalf("a granted %d, want 4", g.Grant)
 	}
@@ -100,7 +100,7 @@ func TestQuotaLedgerExpires(t *testing.T) {
 func TestQuotaLedgerNeverOverLimit(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
-	s := newTestStore(t, redis.Config{ClusterAddrs: cl.Addrs(), KeyPrefix: "qn:"}, clk)
+	s := newTestStore(t, redis.Config{ClusterAddrs: cl.Addrs(), KeyPrefix: "qn:"}, nil)
 	const daemons, limit = 4, 1000
 	buckets := []string{"a", "b", "c", "d", "e", "f"}
 	type entry struct {
@@ -110,7 +110,7 @@ func TestQuotaLedgerNeverOverLimit(t *testing.T) {
 	ledgers := make([]*redis.QuotaLedger, daemons)
 	model := map[string][]entry{} // by bucket, by daemon
 	for i := range ledgers {
-		ledgers[i] = s.redis.QuotaLedger()
+		ledgers[i] = s.redis.QuotaLedger(clk)
 	}
 	for _, b := range buckets {
 		model[b] = make([]entry, daemons)
