@@ -50,7 +50,7 @@ const (
 	Chunk = 16 << 10
 	// StreamCost is what a new stream costs a paced connection, in bytes
 	// of its pace.
-	StreamCost = 16 << 10
+	StreamCost = 4 << 10
 )
 
 // Pacer paces the reads of the connections of its listeners that were
