@@ -60,7 +60,7 @@ type Pacer struct {
 	rate  int64         // bytes a second, every paced connection together
 	quiet time.Duration // paced until this long after the last strike
 	clock clock.Clock
-	sleep func(time.Duration)
+	sleep func(d time.Duration, cancel <-chan struct{}) // waits d, or until cancel is closed
 
 	paced atomic.Int64 // connections paced now
 
@@ -72,7 +72,17 @@ type Pacer struct {
 // second altogether (at least 1), each of them for quiet after its last
 // strike.
 func New(rate int64, quiet time.Duration) *Pacer {
-	return &Pacer{rate: max(rate, 1), quiet: quiet, clock: clock.NewMonotonic(), sleep: time.Sleep, conns: map[net.Addr]*Conn{}}
+	return &Pacer{rate: max(rate, 1), quiet: quiet, clock: clock.NewMonotonic(), sleep: sleep, conns: map[net.Addr]*Conn{}}
+}
+
+// sleep waits d, or until cancel is closed.
+func sleep(d time.Duration, cancel <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-cancel:
+	}
 }
 
 // Paced returns how many connections are paced.
@@ -91,7 +101,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{Conn: nc, p: l.p}
+	c := &Conn{Conn: nc, p: l.p, closed: make(chan struct{})}
 	l.p.mu.Lock()
 	l.p.conns[nc.RemoteAddr()] = c
 	l.p.mu.Unlock()
@@ -104,13 +114,14 @@ type Conn struct {
 	p     *Pacer
 	until atomic.Int64 // while paced, the time (clock.Clock's) its pacing ends; 0 when not paced
 
-	mu     sync.Mutex // for the fields below and the changes of until
-	tat    int64      // when what it has read so far is paid for (clock time)
-	closed bool
+	mu     sync.Mutex    // for the fields below and the changes of until
+	tat    int64         // when what it has read so far is paid for (clock time)
+	closed chan struct{} // closed by Close
 }
 
 // Read reads into b, for a paced connection at most Chunk bytes and only
-// once it has paid for its earlier reads and streams.
+// once it has paid for its earlier reads and streams (or is closed: Close
+// ends the wait, and the read fails).
 func (c *Conn) Read(b []byte) (int, error) {
 	if c.until.Load() == 0 {
 		return c.Conn.Read(b)
@@ -129,7 +140,7 @@ func (c *Conn) pacedRead(b []byte) (int, error) {
 	wait := time.Duration(c.tat - now)
 	c.mu.Unlock()
 	if wait > 0 {
-		c.p.sleep(wait)
+		c.p.sleep(wait, c.closed)
 	}
 	n, err := c.Conn.Read(b[:min(len(b), Chunk)])
 	c.charge(int64(n))
@@ -162,7 +173,11 @@ func (c *Conn) Close() error {
 	}
 	c.p.mu.Unlock()
 	c.mu.Lock()
-	c.closed = true
+	select {
+	case <-c.closed:
+	default:
+		close(c.closed)
+	}
 	c.unpace()
 	c.mu.Unlock()
 	return c.Conn.Close()
@@ -185,8 +200,10 @@ func (p *Pacer) Strike(addr net.Addr) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	select {
+	case <-c.closed:
 		return
+	default:
 	}
 	now := p.clock.Now()
 	if c.until.Swap(now+int64(p.quiet)) == 0 {

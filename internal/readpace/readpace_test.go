@@ -23,7 +23,7 @@ func fakePacer(t *testing.T) (p *Pacer, fake *clock.Fake, slept func() time.Dura
 	p.clock = fake
 	var mu sync.Mutex
 	var total time.Duration
-	p.sleep = func(d time.Duration) {
+	p.sleep = func(d time.Duration, _ <-chan struct{}) {
 		mu.Lock()
 		total += d
 		mu.Unlock()
@@ -55,13 +55,10 @@ func pipe(t *testing.T, p *Pacer) (server *Conn, client net.Conn) {
 	return sc.(*Conn), client
 }
 
-// send writes n bytes to c in the background.
-func send(t *testing.T, c net.Conn, n int) {
-	go func() {
-		if _, err := c.Write(make([]byte, n)); err != nil {
-			t.Errorf("sending: %v", err)
-		}
-	}()
+// send writes n bytes to c in the background (should it fail, the reader
+// of the other end sees an error).
+func send(c net.Conn, n int) {
+	go c.Write(make([]byte, n))
 }
 
 // readAll reads n bytes from c, 64 KiB asked for at a time (as a bufio
@@ -91,7 +88,7 @@ func TestStruckConnectionPaced(t *testing.T) {
 	c, client := pipe(t, p)
 
 	const n = 1 << 20
-	send(t, client, n)
+	send(client, n)
 	readAll(t, c, n)
 	if slept() != 0 || p.Paced() != 0 {
 		t.Fatalf("before a strike: slept %v, %d paced; want 0, 0", slept(), p.Paced())
@@ -101,7 +98,7 @@ func TestStruckConnectionPaced(t *testing.T) {
 	if p.Paced() != 1 {
 		t.Fatalf("%d connections paced after a strike, want 1", p.Paced())
 	}
-	send(t, client, n)
+	send(client, n)
 	if largest := readAll(t, c, n); largest > Chunk {
 		t.Errorf("a paced read returned %d bytes, more than Chunk (%d)", largest, Chunk)
 	}
@@ -112,7 +109,7 @@ func TestStruckConnectionPaced(t *testing.T) {
 
 	fake.Advance(30 * time.Second) // Quiet since the strike (a second of it slept)
 	before := slept()
-	send(t, client, n)
+	send(client, n)
 	readAll(t, c, n)
 	if slept() != before || p.Paced() != 0 {
 		t.Errorf("Quiet after the strike: slept %v more, %d paced; want unpaced", slept()-before, p.Paced())
@@ -130,7 +127,7 @@ func TestPacedConnectionsShareRate(t *testing.T) {
 	p.Strike(b.RemoteAddr())
 
 	const n = 256 << 10
-	send(t, clientA, n)
+	send(clientA, n)
 	readAll(t, a, n)
 	if got, lo, hi := slept(), paid(n-Chunk, rate/2), paid(n, rate/2); got < lo || got > hi {
 		t.Errorf("one of 2 paced connections: %d bytes slept %v, want between %v and %v (half the rate)", n, got, lo, hi)
@@ -141,7 +138,7 @@ func TestPacedConnectionsShareRate(t *testing.T) {
 		t.Fatalf("%d paced after one of two closed, want 1", p.Paced())
 	}
 	before := slept()
-	send(t, clientA, n)
+	send(clientA, n)
 	readAll(t, a, n)
 	// (the first read pays for the last of before, at half the rate: up to 2 Chunks' time)
 	if got, lo, hi := slept()-before, paid(n-Chunk, rate), paid(n+2*Chunk, rate); got < lo || got > hi {
@@ -166,12 +163,12 @@ func TestTapChargesStreams(t *testing.T) {
 		stream(a)
 		stream(b)
 	}
-	send(t, clientB, 1)
+	send(clientB, 1)
 	readAll(t, b, 1)
 	if slept() != 0 {
 		t.Fatalf("the connection not paced slept %v, want 0", slept())
 	}
-	send(t, clientA, 1)
+	send(clientA, 1)
 	readAll(t, a, 1)
 	if want := paid(10*StreamCost, rate); slept() != want {
 		t.Errorf("10 streams on the paced connection: slept %v before its next read, want %v", slept(), want)
@@ -189,5 +186,32 @@ func TestStrikeUnknown(t *testing.T) {
 	p.Strike(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1})
 	if p.Paced() != 0 {
 		t.Errorf("%d paced, want 0", p.Paced())
+	}
+}
+
+// TestCloseEndsPacedRead: closing a paced connection ends a Read waiting
+// for its turn (as a server shutting down closes its connections), rather
+// than leaving it to sleep its debt off.
+func TestCloseEndsPacedRead(t *testing.T) {
+	p := New(1, 30*time.Second) // a byte a second, on the real clock
+	c, client := pipe(t, p)
+	p.Strike(c.RemoteAddr())
+	if _, err := p.Tap(peer.NewContext(context.Background(), &peer.Peer{Addr: c.RemoteAddr()}), nil); err != nil {
+		t.Fatal(err)
+	} // a stream: StreamCost seconds owed
+	send(client, 1)
+	sleeping, sleep := make(chan struct{}), p.sleep
+	p.sleep = func(d time.Duration, cancel <-chan struct{}) { close(sleeping); sleep(d, cancel) }
+	done := make(chan error, 1)
+	go func() { _, err := c.Read(make([]byte, 1)); done <- err }()
+	<-sleeping
+	c.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a Read of a closed connection succeeded")
+		}
+	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+		t.Fatal("Close did not end the paced Read's wait")
 	}
 }
