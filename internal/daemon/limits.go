@@ -290,7 +290,7 @@ func (d *Daemon) limitCollectors() []prometheus.Collector {
 		)
 	}
 	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_connections_paced", ConstLabels: prometheus.Labels{"port": "grpc"},
-		Help: "gRPC connections read paced (--grpc-paced-read-rate), a call of theirs having been ended waiting for its message in the last 30s."},
+		Help: fmt.Sprintf("gRPC connections read paced (--grpc-paced-read-rate), a call of theirs having been ended waiting for its message in the last %v.", PacedQuiet)},
 		func() float64 { return float64(d.pacer.Paced()) }))
 	return cs
 }

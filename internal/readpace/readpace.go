@@ -22,8 +22,8 @@
 // a client whose one stream was ended recovers after Quiet, reading paced
 // meanwhile at its share of Rate. (A paced connection leaves the count
 // of those paced at its first Read after Quiet, or when it is closed.) A
-// connection that was never struck is not slowed at all: its Read costs
-// one atomic load more than the net.Conn's, and Tap nothing while no
+// connection that is not paced is not slowed at all: its Read costs one
+// atomic load more than the net.Conn's, and Tap one atomic load while no
 // connection is paced.
 //
 // Serve the listener Wrap returns, call Strike with the remote address of
