@@ -461,11 +461,12 @@ func (d *Daemon) listen() error {
 	for _, l := range []struct {
 		name, addr string
 		lis        **connlimit.Listener
+		paced      bool
 	}{
-		{"grpc", d.cfg.GRPCAddr, &d.grpcLis},
-		{"http", d.cfg.HTTPAddr, &d.httpLis},
-		{"admin", d.cfg.AdminAddr, &d.adminLis},
-		{"metrics", d.cfg.MetricsAddr, &d.metricsLis},
+		{"grpc", d.cfg.GRPCAddr, &d.grpcLis, true},
+		{"http", d.cfg.HTTPAddr, &d.httpLis, false},
+		{"admin", d.cfg.AdminAddr, &d.adminLis, false},
+		{"metrics", d.cfg.MetricsAddr, &d.metricsLis, false},
 	} {
 		if l.addr == "" {
 			continue
@@ -474,7 +475,7 @@ func (d *Daemon) listen() error {
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", l.name, err)
 		}
-		if l.lis == &d.grpcLis {
+		if l.paced {
 			nl = d.pacer.Wrap(nl)
 		}
 		*l.lis = connlimit.New(nl, d.cfg.Limits.MaxConnections)
