@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/readpace"
 )
 
 // surfaceFlags are the flags of the admin address, the allowed hosts and
@@ -15,12 +16,13 @@ import (
 type surfaceFlags struct {
 	allowedHosts   string
 	maxHeaderBytes byteSize
+	pacedReadRate  byteSize
 }
 
 // addSurfaceFlags adds the flags of --admin-addr, --allowed-hosts and
 // daemon.Limits, with daemon.DefaultLimits as defaults.
 func addSurfaceFlags(fs *flag.FlagSet, cfg *daemon.Config) *surfaceFlags {
-	f := &surfaceFlags{maxHeaderBytes: byteSize(daemon.DefaultLimits.MaxHeaderBytes)}
+	f := &surfaceFlags{maxHeaderBytes: byteSize(daemon.DefaultLimits.MaxHeaderBytes), pacedReadRate: byteSize(daemon.DefaultLimits.PacedReadRate)}
 	l := &cfg.Limits
 	*l = daemon.DefaultLimits
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", envOr("RATELIMITD_ADMIN_ADDR", ""), "listen `address` of the operator's surface (/metrics, /policies, /console, /debug/pprof/): --http-addr then serves only the decision APIs and the probes (default: all on --http-addr; required with --authz-policy; $RATELIMITD_ADMIN_ADDR, when set, is the default)")
@@ -36,6 +38,7 @@ func addSurfaceFlags(fs *flag.FlagSet, cfg *daemon.Config) *surfaceFlags {
 	})
 	fs.IntVar(&l.MaxWaitingStreams, "grpc-max-waiting", l.MaxWaitingStreams, "most gRPC calls, all connections together, waiting for their request message; one more ends the oldest waiting on the connection with the most waiting (bounds the bytes buffered before authorization: this times the largest request the --max-* bounds allow)")
 	fs.IntVar(&l.MaxWaitingBodies, "http-max-waiting", l.MaxWaitingBodies, "most HTTP decision calls, all connections together, whose body is on its way; one more cuts off the one read longest (bounds the bytes buffered before authorization: this times the 4 MiB body limit)")
+	fs.Var(&f.pacedReadRate, "grpc-paced-read-rate", fmt.Sprintf("most `bytes` a second read from the gRPC connections one of whose calls was ended waiting for its message (--grpc-max-waiting, --message-timeout) in the last %v, all together, each its equal share; each new call on one costs it %d KiB of its share (KiB, MiB); other connections are read unpaced", daemon.PacedQuiet, readpace.StreamCost>>10))
 	fs.DurationVar(&l.MessageTimeout, "message-timeout", l.MessageTimeout, "how long a gRPC call's request message, or an HTTP request's body, may take to arrive after its headers")
 	fs.DurationVar(&l.HeaderTimeout, "header-timeout", l.HeaderTimeout, "how long a new connection may take to send its first request's headers (gRPC: the TLS handshake and HTTP/2 preface)")
 	fs.DurationVar(&l.IdleTimeout, "idle-timeout", l.IdleTimeout, "close a connection with no call in progress for this long (gRPC: GOAWAY; HTTP keep-alive)")
@@ -57,6 +60,7 @@ func (f *surfaceFlags) apply(cfg *daemon.Config) error {
 		}
 	}
 	cfg.Limits.MaxHeaderBytes = int(f.maxHeaderBytes)
+	cfg.Limits.PacedReadRate = int(f.pacedReadRate)
 	l := cfg.Limits
 	for _, c := range []struct {
 		flag string

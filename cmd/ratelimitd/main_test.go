@@ -296,6 +296,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--message-timeout", "0s"}, "--message-timeout 0s: want a positive duration"},
 		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
 		{[]string{"--max-header-bytes", "0"}, "max-header-bytes"},
+		{[]string{"--grpc-paced-read-rate", "0"}, "grpc-paced-read-rate"},
 		{[]string{"--xds-tls"}, "give --xds-server"},
 		{[]string{"--xds-server", "127.0.0.1:1", "--xds-headers", "no-colon"}, `--xds-headers: "no-colon" is not key:value`},
 		{[]string{"--xds-server", "127.0.0.1:1", "--xds-tls-ca", "/no/such/ca.pem"}, "xds server CA"},

@@ -34,7 +34,9 @@ const transportRSSBound = memory.DefaultMaxBytes + memoryHeadroom
 //     those taken are ended after --message-timeout;
 //   - messages: 6 connections of 100 streams, each stream announcing the
 //     largest message the request bounds allow and sending all of it but
-//     its last 1000 bytes, opened again as the daemon ends them, for 15 s;
+//     its last 1000 bytes, opened again as the daemon ends them, for 15 s:
+//     the daemon ends streams beyond --grpc-max-waiting and reads the
+//     connections of those it ended paced (--grpc-paced-read-rate);
 //   - connections: 2 × 4,000 connections opened on each port and left idle.
 //
 // and, for comparison, none. Each asserts its bound (RSS under --max-memory + 192 MiB; streams
@@ -114,9 +116,13 @@ func TestTransportFlood(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		probe.report(t, rss, fmt.Sprintf("600 streams sending messages of %d bytes but their last 1000: %d MiB sent, %d streams ended by the daemon", size, sent.Load()>>20, ended.Load()))
+		paced := scrapeProcess(t, p)[`ratelimitd_connections_paced{port="grpc"}`]
+		probe.report(t, rss, fmt.Sprintf("600 streams sending messages of %d bytes but their last 1000: %d MiB sent, %d streams ended by the daemon, %v connections paced", size, sent.Load()>>20, ended.Load(), paced))
 		if ended.Load() == 0 {
 			t.Error("no stream waiting for its message was ended")
+		}
+		if paced != 6 {
+			t.Errorf("%v connections paced, want the flood's 6", paced)
 		}
 	})
 	t.Run("connections", func(t *testing.T) {

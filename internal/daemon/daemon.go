@@ -42,6 +42,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
 	"github.com/ratelimitd/ratelimitd/internal/httpapi"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/readpace"
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
 	"github.com/ratelimitd/ratelimitd/internal/reload"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
@@ -213,6 +214,7 @@ type Daemon struct {
 	httpLis  *connlimit.Listener
 	adminLis *connlimit.Listener // nil without Config.AdminAddr
 	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
+	pacer    *readpace.Pacer     // paces the gRPC connections whose calls waiting were ended
 	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
 	engine   *engine.Engine
 	quota    *rlqsapi.Server
@@ -280,7 +282,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.engine = engine.New(d.loadedPolicy().Policy, d.tracedStore(),
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
 		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
-	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout)
+	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout, recvlimit.WithEnded(d.pacer.Strike))
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.quota = d.newQuota()
@@ -461,16 +463,19 @@ func (d *Daemon) restoreBuckets() {
 }
 
 // listen binds the gRPC, HTTP, admin and metrics listeners, each holding
-// at most Limits.MaxConnections.
+// at most Limits.MaxConnections, the gRPC one's connections paced once
+// struck (Limits.PacedReadRate).
 func (d *Daemon) listen() error {
+	d.pacer = readpace.New(int64(d.cfg.Limits.PacedReadRate), PacedQuiet)
 	for _, l := range []struct {
 		name, addr string
 		lis        **connlimit.Listener
+		paced      bool
 	}{
-		{"grpc", d.cfg.GRPCAddr, &d.grpcLis},
-		{"http", d.cfg.HTTPAddr, &d.httpLis},
-		{"admin", d.cfg.AdminAddr, &d.adminLis},
-		{"metrics", d.cfg.MetricsAddr, &d.metricsLis},
+		{"grpc", d.cfg.GRPCAddr, &d.grpcLis, true},
+		{"http", d.cfg.HTTPAddr, &d.httpLis, false},
+		{"admin", d.cfg.AdminAddr, &d.adminLis, false},
+		{"metrics", d.cfg.MetricsAddr, &d.metricsLis, false},
 	} {
 		if l.addr == "" {
 			continue
@@ -478,6 +483,9 @@ func (d *Daemon) listen() error {
 		nl, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		if l.paced {
+			nl = d.pacer.Wrap(nl)
 		}
 		*l.lis = connlimit.New(nl, d.cfg.Limits.MaxConnections)
 	}

@@ -46,6 +46,14 @@ type Limits struct {
 	// longest (400, its connection closed). The bytes buffered for bodies
 	// are at most this many times the body limit (httpapi's 4 MiB).
 	MaxWaitingBodies int
+	// PacedReadRate is how many bytes a second the daemon reads, all
+	// together, from the gRPC connections that have shown themselves
+	// abusive: a connection one of whose calls was ended waiting for its
+	// message (MaxWaitingStreams, MessageTimeout) is read at most its equal
+	// share of this until PacedQuiet passes without another such call, and
+	// each new call on it costs readpace.StreamCost bytes of its share
+	// (internal/readpace). Other connections are read unpaced.
+	PacedReadRate int
 	// MessageTimeout is how long a gRPC call's request message may take to
 	// arrive after its headers, and an HTTP request's body after its
 	// header; a call whose message is late is ended.
@@ -72,12 +80,18 @@ type Limits struct {
 	MaxHeaderBytes int
 }
 
+// PacedQuiet is how long a gRPC connection stays paced
+// (Limits.PacedReadRate) after the last of its calls ended waiting for its
+// message.
+const PacedQuiet = 30 * time.Second
+
 // DefaultLimits are the limits a zero Limits field takes.
 var DefaultLimits = Limits{
 	MaxConnections:       1024,
 	MaxConcurrentStreams: 100,
 	MaxWaitingStreams:    96,
 	MaxWaitingBodies:     16,
+	PacedReadRate:        8 << 20,
 	MessageTimeout:       10 * time.Second,
 	HeaderTimeout:        10 * time.Second,
 	IdleTimeout:          5 * time.Minute,
@@ -98,6 +112,7 @@ func (l Limits) withDefaults() (Limits, error) {
 		{"max connections", &l.MaxConnections, &d.MaxConnections},
 		{"max waiting streams", &l.MaxWaitingStreams, &d.MaxWaitingStreams},
 		{"max waiting bodies", &l.MaxWaitingBodies, &d.MaxWaitingBodies},
+		{"paced read rate", &l.PacedReadRate, &d.PacedReadRate},
 		{"max header bytes", &l.MaxHeaderBytes, &d.MaxHeaderBytes},
 	}
 	for _, f := range ints {
@@ -155,9 +170,9 @@ func MaxMessageBytes(b engine.Bounds) int {
 // under an authorization policy), idle connections and keepalives.
 func (d *Daemon) grpcLimits() []grpc.ServerOption {
 	l := d.cfg.Limits
-	taps := []tap.ServerInHandle{d.waiting.Tap}
+	taps := []tap.ServerInHandle{d.pacer.Tap, d.waiting.Tap}
 	if d.authz != nil {
-		taps = []tap.ServerInHandle{d.authz.Tap, d.waiting.Tap} // refuse before a place is taken
+		taps = []tap.ServerInHandle{d.pacer.Tap, d.authz.Tap, d.waiting.Tap} // refuse before a place is taken
 	}
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
@@ -274,5 +289,8 @@ func (d *Daemon) limitCollectors() []prometheus.Collector {
 			ended("evicted", func() uint64 { _, e := l.Ended(); return e }),
 		)
 	}
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_connections_paced", ConstLabels: prometheus.Labels{"port": "grpc"},
+		Help: fmt.Sprintf("gRPC connections read paced (--grpc-paced-read-rate), a call of theirs having been ended waiting for its message in the last %v.", PacedQuiet)},
+		func() float64 { return float64(d.pacer.Paced()) }))
 	return cs
 }

@@ -127,7 +127,9 @@ func TestMessageNeverArriving(t *testing.T) {
 }
 
 // TestWaitingStreamsBounded: with as many calls waiting for their message
-// as the limit allows, one more ends the call waiting longest.
+// as the limit allows, one more ends the call waiting longest, and its
+// connection is paced from then on (internal/readpace), another
+// connection's calls not.
 func TestWaitingStreamsBounded(t *testing.T) {
 	d := daemontest.Start(t, "", func(c *daemon.Config) {
 		c.Limits.MaxWaitingStreams = 2
@@ -145,6 +147,14 @@ func TestWaitingStreamsBounded(t *testing.T) {
 	}
 	if m := scrape(t, d); m[`ratelimitd_waiting_requests{port="grpc"}`] != 2 || m[`ratelimitd_waiting_ended_total{port="grpc",reason="evicted"}`] != 1 {
 		t.Errorf("waiting %v, evicted %v; want 2 and 1", m[`ratelimitd_waiting_requests{port="grpc"}`], m[`ratelimitd_waiting_ended_total{port="grpc",reason="evicted"}`])
+	}
+	eventually(t, "the connection paced", func() bool { return scrape(t, d)[`ratelimitd_connections_paced{port="grpc"}`] == 1 })
+	client, _ := dial(t, d)
+	if _, err := client.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
+		t.Fatalf("a call on another connection: %v", err)
+	}
+	if got := scrape(t, d)[`ratelimitd_connections_paced{port="grpc"}`]; got != 1 {
+		t.Errorf("%v connections paced after a call on another, want 1", got)
 	}
 }
 

@@ -62,6 +62,7 @@ type Limiter struct {
 	max     int
 	timeout time.Duration
 	now     func() time.Time
+	ended   func(conn net.Addr) // nil: none (WithEnded)
 
 	mu      sync.Mutex
 	waiting entry            // the sentinel of a ring of the waiting entries, oldest first (waiting.next)
@@ -128,12 +129,37 @@ func (l *Limiter) oldest() *entry {
 
 type entryKey struct{}
 
+// An Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithEnded has f called for every stream the Limiter ends (ErrTimeout or
+// ErrEvicted), once its context is cancelled, with its connection's
+// remote address as Wait was given it (a stream of an unknown connection
+// is not reported). f runs on the goroutine of Wait or Expire and must not
+// block: internal/readpace's Pacer.Strike, which paces the connection's
+// reads from then on, is one.
+func WithEnded(f func(conn net.Addr)) Option {
+	return func(l *Limiter) { l.ended = f }
+}
+
 // New returns a Limiter of at most max streams waiting at once (at least
 // 1), each for at most timeout (at least 1ms).
-func New(max int, timeout time.Duration) *Limiter {
+func New(max int, timeout time.Duration, opts ...Option) *Limiter {
 	l := &Limiter{max: max, timeout: timeout, now: time.Now, perConn: map[net.Addr]int{}}
 	l.waiting.prev, l.waiting.next = &l.waiting, &l.waiting
+	for _, o := range opts {
+		o(l)
+	}
 	return l
+}
+
+// end cancels e's context with cause and reports it (WithEnded). Not under
+// l.mu.
+func (l *Limiter) end(e *entry, cause error) {
+	e.cancel(cause)
+	if l.ended != nil && e.conn != nil {
+		l.ended(e.conn)
+	}
 }
 
 // Tap is a tap.ServerInHandle: it registers the stream as waiting for its
@@ -167,7 +193,7 @@ func (l *Limiter) Wait(ctx context.Context, conn net.Addr) context.Context {
 	l.mu.Unlock()
 	if evicted != nil {
 		l.evicted.Add(1)
-		evicted.cancel(ErrEvicted)
+		l.end(evicted, ErrEvicted)
 	}
 	return e
 }
@@ -226,7 +252,7 @@ func (l *Limiter) Expire() {
 	l.mu.Unlock()
 	l.timedOut.Add(uint64(len(late)))
 	for _, e := range late {
-		e.cancel(ErrTimeout)
+		l.end(e, ErrTimeout)
 	}
 }
 

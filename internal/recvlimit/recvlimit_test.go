@@ -72,3 +72,36 @@ func TestLimiterEvictsFromTheBusiestConnection(t *testing.T) {
 		t.Errorf("client %v, flood %v %v; want the flood's oldest evicted", client.Err(), context.Cause(flood1), flood2.Err())
 	}
 }
+
+// TestLimiterReportsEnded: WithEnded hears of every stream ended, by
+// eviction or timeout, with its connection's address; not of one whose
+// message arrived, nor of one of an unknown connection.
+func TestLimiterReportsEnded(t *testing.T) {
+	var ended []net.Addr
+	now := time.Unix(0, 0)
+	l := New(2, 10*time.Second, WithEnded(func(conn net.Addr) { ended = append(ended, conn) }))
+	l.now = func() time.Time { return now }
+	a := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+	b := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}
+	from := func(addr net.Addr) context.Context {
+		ctx := context.Background()
+		if addr != nil {
+			ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
+		}
+		ctx, _ = l.Tap(ctx, nil)
+		return ctx
+	}
+	l.Arrived(from(b)) // arrived: never ended
+	from(a)
+	from(a)
+	from(b) // evicts a's oldest
+	if len(ended) != 1 || ended[0] != a {
+		t.Fatalf("after an eviction: ended %v, want [%v]", ended, a)
+	}
+	from(nil) // evicts a's other
+	now = now.Add(10 * time.Second)
+	l.Expire() // b's and the unknown connection's time out
+	if len(ended) != 3 || ended[1] != a || ended[2] != b {
+		t.Errorf("ended %v, want [%v %v %v] (the unknown connection's not reported)", ended, a, a, b)
+	}
+}
