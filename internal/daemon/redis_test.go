@@ -220,3 +220,13 @@ func TestShutdownWhileRedisHangs(t *testing.T) {
 		t.Errorf("the log does not say the grace ended and the daemon stopped:\n%s", d.Logs())
 	}
 }
+
+// TestQuotaDaemonsWithRedis: a static division of quota limits is refused
+// on the redis store, whose daemons share them by demand.
+func TestQuotaDaemonsWithRedis(t *testing.T) {
+	_, err := daemon.Start(daemon.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: "redis",
+		Redis: redisstore.Config{Addr: "127.0.0.1:1"}, QuotaDaemons: 2})
+	if err == nil || !strings.Contains(err.Error(), "quota daemons 2 with the redis store") {
+		t.Fatalf("started with --quota-daemons 2 on redis: %v", err)
+	}
+}
