@@ -38,6 +38,18 @@ func answer(t *testing.T, a *quota.Allocator, now, othersGrant int64, others ...
 	return tick(a, now, othersGrant, others...)
 }
 
+// sharedLimit is what the tests' clients share: 6000 per minute.
+var sharedLimit = quota.Limit{Requests: 6000, Period: period}
+
+// reported returns a shared allocator and its clock, after client c1's
+// first report of bucket b, asking for everything.
+func reported() (*quota.Allocator, *clock.Fake) {
+	a := quota.NewShared(interval)
+	clk := clock.NewFake(t0)
+	a.Report("b", sharedLimit, "c1", 100, interval, clk.Now())
+	return a, clk
+}
+
 // TestSharedAnswersAfterTheLedger: a shared allocator answers a report in
 // two ticks: the first publishes the client's demand and grows nothing,
 // the second claims its target, computed on the other daemons' demands
@@ -83,10 +95,7 @@ func TestSharedAnswersAfterTheLedger(t *testing.T) {
 // while a claim is in flight its grant in force is what its clients may
 // already apply.
 func TestSharedGrowsOnlyOutOfItsGrant(t *testing.T) {
-	limit := quota.Limit{Requests: 6000, Period: period}
-	a := quota.NewShared(interval)
-	clk := clock.NewFake(t0)
-	a.Report("b", limit, "c1", 100, interval, clk.Now())
+	a, clk := reported()
 	if _, p := answer(t, a, clk.Now(), 3000, 6000); len(p) != 1 || p[0].Share != 3000 {
 		t.Fatalf("pushes %+v, want c1 with 3000 (half: the others ask 6000)", p)
 	}
@@ -117,10 +126,7 @@ func TestSharedGrowsOnlyOutOfItsGrant(t *testing.T) {
 // holds for an assignment's whole life, and no more; a report then is
 // answered once the ledger answers again.
 func TestSharedStopsRenewing(t *testing.T) {
-	limit := quota.Limit{Requests: 6000, Period: period}
-	a := quota.NewShared(interval)
-	clk := clock.NewFake(t0)
-	a.Report("b", limit, "c1", 100, interval, clk.Now())
+	a, clk := reported()
 	claims, _ := answer(t, a, clk.Now(), 0)
 	if claims[0].Lease != interval*7/4+quota.LeaseSlack {
 		t.Fatalf("lease %v, want an assignment's life (1.75 intervals) and the slack", claims[0].Lease)
@@ -129,7 +135,7 @@ func TestSharedStopsRenewing(t *testing.T) {
 	life := int64(interval * 7 / 4)
 	for {
 		clk.Advance(interval)
-		a.Report("b", limit, "c1", 100, interval, clk.Now())
+		a.Report("b", sharedLimit, "c1", 100, interval, clk.Now())
 		a.Claims(clk.Now()) // lost, both
 		a.Tick(clk.Now())
 		a.Claims(clk.Now())
@@ -154,10 +160,7 @@ func TestSharedStopsRenewing(t *testing.T) {
 // TestSharedReleases: a bucket whose clients are gone and whose shares
 // have expired is removed from the ledger by the next claims.
 func TestSharedReleases(t *testing.T) {
-	limit := quota.Limit{Requests: 6000, Period: period}
-	a := quota.NewShared(interval)
-	clk := clock.NewFake(t0)
-	a.Report("b", limit, "c1", 100, interval, clk.Now())
+	a, clk := reported()
 	answer(t, a, clk.Now(), 0)
 	a.Gone("b", "c1", clk.Now())
 	clk.Advance(2 * interval)
