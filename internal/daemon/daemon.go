@@ -238,8 +238,12 @@ type Daemon struct {
 	reloadFail  atomic.Pointer[console.ReloadStatus] // the last failed reload since the last success; nil for none
 	reloading   sync.Mutex                           // held by Reload
 	ready       chan struct{}                        // closed once the store has its buckets back, before the gRPC port serves
-	drain       chan struct{}                        // closed when new calls start being refused
-	shutdown    sync.Once
+
+	servingMu    sync.Mutex                                 // guards the two below, and the health they make
+	serving      healthpb.HealthCheckResponse_ServingStatus // as setServing last said
+	storeRefuses bool                                       // the store refuses the daemon's configuration (followStore)
+	drain        chan struct{}                              // closed when new calls start being refused
+	shutdown     sync.Once
 }
 
 // Start loads the policy (and the TLS files), opens the store, binds both
@@ -640,6 +644,7 @@ func (d *Daemon) serve() {
 	go every(jobs, d.waiting.ExpireEvery(), d.waiting.Expire)
 	go every(jobs, d.bodies.ExpireEvery(), d.bodies.Expire)
 	go every(jobs, quotaTick, d.quota.Tick)
+	go every(jobs, time.Second, d.followStore)
 	if d.policyWatch != nil {
 		go d.policyWatch.Run(jobs, func() { d.Reload() })
 	}
@@ -691,8 +696,37 @@ func (d *Daemon) policySource() string {
 	return d.cfg.ConfigPath
 }
 
-// setServing sets the health of the server as a whole and of each service.
+// setServing sets the health of the server as a whole and of each service:
+// s, except NOT_SERVING while the store refuses the daemon's configuration
+// (followStore), as /readyz says.
 func (d *Daemon) setServing(s healthpb.HealthCheckResponse_ServingStatus) {
+	d.servingMu.Lock()
+	defer d.servingMu.Unlock()
+	d.serving = s
+	d.applyServing()
+}
+
+// followStore makes the health follow the store's refusal of the daemon's
+// configuration (Redis's ACL or password changed): NOT_SERVING while it
+// lasts, as /readyz.
+func (d *Daemon) followStore() {
+	refuses := d.store.misconfigured() != nil
+	d.servingMu.Lock()
+	defer d.servingMu.Unlock()
+	if refuses != d.storeRefuses {
+		d.storeRefuses = refuses
+		d.applyServing()
+	}
+}
+
+// applyServing sets the health setServing and followStore make. Under
+// servingMu. (Once the health server is shut down, as the daemon drains,
+// it ignores every change.)
+func (d *Daemon) applyServing() {
+	s := d.serving
+	if d.storeRefuses {
+		s = healthpb.HealthCheckResponse_NOT_SERVING
+	}
 	d.health.SetServingStatus("", s)
 	d.health.SetServingStatus(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, s)
 	d.health.SetServingStatus(envoyapi.ServiceName, s)

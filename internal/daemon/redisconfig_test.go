@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
@@ -106,7 +108,16 @@ func TestRedisACLChangedAtRuntime(t *testing.T) {
 			d := daemontest.Start(t, windowPolicy, withRedis(srv.Addr(), tt.mode), func(c *daemon.Config) {
 				c.Redis.Username, c.Redis.Password = "ratelimitd", "secret"
 			})
-			client := rl.NewRateLimitServiceClient(d.Dial(t))
+			conn := d.Dial(t)
+			client := rl.NewRateLimitServiceClient(conn)
+			health := func() healthpb.HealthCheckResponse_ServingStatus { // the server's as a whole, as a probe asks
+				t.Helper()
+				r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Status
+			}
 			call := func() rl.Code {
 				t.Helper()
 				r, err := client.ShouldRateLimit(context.Background(), req("shared", desc("tenant", "acme")))
@@ -135,12 +146,15 @@ func TestRedisACLChangedAtRuntime(t *testing.T) {
 			waitFor(t, func() bool {
 				return strings.Contains(d.Logs(), "level=ERROR") && strings.Contains(d.Logs(), "refuses the daemon")
 			})
+			// gRPC health says what /readyz says (the daemon looks every second).
+			waitFor(t, func() bool { return health() == healthpb.HealthCheckResponse_NOT_SERVING })
 
 			if reply, err := srv.Command("ACL", "SETUSER", "ratelimitd", "+setrange"); err != nil || reply != "+OK" {
 				t.Fatal(reply, err)
 			}
 			// The daemon checks every second while Redis refuses it.
 			waitFor(t, func() bool { code, _ := d.Get(t, "/readyz"); return code == http.StatusOK })
+			waitFor(t, func() bool { return health() == healthpb.HealthCheckResponse_SERVING })
 			if got := call(); got != rl.Code_CODE_OK {
 				t.Errorf("after the ACL is mended, the 25th: %v, want OK from Redis (the refused request charged nothing)", got)
 			}
