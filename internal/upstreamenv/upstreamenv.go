@@ -436,8 +436,8 @@ func (r *reader) overdraft(stop bool) {
 }
 
 func (r *reader) ignored() {
-	r.ignoreIfSet("DEBUG_HOST", "ratelimitd serves its profiles on the HTTP port (--pprof)")
-	r.ignoreIfSet("DEBUG_PORT", "ratelimitd serves its profiles on the HTTP port (--pprof)")
+	r.ignoreIfSet("DEBUG_HOST", "ratelimitd serves its profiles with --pprof on --admin-addr (else the HTTP port)")
+	r.ignoreIfSet("DEBUG_PORT", "ratelimitd serves its profiles with --pprof on --admin-addr (else the HTTP port)")
 	for _, v := range []string{"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"} {
 		r.ignoreIfSet(v, "ratelimitd does not age connections out")
 	}
