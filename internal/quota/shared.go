@@ -44,8 +44,9 @@ type Grant struct {
 }
 
 // NewShared returns an allocator for limits shared with other daemons
-// through a ledger (see above): it sends nothing for a bucket until
-// SetPools has given it the bucket's pool.
+// through a ledger (the package doc: Limits shared by several daemons):
+// it sends nothing for a bucket until SetPools has given it the bucket's
+// pool, and answers reports in Tick, not in Report.
 func NewShared(interval time.Duration) *Allocator {
 	a := New(interval)
 	a.shared = true
