@@ -142,6 +142,11 @@ func (c *Conn) pacedRead(b []byte) (int, error) {
 	if wait > 0 {
 		c.p.sleep(wait, c.closed)
 	}
+	select {
+	case <-c.closed: // Close ended the wait: it may not have closed c.Conn yet
+		return 0, net.ErrClosed
+	default:
+	}
 	n, err := c.Conn.Read(b[:min(len(b), Chunk)])
 	c.charge(int64(n))
 	return n, err
