@@ -69,6 +69,11 @@ func TestSharedWithAnotherDaemon(t *testing.T) {
 		ea.report("shop", usage(1<<20, time.Second, "plan", "gold"))
 		eb.report("shop", usage(1<<20, time.Second, "plan", "gold"))
 	}
+	// The console's quota view says what this daemon holds of the limit,
+	// and what the other's clients ask.
+	if code, body := a.Get(t, "/console/api/quota"); code != 200 || !strings.Contains(body, `"shared":{"grant":300,"other_clients":1,"other_demand":`) {
+		t.Errorf("the console's quota view of a shared bucket: %d %s", code, body)
+	}
 	want := "token_bucket max=5 fill=1/200ms ttl=1.5s"
 	for _, e := range []*envoy{ea, eb} { // the last action each received
 		for describe(e.recv(1)["plan=gold"]) != want {
