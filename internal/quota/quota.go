@@ -103,6 +103,7 @@
 package quota
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -480,8 +481,8 @@ func (a *Allocator) View(now int64) []BucketView {
 		v := BucketView{Bucket: key, Requests: b.limit.Requests, Period: b.limit.Period}
 		if p := b.pool; p != nil {
 			v.Shared = &SharedView{Grant: p.Grant, OtherClients: len(p.Others)}
-			for _, d := range p.Others {
-				v.Shared.OtherDemand += d
+			for _, d := range p.Others { // saturating: a demand may be up to 2^62
+				v.Shared.OtherDemand += min(d, math.MaxInt64-v.Shared.OtherDemand)
 			}
 		}
 		for id, c := range b.clients {
