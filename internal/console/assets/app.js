@@ -202,7 +202,9 @@ async function loadQuota() {
     const id = Object.keys(b.bucket_id).sort().map(k => `${k}=${b.bucket_id[k]}`).join(", ");
     rows.push(el("tr", { class: "quota-bucket" },
       el("td", { colspan: 7 }, el("code", {}, `${b.domain}: ${id}`), ` ${b.rule} · ${b.requests} per ${secs(b.period)}`,
-        b.shared ? el("span", { class: "muted" }, ` · shared with other daemons: ${b.shared.grant} granted here; ${b.shared.other_clients} clients elsewhere ask ${b.shared.other_demand}`) : "")));
+        b.shared ? el("span", { class: "muted" }, ` · shared with other daemons: ${b.shared.grant} granted here; ` +
+          (b.shared.other_clients === 0 ? "no clients elsewhere" :
+            `${b.shared.other_clients} client${b.shared.other_clients === 1 ? "" : "s"} elsewhere ask${b.shared.other_clients === 1 ? "s" : ""} ${b.shared.other_demand}`)) : "")));
     for (const c of b.clients) rows.push(el("tr", {},
       el("td", {}, ""), el("td", {}, `#${c.client} `, el("span", { class: "muted" }, b.peers[c.client] || "gone")),
       el("td", { class: "num" }, c.demand), el("td", { class: "num" }, c.share),
