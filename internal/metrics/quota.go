@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	ratelimitd_quota_streams                         quota streams open now
 //	ratelimitd_quota_reports_total{domain}           bucket usage reports received
 //	ratelimitd_quota_assignments_total{domain,action} bucket actions sent: "share" (a token bucket), "allow_all", "deny_all"
+//	ratelimitd_quota_refused_total{domain}           buckets answered DENY_ALL because a bound on buckets served by quota was reached
 //	ratelimitd_quota_ledger_claims_total{result}     buckets synced with the ledger of shares (several daemons on one Redis): "ok", "error"
 //
 // domain is the report's domain when the policy has it, "" otherwise, so
@@ -15,6 +16,7 @@ type Quota struct {
 	streams     prometheus.Gauge
 	reports     *prometheus.CounterVec
 	assignments *prometheus.CounterVec
+	refused     *prometheus.CounterVec
 	claims      *prometheus.CounterVec
 }
 
@@ -33,12 +35,16 @@ func (m *Metrics) NewQuota() *Quota {
 			Namespace: namespace, Subsystem: "quota", Name: "assignments_total",
 			Help: `Bucket actions sent on RLQS streams, by domain and action: "share" (a token bucket), "allow_all" or "deny_all".`,
 		}, []string{"domain", "action"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "quota", Name: "refused_total",
+			Help: "Bucket reports answered DENY_ALL because a bound on the buckets served by quota (per stream, per tenant, in all) was reached, by domain.",
+		}, []string{"domain"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "quota", Name: "ledger_claims_total",
 			Help: `Buckets' claims synced with the ledger of shares that daemons on one Redis keep, by result: "ok" or "error".`,
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(q.streams, q.reports, q.assignments, q.claims)
+	m.reg.MustRegister(q.streams, q.reports, q.assignments, q.refused, q.claims)
 	return q
 }
 
@@ -67,6 +73,13 @@ func (q *Quota) Reported(domain string) {
 func (q *Quota) Assigned(domain, action string) {
 	if q != nil {
 		q.assignments.WithLabelValues(domain, action).Inc()
+	}
+}
+
+// Refused counts a bucket of domain answered DENY_ALL at a bound.
+func (q *Quota) Refused(domain string) {
+	if q != nil {
+		q.refused.WithLabelValues(domain).Inc()
 	}
 }
 

@@ -30,7 +30,10 @@
 // of the assignment it last received, that is within two report intervals
 // of the report that shows its demand fell; a client that goes quiet (its
 // stream ends, or it stops reporting) frees it when its last assignment
-// expires.
+// expires. A report interval is the report's elapsed time, taken for at
+// most MaxInterval (a minute), so a share outlives its client's last
+// report by at most MaxLife (1.75 minutes), whatever the report said; and
+// what a report asked saturates rather than wraps (Asked).
 //
 // Small changes are not sent: a share moves when its target differs from
 // it by more than 1/Tolerance of the target (2.5%), so that clients are
@@ -199,10 +202,10 @@ type hold struct {
 	until int64
 }
 
-// New returns an allocator that assumes a report interval of interval for
-// clients that have not said theirs.
+// New returns an allocator that assumes a report interval of interval (at
+// most MaxInterval) for clients that have not said theirs.
 func New(interval time.Duration) *Allocator {
-	return &Allocator{buckets: map[string]*bucket{}, interval: interval}
+	return &Allocator{buckets: map[string]*bucket{}, interval: min(interval, MaxInterval)}
 }
 
 func (c *client) ttl() time.Duration { return c.interval * TTLNum / TTLDen }
@@ -245,6 +248,8 @@ func (c *client) assignment(l Limit) Assignment {
 // Report records that client asked asked requests of bucket in the elapsed
 // time since its previous report (0 for its first), under limit (which may
 // have changed since the last report: a reload), and rebalances the bucket.
+// Its report interval, and so its assignment's time to live, is elapsed
+// bounded by MaxInterval (Interval).
 // It returns the client's assignment, to be sent to it now (its time to
 // live starts now), and the assignments of other clients that changed, to
 // be pushed to them now. For a shared limit (NewShared) ok is false and
@@ -265,13 +270,13 @@ func (a *Allocator) Report(bucketKey string, limit Limit, clientID string, asked
 	if elapsed > 0 {
 		// What a report with no elapsed time counted belongs to this one's
 		// interval (Envoy reports a bucket's first request at once).
-		asked += c.unelapsed
+		asked = Asked(asked, c.unelapsed)
 		c.unelapsed = 0
-		c.interval = elapsed
+		c.interval = Interval(elapsed, a.interval) // at most MaxInterval
 		c.demand = demand(asked, elapsed, limit.Period)
 	} else {
 		// A first report: what it asked, as if in one interval.
-		c.unelapsed += asked
+		c.unelapsed = Asked(c.unelapsed, asked)
 		c.demand = demand(c.unelapsed, c.interval, limit.Period)
 	}
 	if now >= c.expiry() {

@@ -91,11 +91,13 @@ type Server struct {
 	ticking  sync.Mutex // one Tick at a time, with a ledger
 	log      *slog.Logger
 	down     *reminder.Reminder // the ledger failing
+	full     *reminder.Reminder // buckets refused at a bound
+	tenant   func(ctx context.Context, domain string) string
 
-	mu      sync.Mutex // guards alloc, streams and buckets
+	mu      sync.Mutex // guards alloc, streams and table
 	alloc   *quota.Allocator
 	streams map[string]*stream
-	buckets map[string]bucketInfo // by allocator key
+	table   table // by allocator key
 	ids     atomic.Uint64
 }
 
@@ -104,6 +106,7 @@ type bucketInfo struct {
 	domain string
 	id     map[string]string
 	rule   string // StatKey
+	tenant string // whose report brought it in
 }
 
 // Option configures a Server.
@@ -163,7 +166,7 @@ func WithInterval(d time.Duration) Option { return func(s *Server) { s.interval 
 // (the one in force, read at each report), on clock's time.
 func New(policy func() *config.Policy, clk clock.Clock, opts ...Option) *Server {
 	s := &Server{policy: policy, clock: clk, bounds: engine.DefaultBounds, interval: DefaultInterval, daemons: 1,
-		streams: map[string]*stream{}, buckets: map[string]bucketInfo{}}
+		streams: map[string]*stream{}, table: newTable()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -173,13 +176,15 @@ func New(policy func() *config.Policy, clk clock.Clock, opts ...Option) *Server 
 	if s.interval <= 0 {
 		s.interval = DefaultInterval
 	}
+	s.interval = min(s.interval, quota.MaxInterval)
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.full = reminder.New(clk, 0)
 	s.alloc = quota.New(s.interval)
 	if s.ledger != nil {
 		s.alloc = quota.NewShared(s.interval)
 		s.down = reminder.New(clk, 0)
-		if s.log == nil {
-			s.log = slog.Default()
-		}
 	}
 	return s
 }
@@ -202,9 +207,9 @@ func (s *Server) Tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.push(s.alloc.Tick(s.clock.Now()))
-	for k := range s.buckets { // forget what the allocator forgot
+	for k := range s.table.buckets { // forget what the allocator forgot
 		if !s.alloc.Has(k) {
-			delete(s.buckets, k)
+			s.table.forget(k)
 		}
 	}
 }
@@ -244,20 +249,19 @@ func (s *Server) sync() {
 type stream struct {
 	id, peer string
 	domain   string // known domain, for metrics ("" when unknown)
+	tenant   string // whose table share its buckets count against
 	wake     chan struct{}
+	sent     chan struct{} // the sender took what was pending
 
 	mu      sync.Mutex
-	pending []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	pending outbox
 	buckets map[string]*rlqsv3.BucketId // allocator keys it reported
 }
 
 // queue adds an action to send, replacing one pending for the same bucket.
 func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	st.mu.Lock()
-	st.pending = slices.DeleteFunc(st.pending, func(p *rlqsv3.RateLimitQuotaResponse_BucketAction) bool {
-		return sameBucket(p.BucketId, a.BucketId)
-	})
-	st.pending = append(st.pending, a)
+	st.pending.put(a)
 	st.mu.Unlock()
 	select {
 	case st.wake <- struct{}{}:
@@ -265,30 +269,21 @@ func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	}
 }
 
-func sameBucket(a, b *rlqsv3.BucketId) bool {
-	if len(a.GetBucket()) != len(b.GetBucket()) {
-		return false
-	}
-	for k, v := range a.GetBucket() {
-		if w, ok := b.GetBucket()[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 func (st *stream) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	p := st.pending
-	st.pending = nil
+	p := st.pending.take()
+	st.mu.Unlock()
+	select {
+	case st.sent <- struct{}{}:
+	default:
+	}
 	return p
 }
 
 // StreamRateLimitQuotas serves one client's stream until it ends.
 func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	ctx := ss.Context()
-	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), wake: make(chan struct{}, 1), buckets: map[string]*rlqsv3.BucketId{}}
+	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), wake: make(chan struct{}, 1), sent: make(chan struct{}, 1), buckets: map[string]*rlqsv3.BucketId{}}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		st.peer = p.Addr.String()
 	}
@@ -348,7 +343,7 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 		case err := <-sendErr:
 			return err
 		case <-s.drain:
-			return status.Error(codes.Unavailable, "ratelimitd is shutting down: reconnect to report again")
+			return errDraining
 		}
 		if r.err == io.EOF {
 			return nil
@@ -370,6 +365,7 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 					return err
 				}
 			}
+			st.tenant = s.tenantOf(ctx, domain)
 			// The policy's quota_fallback, for clients that take it (the Go
 			// client); sent with the first response. Envoy ignores it.
 			_ = ss.SetHeader(metadata.Pairs(FallbackHeader, s.fallback(domain).String()))
@@ -379,7 +375,7 @@ func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRat
 		if err := s.checkUsages(msg.GetBucketQuotaUsages()); err != nil {
 			return err
 		}
-		if err := s.report(st, domain, msg.GetBucketQuotaUsages()); err != nil {
+		if err := s.report(ctx, st, domain, msg.GetBucketQuotaUsages()); err != nil {
 			return err
 		}
 	}
@@ -439,7 +435,12 @@ func Entries(id map[string]string) []config.Entry {
 }
 
 // report applies a report's usages and queues the replies and pushes.
-func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
+// Each usage is answered on its own: a bucket no limit is divided for
+// (no rule, unlimited, DENY_ALL) without the server's lock, a bucket
+// served by quota under it, one at a time, so that a large report does not
+// hold other streams' reports up; and while the stream's answers are
+// MaxPending or more unsent, the next usage waits for them (backlog).
+func (s *Server) report(ctx context.Context, st *stream, domain string, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
 	var d *config.Domain
 	if policy := s.policy(); policy != nil { // nil before an xDS policy arrives
 		d = policy.Domain(domain)
@@ -448,11 +449,13 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 	if d != nil {
 		known = domain
 	}
-	now := s.clock.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	st.domain = known
+	st.domain = known // read by pushes, under s.mu
+	s.mu.Unlock()
 	for i, u := range usages {
+		if err := s.backlog(ctx, st); err != nil {
+			return err
+		}
 		s.metrics.Reported(known)
 		id := u.GetBucketId()
 		entries := Entries(id.GetBucket())
@@ -460,56 +463,28 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 		rule := d.Match(entries)
 		limit, blanket := ruleLimit(rule)
 		if limit == nil {
-			ttl := s.interval
-			if elapsed > 0 {
-				ttl = elapsed
-			}
-			s.send(st, blanketAction(id, blanket, ttl*quota.TTLNum/quota.TTLDen))
+			s.send(st, blanketAction(id, blanket, s.ttl(elapsed)))
 			continue
 		}
 		key := bucketKey(domain, entries, rule, limit)
-		if err := s.room(st, key, i); err != nil {
-			return err
-		}
-		s.buckets[key] = bucketInfo{domain: domain, id: id.GetBucket(), rule: rule.StatKey}
 		ql := quota.Limit{Requests: limit.Rate.Requests() / s.daemons, Period: limit.Rate.Period()}
+		asked := quota.Asked(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+		s.mu.Lock()
+		if why := s.refusal(st, key); why != "" {
+			s.refuse(st, id, "bucket_quota_usages["+strconv.Itoa(i)+"]: "+why, elapsed)
+			s.mu.Unlock()
+			continue
+		}
+		s.table.keep(key, bucketInfo{domain: domain, id: id.GetBucket(), rule: rule.StatKey, tenant: st.tenant})
 		st.mu.Lock()
 		st.buckets[key] = id // for pushes, the reply's included
 		st.mu.Unlock()
-		a, ok, pushes := s.alloc.Report(key, ql, st.id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
+		a, ok, pushes := s.alloc.Report(key, ql, st.id, asked, elapsed, s.clock.Now())
 		if ok { // else pushed once the ledger has answered (a shared limit)
 			s.send(st, shareAction(id, a))
 		}
 		s.push(pushes)
-	}
-	return nil
-}
-
-// Bounds on what quota clients make the server keep.
-const (
-	// MaxStreamBuckets is how many buckets served by quota one stream may
-	// report.
-	MaxStreamBuckets = 1024
-	// MaxBuckets is how many buckets served by quota the server keeps, for
-	// all streams together.
-	MaxBuckets = 1 << 16
-)
-
-// room refuses a bucket new to the stream, or to the server, beyond the
-// bounds, with ResourceExhausted. s.mu is held.
-func (s *Server) room(st *stream, key string, i int) error {
-	st.mu.Lock()
-	_, known := st.buckets[key]
-	n := len(st.buckets)
-	st.mu.Unlock()
-	if known {
-		return nil
-	}
-	if n >= MaxStreamBuckets {
-		return status.Errorf(codes.ResourceExhausted, "bucket_quota_usages[%d]: this stream already reports %d buckets, the most one stream may", i, n)
-	}
-	if _, ok := s.buckets[key]; !ok && len(s.buckets) >= MaxBuckets {
-		return status.Errorf(codes.ResourceExhausted, "bucket_quota_usages[%d]: the server already serves %d buckets by quota, the most it keeps", i, len(s.buckets))
+		s.mu.Unlock()
 	}
 	return nil
 }
@@ -683,7 +658,7 @@ func (s *Server) View() []BucketView {
 	defer s.mu.Unlock()
 	var views []BucketView
 	for _, b := range s.alloc.View(now) {
-		info := s.buckets[b.Bucket]
+		info := s.table.buckets[b.Bucket]
 		v := BucketView{Domain: info.domain, Bucket: info.id, Rule: info.rule, BucketView: b, Peers: map[string]string{}}
 		for _, c := range b.Clients {
 			if st := s.streams[c.Client]; st != nil {

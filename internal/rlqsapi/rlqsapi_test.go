@@ -352,7 +352,8 @@ func TestConsoleView(t *testing.T) {
 }
 
 // TestStreamBounds: a stream may report at most MaxStreamBuckets buckets
-// served by quota; one more is ResourceExhausted naming the usage.
+// served by quota; one more is answered DENY_ALL (the stream goes on, and
+// its other buckets keep their shares).
 func TestStreamBounds(t *testing.T) {
 	d := daemontest.Start(t, policy)
 	e := open(t, d)
@@ -361,15 +362,16 @@ func TestStreamBounds(t *testing.T) {
 		usages = append(usages, usage(1, 0, "name", "api", "user", "u"+strconv.Itoa(i)))
 	}
 	e.report("shop", usages...)
-	for {
-		_, err := e.stream.Recv()
-		if err == nil {
-			continue
-		}
-		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "bucket_quota_usages[1024]: this stream already reports 1024 buckets") {
-			t.Fatalf("got %v, want ResourceExhausted at bucket_quota_usages[1024]", err)
-		}
-		return
+	got := e.recv(len(usages))
+	if g := describe(got["name=api,user=u1024"]); g != "DENY_ALL ttl=1.5s" {
+		t.Errorf("the stream's 1,025th bucket: %s, want DENY_ALL", g)
+	}
+	if g := describe(got["name=api,user=u1023"]); !strings.HasPrefix(g, "token_bucket") {
+		t.Errorf("the stream's 1,024th bucket: %s, want a share", g)
+	}
+	e.report("shop", usage(1, time.Second, "name", "api", "user", "u0"))
+	if g := describe(e.recv(1)["name=api,user=u0"]); !strings.HasPrefix(g, "token_bucket") {
+		t.Errorf("the stream's first bucket, reported again: %s, want a share", g)
 	}
 }
 
