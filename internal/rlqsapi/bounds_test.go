@@ -11,10 +11,13 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
 
 const year = 365 * 24 * time.Hour
@@ -165,5 +168,31 @@ clients:
 	}
 	if !strings.Contains(d.Logs(), `the caller \"mallory\" already has 4096 buckets`) {
 		t.Errorf("the refusal does not name mallory:\n%s", d.Logs())
+	}
+}
+
+// TestLedgerKeyBounded: with --store redis, a report that says a year
+// elapsed leaves a ledger key that Redis expires within 1m47s
+// (quota.MaxLease), not one that keeps the bucket's limit held for a year
+// and three quarters across every daemon and restart.
+func TestLedgerKeyBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	d := daemontest.Start(t, policy, func(c *daemon.Config) { // leases on Redis TIME
+		c.Store, c.Redis = "redis", redisstore.Config{Addr: srv.Addr(), KeyPrefix: "lk:", Timeout: 2 * time.Second}
+	})
+	e := open(t, d)
+	e.report("shop", usage(1<<40, year, "plan", "gold"))
+	waitFor(t, func() bool { return len(d.Quota().View()) == 1 }, "the report")
+	d.Quota().Tick() // publishes the report's demand
+	d.Quota().Tick() // claims
+	e.recv(1)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	keys, err := admin.Keys(context.Background(), "lk:quota:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("ledger keys: %v (%v)", keys, err)
+	}
+	if ttl, err := admin.PTTL(context.Background(), keys[0]).Result(); err != nil || ttl <= 0 || ttl > 107*time.Second {
+		t.Fatalf("the ledger key expires in %v (%v), want within 1m47s", ttl, err)
 	}
 }

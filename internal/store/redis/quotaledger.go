@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -26,7 +27,7 @@ var quotaLedgerScript = goredis.NewScript(quotaLedgerLua)
 // one key per bucket, under Config.KeyPrefix + "quota:", holding one entry
 // per daemon, each read and written by quotaledger.lua, atomically. Its
 // entries expire, on Redis's clock, at the lease their daemon last asked
-// for; the key expires with its last entry.
+// for, at most quota.MaxLease; the key expires with its last entry.
 //
 // It is safe for concurrent use; a daemon uses one, under an id of its own.
 type QuotaLedger struct {
@@ -86,6 +87,11 @@ func (l *QuotaLedger) Sync(ctx context.Context, claims []quota.Claim) ([]quota.G
 	return grants, nil
 }
 
+// maxLeaseMs is the longest lease an entry holds in the ledger, in ms:
+// quota.MaxLease, rounded up. A key expires at most that long after its
+// last write.
+var maxLeaseMs = (quota.MaxLease + time.Millisecond - 1).Milliseconds()
+
 // args returns quotaledger.lua's ARGV for c, at nowMs ("": Redis TIME).
 func (l *QuotaLedger) args(c quota.Claim, nowMs string) []any {
 	var demands strings.Builder
@@ -99,7 +105,7 @@ func (l *QuotaLedger) args(c quota.Claim, nowMs string) []any {
 	if c.Lease > 0 {
 		lease++ // rounded up: never shorter than asked
 	}
-	return []any{l.id, c.Limit, c.Keep, c.Want, lease, demands.String(), nowMs}
+	return []any{l.id, c.Limit, c.Keep, c.Want, lease, demands.String(), nowMs, maxLeaseMs}
 }
 
 // parseGrant reads quotaledger.lua's reply: the grant, and the others'

@@ -9,7 +9,9 @@
 -- KEYS[1]: the bucket's ledger key.
 -- ARGV: the daemon's id; the limit; keep; want; lease (ms, 0: remove the
 -- daemon's entry); its demands; now in ms ("": Redis TIME, and the key
--- expires with its last entry).
+-- expires with its last entry); the longest lease (ms) an entry may hold
+-- beyond now: a longer one (written by an older daemon, or by one told a
+-- report interval of a year) is read, and kept, as ending then.
 --
 -- The daemon is granted min(want, limit - the others' grants), never less
 -- than keep (what its clients may already be applying) nor than 0. It
@@ -17,6 +19,7 @@
 local key, me = KEYS[1], ARGV[1]
 local limit, keep, want, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local demands, now, expire = ARGV[6], ARGV[7], false
+local maxLease = tonumber(ARGV[8])
 if now == "" then
   local tm = redis.call("TIME")
   now, expire = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000), true
@@ -29,6 +32,10 @@ local v = redis.call("GET", key)
 if v then
   for id, grant, untilMs, ds in string.gmatch(v, "([^ ;]+) (%d+) (%d+) ([%d,]*);") do
     local u = tonumber(untilMs)
+    if u > now + maxLease then
+      u = now + maxLease
+      untilMs = string.format("%d", u)
+    end
     if id ~= me and u > now then
       others = others + tonumber(grant)
       if ds ~= "" then otherDemands[#otherDemands + 1] = ds end
@@ -38,6 +45,7 @@ if v then
   end
 end
 
+if lease > maxLease then lease = maxLease end
 local grant = math.min(want, limit - others)
 if grant < keep then grant = keep end
 if grant < 0 then grant = 0 end

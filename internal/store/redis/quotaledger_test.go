@@ -93,6 +93,45 @@ func TestQuotaLedgerExpires(t *testing.T) {
 	}
 }
 
+// TestQuotaLedgerLeaseBounded: no entry holds longer than quota.MaxLease
+// (1m47s) beyond the claim that reads it, whatever lease its daemon asked
+// for or an older daemon wrote: the key expires within it on Redis's
+// clock, and on a test clock a year-long entry stops counting after it.
+func TestQuotaLedgerLeaseBounded(t *testing.T) {
+	const maxLease = 107 * time.Second // 1.75 × a minute's interval, and 2s of slack
+	srv := redistest.Start(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	old := func(key string, untilMs int64) { // an entry of 600 until untilMs, as a daemon told a year-long interval wrote it
+		if err := admin.Set(ctx, key, fmt.Sprintf("old 600 %d 1000;", untilMs), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qb:"}, nil)
+	old("qb:quota:k", time.Now().Add(365*24*time.Hour).UnixMilli())
+	if g := sync1(t, s.redis.QuotaLedger(nil), quota.Claim{Bucket: "k", Limit: 600, Want: 600, Lease: 365 * 24 * time.Hour, Demands: []int64{600}}); g.Grant != 0 {
+		t.Fatalf("granted %d while the old entry's 600 holds, want 0", g.Grant)
+	}
+	if ttl, err := admin.PTTL(ctx, "qb:quota:k").Result(); err != nil || ttl <= 0 || ttl > maxLease+time.Millisecond {
+		t.Fatalf("the key expires in %v (%v), want within %v", ttl, err, maxLease)
+	}
+
+	clk := clock.NewFake(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
+	c := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qc:"}, nil)
+	old("qc:quota:k", clk.Now()/1e6+(365*24*time.Hour).Milliseconds())
+	l := c.redis.QuotaLedger(clk)
+	claim := quota.Claim{Bucket: "k", Limit: 600, Want: 600, Lease: time.Second, Demands: []int64{600}}
+	if g := sync1(t, l, claim); g.Grant != 0 {
+		t.Fatalf("granted %d while the old entry's 600 holds, want 0", g.Grant)
+	}
+	clk.Advance(maxLease + time.Millisecond)
+	if g := sync1(t, l, claim); g.Grant != 600 {
+		t.Fatalf("%v after the year-long entry was read: granted %d, want all 600", maxLease, g.Grant)
+	}
+}
+
 // TestQuotaLedgerNeverOverLimit: daemons claiming at random (each never
 // keeping more than its grant in force, as the allocator does), with
 // leases ending at random, are granted exactly what an independent model
