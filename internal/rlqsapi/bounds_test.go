@@ -196,3 +196,67 @@ func TestLedgerKeyBounded(t *testing.T) {
 		t.Fatalf("the ledger key expires in %v (%v), want within 1m47s", ttl, err)
 	}
 }
+
+// unmatched returns n usages of BucketIds no rule of policy matches, each
+// of its own.
+func unmatched(n int) []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	usages := make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, n)
+	for i := range usages {
+		usages[i] = usage(1, time.Second, "nomatch", strconv.Itoa(i))
+	}
+	return usages
+}
+
+// TestUnmatchedHoldNoOne: reports of 30,000 BucketIds that match no rule
+// (about 1 MB each), from a client that reads none of its answers, hold no
+// other stream up: another stream is answered while the flood waits for
+// its reader.
+func TestUnmatchedHoldNoOne(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	flood := open(t, d)
+	flood.report("shop", unmatched(30_000)...) // and never reads
+	flood.report("shop", unmatched(30_000)...)
+	waitFor(t, func() bool { return metric(t, d, `ratelimitd_quota_reports_total{domain="shop"}`) > 0 }, "the flood's report")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the flood takes minutes where it holds the lock
+	defer cancel()
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(d.Dial(t)).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &envoy{t: t, stream: s}
+	other.report("shop", usage(1, time.Second, "plan", "gold"))
+	if g := describe(other.recv(1)["plan=gold"]); !strings.HasPrefix(g, "token_bucket") {
+		t.Fatalf("another stream's bucket during the flood: %s, want a share", g)
+	}
+}
+
+// BenchmarkUnmatched: the daemon's cost of a report of n BucketIds that
+// match no rule, answered and read, per BucketId: the same whatever n.
+func BenchmarkUnmatched(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 30_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			d := daemontest.Start(b, policy)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := rlqsv3.NewRateLimitQuotaServiceClient(d.Dial(b)).StreamRateLimitQuotas(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			usages := unmatched(n)
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "shop", BucketQuotaUsages: usages}); err != nil {
+					b.Fatal(err)
+				}
+				for got := 0; got < n; {
+					resp, err := s.Recv()
+					if err != nil {
+						b.Fatal(err)
+					}
+					got += len(resp.GetBucketAction())
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/id")
+		})
+	}
+}

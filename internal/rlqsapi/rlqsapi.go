@@ -32,10 +32,22 @@
 // filter takes its own (no_assignment_behavior, expired_assignment_behavior).
 //
 // Every assignment has a time to live of 1.5 report intervals (the time
-// the client says elapsed between its reports; Interval until it says),
-// and is renewed in the reply to each report. When shares change, the
-// streams whose shares changed get theirs at once, not at their next
-// report. Policy reloads apply at each bucket's next report.
+// the client says elapsed between its reports, at most quota.MaxInterval;
+// Interval until it says), and is renewed in the reply to each report.
+// When shares change, the streams whose shares changed get theirs at once,
+// not at their next report. Policy reloads apply at each bucket's next
+// report.
+//
+// # Bounds
+//
+// A stream may bring MaxStreamBuckets buckets served by quota into the
+// server's table, a tenant MaxTenantBuckets (the caller WithTenant names,
+// else the stream's domain), all of them MaxBuckets. A bucket beyond any
+// of these is answered DENY_ALL for an assignment's life, and the stream
+// goes on; the refusals are logged (at most a line a minute) and counted.
+// Buckets no limit is divided for are answered without the server's lock;
+// the others take it one usage at a time. While MaxPending of a stream's
+// answers are unsent, its next usage waits for them.
 package rlqsapi
 
 import (
