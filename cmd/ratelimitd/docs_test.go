@@ -47,7 +47,6 @@ var excusedPages = map[string]string{
 // here, and why.
 var excusedLines = []struct{ page, prefix, reason string }{
 	{"README.md", "scripts/test", "runs the whole suite, this test included"},
-	{"README.md", "go install github.com/ratelimitd/ratelimitd/cmd/ratelimitd@latest", "fetches a released version over the network"},
 	{"README.md", "go build -o ratelimitd ./cmd/ratelimitd", "the test builds the daemon with this very command (binary, main_test.go) and puts it on PATH"},
 	{"README.md", "sha256sum -c --ignore-missing SHA256SUMS", "needs the files of a downloaded release"},
 	{"README.md", "podman run", "podman: scripts/image-test runs the image this way"},

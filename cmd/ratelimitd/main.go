@@ -291,7 +291,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, d := range p.Domains() {
 		fmt.Fprintf(stdout, "ok: domain %q from %s\n", d.Name, d.Source)
-		if !d.HasRules() {
+		if !d.HasLimits() {
 			fmt.Fprintf(stdout, "warning: domain %q has no rate limits: it admits every request\n", d.Name)
 		}
 		for _, key := range d.OverdraftRules() {

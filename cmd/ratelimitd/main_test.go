@@ -399,6 +399,10 @@ func TestCheckConfigLimits(t *testing.T) {
 	if err := os.WriteFile(open, []byte("domain: open\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	unlimited := filepath.Join(dir, "unlimited.yaml")
+	if err := os.WriteFile(unlimited, []byte("domain: free\ndescriptors:\n  - {key: user, rate_limit: {unlimited: true}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	budget := filepath.Join(dir, "ai.yaml")
 	if err := os.WriteFile(budget, []byte("domain: ai\ndescriptors:\n  - {key: tenant, rate_limit: {unit: hour, requests_per_unit: 1000, overdraft: true}}\n  - {key: user, rate_limit: {unit: hour, requests_per_unit: 10}}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -411,6 +415,7 @@ func TestCheckConfigLimits(t *testing.T) {
 		{[]string{"check-config", budget}, 0, "ok: domain \"ai\" from " + budget + "\noverdraft: ai.tenant takes charges in full, into debt if need be\n", ""},
 		{[]string{"check-config", "--max-policy-bytes", "1000", big}, 1, "", big + ": 3026 bytes, more than the limit of 1000 (--max-policy-bytes); not parsed\n"},
 		{[]string{"check-config", open}, 0, "ok: domain \"open\" from " + open + "\nwarning: domain \"open\" has no rate limits: it admits every request\n", ""},
+		{[]string{"check-config", unlimited}, 0, "ok: domain \"free\" from " + unlimited + "\nwarning: domain \"free\" has no rate limits: it admits every request\n", ""},
 		{[]string{"check-config"}, 2, "", "usage: ratelimitd check-config"},
 	}
 	for _, tt := range tests {

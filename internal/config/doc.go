@@ -133,9 +133,10 @@
 // an alias, all files of a directory together) is rejected as soon as
 // building reaches the first one too many.
 //
-// A domain without any rate limit (no descriptors, or descriptors without
-// rate_limit or rate_limits anywhere) is valid and admits every request:
-// Domain.HasRules tells, so that the daemon and check-config can warn.
+// A domain without any limit that can deny (no descriptors, descriptors
+// without rate_limit or rate_limits anywhere, or only unlimited ones) is
+// valid and admits every request: Domain.HasLimits tells, so that the
+// daemon and check-config can warn.
 //
 // # Matching
 //
