@@ -67,9 +67,9 @@ Usage:
   ratelimitd simulate [flags]      replay traffic against limits; CSV and an SVG chart (see simulate --help)
   ratelimitd bench --target H:P    load a rate-limit service, report throughput and latency (bench --help)
 
-Flags:
+Flags, by topic (docs/operations.md has the manual):
 `)
-		fs.PrintDefaults()
+		printGroupedFlags(stderr, fs, flagGroups)
 	}
 	var cfg daemon.Config
 	b := engine.DefaultBounds
