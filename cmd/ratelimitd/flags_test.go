@@ -129,3 +129,25 @@ func TestHelpGroupsEveryFlag(t *testing.T) {
 		t.Errorf("-store's default is not the default (a flag parsed before --help shown as the default?):\n%s", out)
 	}
 }
+
+// TestContradictoryFlags: flags that cannot go together are a usage error
+// (exit 2) told in one line naming them, before any log line.
+func TestContradictoryFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--xds-server", "127.0.0.1:1", "--config", "p.yaml"}, "ratelimitd: --config and --xds-server: "},
+		{[]string{"--quota-daemons", "2", "--store", "redis", "--redis-addr", "127.0.0.1:1"}, "ratelimitd: --quota-daemons 2 with --store redis: "},
+		{[]string{"--state-file", "s", "--store", "redis", "--redis-addr", "127.0.0.1:1"}, "ratelimitd: --state-file with --store redis: "},
+		{[]string{"--xds-server", "127.0.0.1:1", "--state-file", "s"}, "ratelimitd: --state-file and --xds-server: "},
+		{[]string{"--authz-policy", "a.yaml"}, "ratelimitd: --authz-policy without --admin-addr: "},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(tc.args, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], tc.want) || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and one line starting %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}

@@ -180,6 +180,10 @@ Flags, by topic (docs/operations.md has the manual):
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
 	}
+	if err := cfg.Check(); err != nil { // flags that contradict each other: a usage error, before any log line
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
 	cfg.Logger = logger
 	for _, w := range upstream.Warnings {
 		cfg.Logger.Warn("envoyproxy/ratelimit setting ignored: " + w)

@@ -330,6 +330,16 @@ func (d *Daemon) observe(ctx context.Context, req *engine.Request, resp *engine.
 	}
 }
 
+// Check returns the error Start would fail with for cfg's settings alone
+// (fields that contradict each other, values out of range), naming the
+// flags at fault, before anything is opened; nil when there is none.
+// Start can still fail later: on the policy, the TLS files, the store or
+// an address.
+func (cfg Config) Check() error {
+	_, err := cfg.withDefaults()
+	return err
+}
+
 // withDefaults returns cfg with its zero values replaced by the defaults
 // its fields document, or an error naming the first invalid field.
 func (cfg Config) withDefaults() (_ Config, err error) {
@@ -358,10 +368,10 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
 	if cfg.QuotaDaemons < 0 {
-		return cfg, fmt.Errorf("quota daemons %d: want 1 or more", cfg.QuotaDaemons)
+		return cfg, fmt.Errorf("--quota-daemons %d: want 1 or more", cfg.QuotaDaemons)
 	}
 	if cfg.QuotaDaemons > 1 && cfg.Store == "redis" {
-		return cfg, fmt.Errorf("quota daemons %d with the redis store: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
+		return cfg, fmt.Errorf("--quota-daemons %d with --store redis: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
@@ -370,7 +380,7 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 		return cfg, err
 	}
 	if cfg.StateFile != "" && cfg.Store == "redis" {
-		return cfg, errors.New("a state file keeps the memory store's buckets; Redis keeps its own")
+		return cfg, errors.New("--state-file with --store redis: a state file keeps the memory store's buckets; Redis keeps its own")
 	}
 	if cfg.NearLimitRatio == 0 {
 		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
@@ -379,13 +389,13 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 		return cfg, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
 	}
 	if cfg.AuthzPolicy != "" && cfg.AdminAddr == "" {
-		return cfg, errors.New("an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
+		return cfg, errors.New("--authz-policy without --admin-addr: an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
 	}
 	if cfg.Limits, err = cfg.Limits.withDefaults(); err != nil {
 		return cfg, fmt.Errorf("limits: %w", err)
 	}
 	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
-		return cfg, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
+		return cfg, errors.New("--tls-cert and --tls-key go together, and --tls-client-ca needs them (a client CA alone is not enough)")
 	}
 	return cfg, nil
 }
