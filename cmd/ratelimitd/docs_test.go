@@ -92,7 +92,7 @@ var varying = []struct {
 	// "login_attempts counts per clock hour (a fixed window), so its
 	// durationUntilReset and the headers' seconds are the time left in the
 	// current hour".
-	{"docs/envoy.md", `"durationUntilReset": "2735s"`, map[string]docsnippets.Rule{
+	{"docs/envoy.md", `"durationUntilReset": "2734.759301481s"`, map[string]docsnippets.Rule{
 		"statuses.1.durationUntilReset": docsnippets.DurationWithin(1, time.Hour),
 		"responseHeadersToAdd.2.value":  docsnippets.IntegerWithin(1, 3600),
 		"responseHeadersToAdd.3.value":  docsnippets.IntegerWithin(1, 3600),
