@@ -8,15 +8,20 @@ import (
 	"slices"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/tap"
 
 	"github.com/ratelimitd/ratelimitd/internal/connlimit"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/hostcheck"
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
+	"github.com/ratelimitd/ratelimitd/internal/streamlimit"
 )
 
 // Limits bounds what a caller can make the daemon hold before its call is
@@ -46,6 +51,19 @@ type Limits struct {
 	// longest (400, its connection closed). The bytes buffered for bodies
 	// are at most this many times the body limit (httpapi's 4 MiB).
 	MaxWaitingBodies int
+	// MaxLongStreams, MaxLongStreamsPerCaller and MaxLongStreamsPerConn
+	// bound the gRPC streams that last as long as their client wants (the
+	// health service's Watch, Envoy's quota streams, reflection:
+	// LongLivedMethods) in all, per caller (a source address:
+	// internal/source) and per connection. A stream beyond its caller's or
+	// its connection's bound is refused (ResourceExhausted); with
+	// MaxLongStreams held, a new one ends the oldest of the caller holding
+	// the most, when that caller holds more than the new one's
+	// (internal/streamlimit). Such streams never make a connection busy
+	// (MaxConnections).
+	MaxLongStreams          int
+	MaxLongStreamsPerCaller int
+	MaxLongStreamsPerConn   int
 	// PacedReadRate is how many bytes a second the daemon reads, all
 	// together, from the gRPC connections that have shown themselves
 	// abusive: a connection one of whose calls was ended waiting for its
@@ -87,18 +105,21 @@ const PacedQuiet = 30 * time.Second
 
 // DefaultLimits are the limits a zero Limits field takes.
 var DefaultLimits = Limits{
-	MaxConnections:       1024,
-	MaxConcurrentStreams: 100,
-	MaxWaitingStreams:    96,
-	MaxWaitingBodies:     16,
-	PacedReadRate:        8 << 20,
-	MessageTimeout:       10 * time.Second,
-	HeaderTimeout:        10 * time.Second,
-	IdleTimeout:          5 * time.Minute,
-	KeepaliveTime:        time.Minute,
-	KeepaliveTimeout:     20 * time.Second,
-	KeepaliveMinTime:     10 * time.Second,
-	MaxHeaderBytes:       64 << 10,
+	MaxConnections:          1024,
+	MaxConcurrentStreams:    100,
+	MaxWaitingStreams:       96,
+	MaxWaitingBodies:        16,
+	MaxLongStreams:          2048,
+	MaxLongStreamsPerCaller: 256,
+	MaxLongStreamsPerConn:   16,
+	PacedReadRate:           8 << 20,
+	MessageTimeout:          10 * time.Second,
+	HeaderTimeout:           10 * time.Second,
+	IdleTimeout:             5 * time.Minute,
+	KeepaliveTime:           time.Minute,
+	KeepaliveTimeout:        20 * time.Second,
+	KeepaliveMinTime:        10 * time.Second,
+	MaxHeaderBytes:          64 << 10,
 }
 
 // withDefaults returns l with its zero fields set from DefaultLimits, or
@@ -112,6 +133,9 @@ func (l Limits) withDefaults() (Limits, error) {
 		{"max connections", &l.MaxConnections, &d.MaxConnections},
 		{"max waiting streams", &l.MaxWaitingStreams, &d.MaxWaitingStreams},
 		{"max waiting bodies", &l.MaxWaitingBodies, &d.MaxWaitingBodies},
+		{"max long-lived streams", &l.MaxLongStreams, &d.MaxLongStreams},
+		{"max long-lived streams per caller", &l.MaxLongStreamsPerCaller, &d.MaxLongStreamsPerCaller},
+		{"max long-lived streams per connection", &l.MaxLongStreamsPerConn, &d.MaxLongStreamsPerConn},
 		{"paced read rate", &l.PacedReadRate, &d.PacedReadRate},
 		{"max header bytes", &l.MaxHeaderBytes, &d.MaxHeaderBytes},
 	}
@@ -170,9 +194,9 @@ func MaxMessageBytes(b engine.Bounds) int {
 // under an authorization policy), idle connections and keepalives.
 func (d *Daemon) grpcLimits() []grpc.ServerOption {
 	l := d.cfg.Limits
-	taps := []tap.ServerInHandle{d.pacer.Tap, d.waiting.Tap}
+	taps := []tap.ServerInHandle{d.pacer.Tap, d.longStreams.Tap, d.waiting.Tap}
 	if d.authz != nil {
-		taps = []tap.ServerInHandle{d.pacer.Tap, d.authz.Tap, d.waiting.Tap} // refuse before a place is taken
+		taps = []tap.ServerInHandle{d.pacer.Tap, d.authz.Tap, d.longStreams.Tap, d.waiting.Tap} // refuse before a place is taken
 	}
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
@@ -191,13 +215,31 @@ func (d *Daemon) grpcLimits() []grpc.ServerOption {
 
 // transportUnary and transportStream are the interceptors that run first
 // on every gRPC call: the message has arrived (recvlimit), the connection
-// is busy (connlimit).
+// is busy (connlimit; not for a long-lived stream), a long-lived stream
+// ended to make room says so (streamlimit).
 func (d *Daemon) transportUnary() []grpc.UnaryServerInterceptor {
 	return []grpc.UnaryServerInterceptor{d.waiting.UnaryServerInterceptor(), d.grpcLis.UnaryServerInterceptor()}
 }
 
 func (d *Daemon) transportStream() []grpc.StreamServerInterceptor {
-	return []grpc.StreamServerInterceptor{d.waiting.StreamServerInterceptor(), d.grpcLis.StreamServerInterceptor()}
+	return []grpc.StreamServerInterceptor{d.waiting.StreamServerInterceptor(), d.longStreams.StreamServerInterceptor(),
+		d.grpcLis.StreamServerInterceptor(d.longStreams.LongLived)}
+}
+
+// LongLivedMethods are the gRPC methods whose streams last as long as
+// their client wants: bounded by Limits.MaxLongStreams and its kin, never
+// making their connection busy.
+var LongLivedMethods = []string{
+	healthpb.Health_Watch_FullMethodName,
+	rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName,
+	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName,
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName,
+}
+
+// newLongStreams returns the bounds of the long-lived streams.
+func (d *Daemon) newLongStreams() *streamlimit.Limiter {
+	l := d.cfg.Limits
+	return streamlimit.New(streamlimit.Bounds{Max: l.MaxLongStreams, PerCaller: l.MaxLongStreamsPerCaller, PerConn: l.MaxLongStreamsPerConn}, LongLivedMethods...)
 }
 
 // chainTaps runs taps in order; the first error refuses the stream.
@@ -289,6 +331,21 @@ func (d *Daemon) limitCollectors() []prometheus.Collector {
 			ended("evicted", func() uint64 { _, e := l.Ended(); return e }),
 		)
 	}
+	refused := func(bound string, n func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_long_streams_refused_total", ConstLabels: prometheus.Labels{"port": "grpc", "bound": bound},
+			Help: "Long-lived gRPC streams (health Watch, quota streams, reflection) refused by a bound: connection (--grpc-max-long-streams-per-conn), caller (--grpc-max-long-streams-per-caller), all (--grpc-max-long-streams, no caller holding more)."},
+			func() float64 { return float64(n()) })
+	}
+	ls := d.longStreams
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_long_streams", ConstLabels: prometheus.Labels{"port": "grpc"},
+			Help: "Long-lived gRPC streams held (health Watch, quota streams, reflection)."}, func() float64 { return float64(ls.Held()) }),
+		refused("connection", func() uint64 { n, _, _ := ls.Refused(); return n }),
+		refused("caller", func() uint64 { _, n, _ := ls.Refused(); return n }),
+		refused("all", func() uint64 { _, _, n := ls.Refused(); return n }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_long_streams_evicted_total", ConstLabels: prometheus.Labels{"port": "grpc"},
+			Help: "Long-lived gRPC streams ended to make room for a caller holding fewer, --grpc-max-long-streams being held."}, func() float64 { return float64(ls.Evicted()) }),
+	)
 	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_connections_paced", ConstLabels: prometheus.Labels{"port": "grpc"},
 		Help: fmt.Sprintf("gRPC connections read paced (--grpc-paced-read-rate), a call of theirs having been ended waiting for its message in the last %v.", PacedQuiet)},
 		func() float64 { return float64(d.pacer.Paced()) }))
