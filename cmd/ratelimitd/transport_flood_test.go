@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/h2raw"
+	"github.com/ratelimitd/ratelimitd/internal/readpace"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
@@ -135,6 +139,16 @@ func TestTransportFlood(t *testing.T) {
 		defer cancel()
 		var wg sync.WaitGroup
 		var conns, sent atomic.Int64
+		readBefore := bytesRead(t, p)
+		var mostPaced float64 // connections paced at once, sampled
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for ctx.Err() == nil {
+				mostPaced = max(mostPaced, scrapeProcess(t, p)[`ratelimitd_connections_paced{port="grpc"}`])
+				time.Sleep(250 * time.Millisecond)
+			}
+		}()
 		for range 6 {
 			wg.Go(func() {
 				for ctx.Err() == nil {
@@ -143,10 +157,15 @@ func TestTransportFlood(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		read := bytesRead(t, p) - readBefore
+		<-sampled
 		time.Sleep(2 * time.Second)
 		after := rss.now()
-		probe.report(t, rss, fmt.Sprintf("6 connections of 100 streams sending messages of %d bytes but their last 1000, each replaced every 30 ms for 15 s: %d connections, %d MiB sent; RSS 2 s after %d MiB",
-			size, conns.Load(), sent.Load()>>20, after>>20))
+		probe.report(t, rss, fmt.Sprintf("6 connections of 100 streams sending messages of %d bytes but their last 1000, each replaced every 30 ms for 15 s: %d connections, %d MiB sent, %d MiB read by the daemon, at most %v connections paced at once; RSS 2 s after %d MiB",
+			size, conns.Load(), sent.Load()>>20, read>>20, mostPaced, after>>20))
+		if mostPaced > readpace.MaxPacedPerSource {
+			t.Errorf("%v connections paced at once, over the %d of one source: the flood's abandoned connections linger", mostPaced, readpace.MaxPacedPerSource)
+		}
 		if after > transportRSSBound {
 			t.Errorf("RSS 2 s after the flood %d MiB, over --max-memory + 192 MiB (%d MiB)", after>>20, transportRSSBound>>20)
 		}
@@ -258,7 +277,7 @@ func TestTransportFlood(t *testing.T) {
 // life, then closes it, counting it and the bytes sent.
 func churn(ctx context.Context, addr string, size int, life time.Duration, conns, sent *atomic.Int64) {
 	fc, err := dialFlow(addr)
-	if err != nil { // refused, every connection busy: try again
+	if err != nil {                            // refused, every connection busy: try again
 		time.Sleep(life)
 		return
 	}
@@ -280,6 +299,27 @@ func churn(ctx context.Context, addr string, size int, life time.Duration, conns
 	<-ctx.Done()
 	fc.c.Close()
 	wg.Wait()
+}
+
+// bytesRead returns how many bytes the daemon has read, its sockets'
+// included (rchar in /proc/PID/io).
+func bytesRead(t *testing.T, p *process) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no rchar in /proc/%d/io", p.cmd.Process.Pid)
+	return 0
 }
 
 // rlqsReport is an RLQS stream's first report: domain default, no bucket.
@@ -379,6 +419,11 @@ func (pr *wellBehaved) report(t *testing.T, rss *rssWatch, what string) {
 	}
 }
 
+// attacker is the address the floods of unfinished messages come from: a
+// source (internal/source) other than the well-behaved client's, as an
+// attacker's would be.
+const attacker = "127.0.0.2"
+
 // flowConn is a raw HTTP/2 connection that respects the daemon's flow
 // control windows, so that it can send as much as the daemon lets it.
 type flowConn struct {
@@ -394,7 +439,7 @@ type flowConn struct {
 }
 
 func dialFlow(addr string) (*flowConn, error) {
-	c, err := h2raw.Dial(addr, 5*time.Second)
+	c, err := h2raw.DialFrom(attacker, addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
