@@ -289,7 +289,7 @@ func TestTransportFlood(t *testing.T) {
 // life, then closes it, counting it and the bytes sent.
 func churn(ctx context.Context, addr string, size int, life time.Duration, conns, sent *atomic.Int64) {
 	fc, err := dialFlow(addr)
-	if err != nil {                            // refused, every connection busy: try again
+	if err != nil { // refused, every connection busy: try again
 		time.Sleep(life)
 		return
 	}

@@ -54,7 +54,7 @@ type Limits struct {
 	// MaxLongStreams, MaxLongStreamsPerCaller and MaxLongStreamsPerConn
 	// bound the gRPC streams that last as long as their client wants (the
 	// health service's Watch, Envoy's quota streams, reflection:
-	// LongLivedMethods) in all, per caller (a source address:
+	// longLivedMethods) in all, per caller (a source address:
 	// internal/source) and per connection. A stream beyond its caller's or
 	// its connection's bound is refused (ResourceExhausted); with
 	// MaxLongStreams held, a new one ends the oldest of the caller holding
@@ -70,7 +70,11 @@ type Limits struct {
 	// message (MaxWaitingStreams, MessageTimeout) is read at most its equal
 	// share of this until PacedQuiet passes without another such call, and
 	// each new call on it costs readpace.StreamCost bytes of its share
-	// (internal/readpace). Other connections are read unpaced.
+	// (internal/readpace). So is every connection its source (an IPv4
+	// address, an IPv6 /64) opens meanwhile, from its first byte, and at
+	// most readpace.MaxPacedPerSource of a source's connections are paced
+	// at once (one more closes the one owing the most). Other connections
+	// are read unpaced.
 	PacedReadRate int
 	// MessageTimeout is how long a gRPC call's request message may take to
 	// arrive after its headers, and an HTTP request's body after its
@@ -226,10 +230,10 @@ func (d *Daemon) transportStream() []grpc.StreamServerInterceptor {
 		d.grpcLis.StreamServerInterceptor(d.longStreams.LongLived)}
 }
 
-// LongLivedMethods are the gRPC methods whose streams last as long as
+// longLivedMethods are the gRPC methods whose streams last as long as
 // their client wants: bounded by Limits.MaxLongStreams and its kin, never
 // making their connection busy.
-var LongLivedMethods = []string{
+var longLivedMethods = []string{
 	healthpb.Health_Watch_FullMethodName,
 	rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName,
 	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName,
@@ -239,7 +243,7 @@ var LongLivedMethods = []string{
 // newLongStreams returns the bounds of the long-lived streams.
 func (d *Daemon) newLongStreams() *streamlimit.Limiter {
 	l := d.cfg.Limits
-	return streamlimit.New(streamlimit.Bounds{Max: l.MaxLongStreams, PerCaller: l.MaxLongStreamsPerCaller, PerConn: l.MaxLongStreamsPerConn}, LongLivedMethods...)
+	return streamlimit.New(streamlimit.Bounds{Max: l.MaxLongStreams, PerCaller: l.MaxLongStreamsPerCaller, PerConn: l.MaxLongStreamsPerConn}, longLivedMethods...)
 }
 
 // chainTaps runs taps in order; the first error refuses the stream.
