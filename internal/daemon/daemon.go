@@ -549,6 +549,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	d.quota.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
+	d.boundStreams(g)
 	return g
 }
 

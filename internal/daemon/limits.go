@@ -8,13 +8,9 @@ import (
 	"slices"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/tap"
 
 	"github.com/ratelimitd/ratelimitd/internal/connlimit"
@@ -32,7 +28,8 @@ type Limits struct {
 	// admin, metrics) holds open at once; with that many open, a new one closes the
 	// connection idle longest, or is closed itself when none is idle
 	// (internal/connlimit). A gRPC connection is busy while a call of it
-	// runs its handler, an HTTP one from a request's first byte to its
+	// runs its handler (a long-lived stream does not count:
+	// MaxLongStreams), an HTTP one from a request's first byte to its
 	// answer.
 	MaxConnections int
 	// MaxConcurrentStreams is how many calls one gRPC connection may have
@@ -53,8 +50,8 @@ type Limits struct {
 	MaxWaitingBodies int
 	// MaxLongStreams, MaxLongStreamsPerCaller and MaxLongStreamsPerConn
 	// bound the gRPC streams that last as long as their client wants (the
-	// health service's Watch, Envoy's quota streams, reflection:
-	// longLivedMethods) in all, per caller (a source address:
+	// health service's Watch, Envoy's quota streams, reflection: every
+	// streaming method of the gRPC server) in all, per caller (a source address:
 	// internal/source) and per connection. A stream beyond its caller's or
 	// its connection's bound is refused (ResourceExhausted); with
 	// MaxLongStreams held, a new one ends the oldest of the caller holding
@@ -230,20 +227,25 @@ func (d *Daemon) transportStream() []grpc.StreamServerInterceptor {
 		d.grpcLis.StreamServerInterceptor(d.longStreams.LongLived)}
 }
 
-// longLivedMethods are the gRPC methods whose streams last as long as
-// their client wants: bounded by Limits.MaxLongStreams and its kin, never
-// making their connection busy.
-var longLivedMethods = []string{
-	healthpb.Health_Watch_FullMethodName,
-	rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName,
-	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName,
-	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName,
-}
-
-// newLongStreams returns the bounds of the long-lived streams.
+// newLongStreams returns the bounds of the long-lived streams, of no
+// method yet (boundStreams adds them).
 func (d *Daemon) newLongStreams() *streamlimit.Limiter {
 	l := d.cfg.Limits
-	return streamlimit.New(streamlimit.Bounds{Max: l.MaxLongStreams, PerCaller: l.MaxLongStreamsPerCaller, PerConn: l.MaxLongStreamsPerConn}, longLivedMethods...)
+	return streamlimit.New(streamlimit.Bounds{Max: l.MaxLongStreams, PerCaller: l.MaxLongStreamsPerCaller, PerConn: l.MaxLongStreamsPerConn})
+}
+
+// boundStreams makes every streaming method g serves long-lived (the
+// health service's Watch, Envoy's quota streams, reflection, and any a
+// later version registers): each lasts as long as its client wants. Call
+// it once every service is registered, before g serves.
+func (d *Daemon) boundStreams(g *grpc.Server) {
+	for service, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if m.IsClientStream || m.IsServerStream {
+				d.longStreams.Add("/" + service + "/" + m.Name)
+			}
+		}
+	}
 }
 
 // chainTaps runs taps in order; the first error refuses the stream.

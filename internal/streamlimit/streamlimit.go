@@ -23,10 +23,11 @@
 // grpc-go ends a stream's context when the stream ends, however it ends
 // (its handler returned, the client cancelled, the connection closed).
 //
-// Install Tap among the server's grpc.InTapHandle taps, after any that may
-// refuse a stream (a stream a later tap refuses is counted until grpc-go
-// ends its context, at once), and StreamServerInterceptor in the stream
-// chain, so that a stream ended to make room tells its client why.
+// Install Tap among the server's grpc.InTapHandle taps, after every tap
+// that may refuse a stream (grpc-go never ends the context of a stream a
+// tap refused, so a stream a later tap refused would stay counted), and
+// StreamServerInterceptor in the stream chain, so that a stream ended to
+// make room tells its client why.
 package streamlimit
 
 import (
@@ -94,10 +95,17 @@ type entry struct {
 func New(b Bounds, methods ...string) *Limiter {
 	b.Max, b.PerCaller, b.PerConn = max(b.Max, 1), max(b.PerCaller, 1), max(b.PerConn, 1)
 	l := &Limiter{b: b, methods: map[string]bool{}, callers: map[netip.Prefix]*callerList{}, perConn: map[net.Addr]int{}}
+	l.Add(methods...)
+	return l
+}
+
+// Add makes the streams of the methods (full method names) among those l
+// bounds. Call it before the server serves: it must not run concurrently
+// with Tap.
+func (l *Limiter) Add(methods ...string) {
 	for _, m := range methods {
 		l.methods[m] = true
 	}
-	return l
 }
 
 // LongLived reports whether streams of the method (a full method name)
