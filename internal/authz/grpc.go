@@ -75,9 +75,16 @@ func ownHits(set bool, v uint64) *uint64 {
 	return &v
 }
 
-// healthPrefix is the gRPC health service's methods, which stay open:
-// load balancers and probes call them without credentials.
+// healthPrefix is the gRPC health service's methods. Its unary ones
+// (Check, List) stay open to everyone: load balancers and probes call them
+// without credentials.
 const healthPrefix = "/grpc.health.v1.Health/"
+
+// healthWatch is the health service's Watch: a stream that lasts as long
+// as its caller wants, for callers the policy identifies. Those are the
+// clients that watch health: grpc-go's client-side health checking, with
+// the credentials of their calls.
+const healthWatch = healthPrefix + "Watch"
 
 // reflectionPrefix is gRPC reflection's services (v1 and v1alpha), whose
 // streams stay open: they reveal no bucket and charge nothing.
@@ -88,12 +95,13 @@ const reflectionPrefix = "/grpc.reflection."
 // grant can allow: a malformed authorization header or an unknown token, or
 // a caller that matches no client where the policy has no anonymous grants
 // (Unauthenticated, counted by reason as Authorize counts). The health
-// service and reflection stay open, as they are to the interceptor. The
-// interceptor still decides each call that passes, by its domain and
-// access; the tap only spares the server the message of a caller that
-// would be refused anyway.
+// service's Check (and List) and reflection stay open, as they are to the
+// interceptor; the health service's Watch is refused to a caller no
+// grant can allow, as a rate limit call is. The interceptor still decides
+// each call that passes, by its domain and access; the tap only spares
+// the server the message of a caller that would be refused anyway.
 func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if strings.HasPrefix(info.FullMethodName, healthPrefix) || strings.HasPrefix(info.FullMethodName, reflectionPrefix) {
+	if m := info.FullMethodName; (strings.HasPrefix(m, healthPrefix) && m != healthWatch) || strings.HasPrefix(m, reflectionPrefix) {
 		return ctx, nil
 	}
 	if e := a.policy.Load().identify(FromGRPC(ctx)); e != nil {
@@ -109,7 +117,8 @@ func (a *Authorizer) Tap(ctx context.Context, info *tap.Info) (context.Context, 
 // Check stays open; any other unary method is refused (PermissionDenied,
 // ReasonMethod), so that a service added later is closed until a rule
 // covers it. Streams (health Watch, reflection) are not unary and not
-// intercepted: they reveal no bucket and charge nothing.
+// intercepted: they reveal no bucket and charge nothing (Tap keeps the
+// Watch to callers the policy identifies).
 func (a *Authorizer) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if strings.HasPrefix(info.FullMethod, healthPrefix) {

@@ -48,6 +48,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/streamlimit"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 	"github.com/ratelimitd/ratelimitd/internal/tracing"
@@ -204,23 +205,24 @@ type Config struct {
 
 // Daemon is a running ratelimitd.
 type Daemon struct {
-	cfg      Config
-	log      *slog.Logger
-	grpc     *grpc.Server
-	http     *http.Server
-	admin    *http.Server // nil without Config.AdminAddr
-	health   *health.Server
-	grpcLis  *connlimit.Listener
-	httpLis  *connlimit.Listener
-	adminLis *connlimit.Listener // nil without Config.AdminAddr
-	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
-	pacer    *readpace.Pacer     // paces the gRPC connections whose calls waiting were ended
-	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
-	engine   *engine.Engine
-	quota    *rlqsapi.Server
-	store    storeBackend
-	stopJobs context.CancelFunc
-	served   chan error
+	cfg         Config
+	log         *slog.Logger
+	grpc        *grpc.Server
+	http        *http.Server
+	admin       *http.Server // nil without Config.AdminAddr
+	health      *health.Server
+	grpcLis     *connlimit.Listener
+	httpLis     *connlimit.Listener
+	adminLis    *connlimit.Listener  // nil without Config.AdminAddr
+	waiting     *recvlimit.Limiter   // gRPC calls waiting for their message
+	pacer       *readpace.Pacer      // paces the gRPC connections whose calls waiting were ended
+	bodies      *recvlimit.Limiter   // HTTP decision calls' bodies on their way
+	longStreams *streamlimit.Limiter // gRPC streams that last as long as their client wants
+	engine      *engine.Engine
+	quota       *rlqsapi.Server
+	store       storeBackend
+	stopJobs    context.CancelFunc
+	served      chan error
 
 	metrics     *metrics.Metrics
 	topDenied   *topdenied.Tracker
@@ -288,6 +290,7 @@ func Start(cfg Config) (*Daemon, error) {
 		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout, recvlimit.WithEnded(d.pacer.Strike))
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
+	d.longStreams = d.newLongStreams()
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.quota = d.newQuota()
 	d.grpc = d.grpcServer()
@@ -556,6 +559,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	d.quota.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
+	d.boundStreams(g)
 	return g
 }
 
