@@ -296,7 +296,6 @@ func (c *Conn) startPace(until int64) (victim *Conn) {
 	if old != 0 {
 		return nil
 	}
-	c.p.paced.Add(1)
 	c.tat.Store(now)
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()
@@ -306,15 +305,21 @@ func (c *Conn) startPace(until int64) (victim *Conn) {
 		c.p.pacedBy[c.src] = set
 	}
 	set[c] = struct{}{}
-	if len(set) <= MaxPacedPerSource {
-		return nil
-	}
-	for o := range set {
-		if o != c && (victim == nil || o.tat.Load() > victim.tat.Load()) {
-			victim = o
+	if len(set) > MaxPacedPerSource {
+		for o := range set {
+			if o != c && (victim == nil || o.tat.Load() > victim.tat.Load()) {
+				victim = o
+			}
+		}
+		// The victim stops counting now, before c counts, so that Paced
+		// never reads more than MaxPacedPerSource of one source; closing it
+		// finds it unpaced already. Meanwhile it is not chosen twice.
+		delete(set, victim)
+		if victim.until.Swap(0) != 0 {
+			c.p.paced.Add(-1)
 		}
 	}
-	delete(set, victim) // closing it unpaces it; meanwhile, it is not chosen twice
+	c.p.paced.Add(1)
 	return victim
 }
 
