@@ -42,12 +42,10 @@
 //  4. A shadow_mode rule (and global shadow mode) never denies the request,
 //     but its overdraft charges and refunds are applied like any other:
 //     shadow mode means "never hold a request back", not "do not count".
-//
-// //  5. Quotas (quota_mode rules) deny the request only together: only when
-//
-//	every one of them is spent (see Response.Code); a spent quota's
-//	admissions are not applied when the request is admitted, as a
-//	shadow rule's denied ones are not.
+//  5. Quotas (quota_mode rules) deny the request only together: only when
+//     every one of them is spent (see Response.Code); a spent quota's
+//     admissions are not applied when the request is admitted, as a
+//     shadow rule's denied ones are not.
 //
 // The decision of an overdraft charge reports its bucket after the charge:
 // Denied, with the wait until a charge of 1 would be admitted, when the
