@@ -31,6 +31,9 @@ descriptors:
     quota_mode: true
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    quota_mode: true
+    rate_limit: {unlimited: true}
 `
 
 // TestQuotaMode: quota descriptors deny a request only when all of them
@@ -61,6 +64,9 @@ func TestQuotaMode(t *testing.T) {
 			[]status{{algorithms.Denied, 0}, {algorithms.Denied, 0}, {algorithms.Allowed, 1}}},
 		{"a single quota decides alone", []string{"plan"}, algorithms.Denied, time.Minute, false,
 			[]status{{algorithms.Denied, 0}}},
+		// An unlimited quota always has room.
+		{"an unlimited quota beside a spent one", []string{"free", "plan"}, algorithms.Allowed, 0, false,
+			[]status{{algorithms.Allowed, UnlimitedRemaining}, {algorithms.Denied, 0}}},
 		// A deny-all quota is a spent quota that never refills.
 		{"deny-all quota beside one with room", []string{"spent", "global"}, algorithms.Denied, 0, true,
 			[]status{{algorithms.OverCapacity, 0}, {algorithms.Allowed, 1}}},
