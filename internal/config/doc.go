@@ -26,7 +26,7 @@
 //	    detailed_metric: false    # true: metrics may carry request values
 //	    value_to_metric: false    # accepted; metrics only (below)
 //	    share_threshold: false    # true, on a wildcard value: one bucket for all its values
-//	    metadata: {}              # accepted; any mapping (below)
+//	    metadata: {}              # any mapping, returned to the caller (below)
 //	    descriptors: []           # optional: the next level
 //
 // A descriptor with neither a limit nor nested descriptors is allowed, as
@@ -56,10 +56,12 @@
 //     key alone or by a wildcard; ratelimitd's per-rule metrics are
 //     labelled by the rule's descriptor path, and carry request values
 //     only under detailed_metric, so the field changes nothing here.
-//   - metadata: a mapping of anything, accepted. Upstream copies it into
-//     the response's dynamic metadata when its RESPONSE_DYNAMIC_METADATA
-//     setting is on (off by default); ratelimitd sends no dynamic
-//     metadata, so it changes nothing here.
+//   - metadata: a mapping of anything JSON holds (string keys), the
+//     rule's Metadata; over xDS, the descriptor's metadata Struct. It
+//     changes no decision. As upstream with RESPONSE_DYNAMIC_METADATA,
+//     the Envoy API with --response-dynamic-metadata merges the metadata
+//     of the descriptors that passed into the response's dynamic
+//     metadata; ratelimit.v1 returns it per status (docs/envoy.md).
 //
 // # Extensions
 //

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 )
 
@@ -61,6 +63,11 @@ type Rule struct {
 	Shared []string
 	// DetailedMetric: metrics for this rule may carry the request's values.
 	DetailedMetric bool
+	// Metadata is the descriptor's metadata: nil, or a non-empty object,
+	// shared and never modified. It changes no decision; the APIs send it
+	// back (the Envoy adapter in dynamic_metadata, as upstream does when
+	// the descriptor passed).
+	Metadata *structpb.Struct
 }
 
 // Limit is one limit of a rule, or an inline limit (NewInlineLimit).

@@ -179,6 +179,9 @@ type Config struct {
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
+	// ResponseDynamicMetadata makes Envoy v3 responses carry
+	// dynamic_metadata (envoyapi.WithDynamicMetadata).
+	ResponseDynamicMetadata bool
 	// AuthzPolicy is an authorization policy file (internal/authz): which
 	// callers, by client certificate or bearer token, may peek at or charge
 	// which domains. It and its token files are reloaded when they change
@@ -309,7 +312,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
+		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(), "response_dynamic_metadata", cfg.ResponseDynamicMetadata,
 		"tls", tlsMode(d.tls), "store", d.store.String(), "traces", d.tracingMode())
 	return d, nil
 }
@@ -535,6 +538,12 @@ func (d *Daemon) abort() {
 // 19.0 -> 17.1 µs) as with --store redis (64 callers).
 const streamWorkers = 64
 
+// envoyOptions are the Envoy v3 API's options, for the gRPC and the HTTP
+// servers alike.
+func (d *Daemon) envoyOptions() []envoyapi.Option {
+	return []envoyapi.Option{envoyapi.WithHeaders(d.cfg.ResponseHeaders), envoyapi.WithDynamicMetadata(d.cfg.ResponseDynamicMetadata)}
+}
+
 // grpcServer returns the gRPC server with every service registered:
 // ratelimit.v1, Envoy's v3, health and reflection, behind the metrics
 // interceptors, authorization (with Config.AuthzPolicy) and
@@ -555,7 +564,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	}
 	g := grpc.NewServer(opts...)
 	grpcapi.Register(g, d.engine)
-	envoyapi.Register(g, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	envoyapi.Register(g, d.engine, d.envoyOptions()...)
 	d.quota.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
@@ -591,7 +600,7 @@ func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...),
 		httpapi.WithReadTimeout(d.cfg.Limits.MessageTimeout), httpapi.WithWaiting(d.bodies))
 	grpcapi.Register(api, d.engine)
-	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	envoyapi.Register(api, d.engine, d.envoyOptions()...)
 }
 
 // adminRoutes adds the operator's surface: metrics, the policy, pprof and

@@ -420,6 +420,9 @@ func (r *reader) decisions() {
 	if r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
 		r.flag("response-headers", "legacy", "LIMIT_RESPONSE_HEADERS_ENABLED")
 	}
+	if r.boolean("RESPONSE_DYNAMIC_METADATA") {
+		r.flag("response-dynamic-metadata", "true", "RESPONSE_DYNAMIC_METADATA")
+	}
 	for _, v := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
 		r.ignoreIfSet(v, "ratelimitd's legacy headers have upstream's default names")
 	}
@@ -441,7 +444,6 @@ func (r *reader) ignored() {
 	for _, v := range []string{"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"} {
 		r.ignoreIfSet(v, "ratelimitd does not age connections out")
 	}
-	r.ignoreIfTrue("RESPONSE_DYNAMIC_METADATA", "ratelimitd sends no dynamic metadata")
 	for _, v := range []string{"TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID"} {
 		r.ignoreIfSet(v, "set OTEL_RESOURCE_ATTRIBUTES (service.namespace=..., service.instance.id=...) instead")
 	}
