@@ -23,7 +23,7 @@ var flagGroups = []flagGroup{
 		"redis-sentinel-password-file", "redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-key-prefix", "redis-spread-keys",
 		"redis-timeout", "redis-failure-mode", "redis-breaker-failures", "redis-breaker-cooloff", "redis-deny-cache"}},
 	{"Memory store", []string{"max-buckets", "sweep-interval", "snapshot-interval"}},
-	{"Requests and responses", []string{"max-descriptors", "max-entries", "max-key-bytes", "max-value-bytes", "response-headers"}},
+	{"Requests and responses", []string{"max-descriptors", "max-entries", "max-key-bytes", "max-value-bytes", "response-headers", "response-dynamic-metadata"}},
 	{"Quota (Envoy's RLQS)", []string{"quota-daemons"}},
 	{"TLS and authorization", []string{"tls-cert", "tls-key", "tls-client-ca", "authz-policy", "allowed-hosts"}},
 	{"Connections and transport bounds", []string{"max-connections", "idle-timeout", "header-timeout", "max-header-bytes", "message-timeout",
