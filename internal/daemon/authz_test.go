@@ -157,8 +157,8 @@ func TestAuthzTenants(t *testing.T) {
 		{"billing cannot charge shop", "billing", "", charge("shop", "alice"), codes.PermissionDenied, `client "billing" may not call domain "shop"`, 0},
 		{"the dashboard peeks at shop", "dashboard", "", peekAt("shop", "alice"), codes.OK, "", 2},
 		{"and at billing", "dashboard", "", peekAt("billing", "alice"), codes.OK, "", 2},
-		{"but charges neither", "dashboard", "", charge("shop", "alice"), codes.PermissionDenied, `client "dashboard" may only peek in domain "shop"`, 0},
-		{"a charge beside a peek is a charge", "dashboard", "", req("shop", peek(user("alice")), user("bob")), codes.PermissionDenied, "may only peek", 0},
+		{"but charges neither", "dashboard", "", charge("shop", "alice"), codes.PermissionDenied, `client "dashboard" may not charge in domain "shop"`, 0},
+		{"a charge beside a peek is a charge", "dashboard", "", req("shop", peek(user("alice")), user("bob")), codes.PermissionDenied, "may not charge", 0},
 		{"its peeks charged nothing", "shop", "", charge("shop", "alice"), codes.OK, "", 1},
 		{"a certificate that matches no client", "stranger", "", peekAt("shop", "alice"), codes.Unauthenticated, "matches no client", 0},
 		{"a token identifies it", "stranger", batchToken, charge("billing", "alice"), codes.OK, "", 1},
@@ -234,9 +234,9 @@ func TestAuthzEnvoy(t *testing.T) {
 		t.Fatalf("the dashboard peeking at shop: %v, %v", resp, err)
 	}
 	_, err = call("dashboard", envoyReq("shop", nil))
-	wantRefused(t, err, codes.PermissionDenied, `client "dashboard" may only peek in domain "shop"`)
+	wantRefused(t, err, codes.PermissionDenied, `client "dashboard" may not charge in domain "shop"`)
 	_, err = call("dashboard", envoyReq("shop", &two))
-	wantRefused(t, err, codes.PermissionDenied, "may only peek")
+	wantRefused(t, err, codes.PermissionDenied, "may not charge")
 	_, err = call("stranger", envoyReq("shop", &zero))
 	wantRefused(t, err, codes.Unauthenticated, "matches no client")
 }
@@ -296,7 +296,7 @@ func TestAuthzReload(t *testing.T) {
 		return err == nil
 	})
 	_, err = tn.v1(t, "shop", "", req("billing", user("alice")))
-	wantRefused(t, err, codes.PermissionDenied, `may only peek in domain "billing"`)
+	wantRefused(t, err, codes.PermissionDenied, `may not charge in domain "billing"`)
 
 	// A bad policy: rejected, counted, logged; the last good one serves.
 	tlstest.WriteFile(t, tn.authz, []byte(tenantsAuthz+"  - name: shop\n    match: [{dns: x}]\n    grants: [{domains: [x], access: everything}]\n"))
@@ -306,7 +306,7 @@ func TestAuthzReload(t *testing.T) {
 	for _, want := range []string{
 		"authorization policy reload failed",
 		`authz.yaml:15: clients[4].name: client \"shop\" is already named at line 3`,
-		`authz.yaml:17: clients[4].grants[0].access: \"everything\": want charge or peek`,
+		`authz.yaml:17: clients[4].grants[0].access: \"everything\": want check (or peek), charge or refund, or a list of them`,
 	} {
 		if !strings.Contains(tn.d.Logs(), want) {
 			t.Errorf("the logs do not say %s:\n%s", want, tn.d.Logs())
@@ -344,7 +344,7 @@ func TestAuthzBadFileAtStart(t *testing.T) {
 	tests := []struct {
 		name, policy, want string
 	}{
-		{"bad access", "clients:\n  - name: a\n    match: [{common_name: a}]\n    grants: [{domains: [a], access: write}]\n", `authz.yaml:4: clients[0].grants[0].access: "write": want charge or peek`},
+		{"bad access", "clients:\n  - name: a\n    match: [{common_name: a}]\n    grants: [{domains: [a], access: write}]\n", `authz.yaml:4: clients[0].grants[0].access: "write": want check (or peek), charge or refund, or a list of them`},
 		{"missing token file", "clients:\n  - name: a\n    match: [{tokens: none.tokens}]\n    grants: [{domains: [a], access: peek}]\n", "authz.yaml:3: clients[0].match[0].tokens: token file " + filepath.Join(dir, "none.tokens") + ": no such file or directory"},
 		{"no such file", "", "authz.yaml: no such file or directory"},
 	}
