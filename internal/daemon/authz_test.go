@@ -136,11 +136,17 @@ func wantRefused(t *testing.T, err error, code codes.Code, msg string) {
 // TestAuthzTenants: over real mutual TLS, each tenant charges its own
 // domain and cannot touch the other's — not even to peek — and a refused
 // call charges nothing; a peek-only client peeks everywhere and charges
-// nowhere; a bearer token identifies a caller whose certificate does not.
+// nowhere; a grant of charge refunds nothing; a bearer token identifies a
+// caller whose certificate does not.
 func TestAuthzTenants(t *testing.T) {
 	tn := startTenants(t)
 	charge := func(domain, u string) *rl.ShouldRateLimitRequest { return req(domain, user(u)) }
 	peekAt := func(domain, u string) *rl.ShouldRateLimitRequest { return req(domain, peek(user(u))) }
+	refund := func(domain, u string) *rl.ShouldRateLimitRequest {
+		d := user(u)
+		d.Operation = rl.Operation_OPERATION_REFUND
+		return req(domain, d)
+	}
 
 	steps := []struct {
 		name, client, token string
@@ -150,6 +156,7 @@ func TestAuthzTenants(t *testing.T) {
 		remaining           uint64 // when allowed
 	}{
 		{"shop charges its own domain", "shop", "", charge("shop", "alice"), codes.OK, "", 2},
+		{"but may not refund there: charge is not refund", "shop", "", refund("shop", "alice"), codes.PermissionDenied, `client "shop" may not refund in domain "shop" (granted: check+charge)`, 0},
 		{"shop cannot charge billing", "shop", "", charge("billing", "alice"), codes.PermissionDenied, `client "shop" may not call domain "billing"`, 0},
 		{"nor drain it", "shop", "", &rl.ShouldRateLimitRequest{Domain: "billing", Hits: 800, Descriptors: []*rl.Descriptor{user("alice")}}, codes.PermissionDenied, `domain "billing"`, 0},
 		{"nor peek at it", "shop", "", peekAt("billing", "alice"), codes.PermissionDenied, `client "shop" may not call domain "billing"`, 0},
@@ -185,6 +192,7 @@ func TestAuthzTenants(t *testing.T) {
 	for series, want := range map[string]float64{
 		`ratelimitd_authz_denied_total{reason="domain"}`:         5,
 		`ratelimitd_authz_denied_total{reason="peek_only"}`:      2,
+		`ratelimitd_authz_denied_total{reason="refund"}`:         1,
 		`ratelimitd_authz_denied_total{reason="unknown_caller"}`: 1,
 		`ratelimitd_authz_denied_total{reason="bad_token"}`:      1,
 		`ratelimitd_authz_denied_total{reason="no_credentials"}`: 0,
@@ -199,8 +207,8 @@ func TestAuthzTenants(t *testing.T) {
 			handled += v
 		}
 	}
-	if handled != 7 {
-		t.Errorf("gRPC metrics count %v PermissionDenied calls, want 7", handled)
+	if handled != 8 {
+		t.Errorf("gRPC metrics count %v PermissionDenied calls, want 8", handled)
 	}
 	if logs := tn.d.Logs(); strings.Contains(logs, "0123456789abcdefghi") {
 		t.Errorf("the logs show a token:\n%s", logs)
