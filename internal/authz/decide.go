@@ -173,7 +173,8 @@ func refuse(r Reason, format string, args ...any) *Error {
 
 // Authorize decides whether the caller id may make a call that needs
 // access (Check, or Charge, Refund or both: see Ask) in domain, as the
-// package documentation says: nil when it may, else an *Error. It allocates nothing when it allows the call.
+// package documentation says: nil when it may, else an *Error. It
+// allocates nothing when it allows the call.
 func (p *Policy) Authorize(id Identity, domain string, access Access) error {
 	if e := p.decide(id, domain, access); e != nil {
 		return e
