@@ -94,7 +94,7 @@ Flags, by topic (docs/operations.md has the manual):
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")
-	fs.StringVar(&cfg.AuthzPolicy, "authz-policy", "", "authorization policy `file` (docs/authz.md): which callers, by client certificate or bearer token, may peek at or charge which domains; reloaded with its token files when they change and on SIGHUP (default: none, any caller may call every domain)")
+	fs.StringVar(&cfg.AuthzPolicy, "authz-policy", "", "authorization policy `file` (docs/authz.md): which callers, by client certificate or bearer token, may check, charge or refund in which domains; reloaded with its token files when they change and on SIGHUP (default: none, any caller may call every domain)")
 	fs.IntVar(&b.MaxDescriptors, "max-descriptors", b.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&b.MaxEntries, "max-entries", b.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")

@@ -358,7 +358,7 @@ func TestBadAuthzPolicy(t *testing.T) {
 	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
-	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {
+	if want := path + `:4: clients[0].grants[0].access: "write": want check (or peek), charge or refund, or a list of them`; !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr %q does not say %q", stderr.String(), want)
 	}
 }

@@ -27,6 +27,7 @@
 //	    value_to_metric: false    # accepted; metrics only (below)
 //	    share_threshold: false    # true, on a wildcard value: one bucket for all its values
 //	    metadata: {}              # any mapping, returned to the caller (below)
+//	    refunds: true             # false: refuse refunds of this rule (below)
 //	    descriptors: []           # optional: the next level
 //
 // A descriptor with neither a limit nor nested descriptors is allowed, as
@@ -87,6 +88,19 @@
 //     --overdraft-by-default decides; it is off unless set. Not allowed
 //     with unlimited: true or requests_per_unit: 0, which keep no bucket.
 //
+// On a descriptor, refunds: false makes its rule take no refunds
+// (Rule.NoRefunds): the engine refuses, with an engine.RefusedError that
+// every API answers PermissionDenied, a request in which any descriptor
+// matching the rule asks a refund (ratelimit.v1 OPERATION_REFUND, Envoy's
+// is_negative_hits), whatever its cost, and applies nothing of it. A
+// caller that may charge a limit and give the charge back could otherwise
+// charge it without end. It concerns the descriptor's own limits:
+// descriptors nested below do not inherit it, and refunds: false on a
+// descriptor without limits is an error (it would protect nothing).
+// Absent, null or true, the rule takes refunds. RateLimitConfig resources
+// (xDS) have no such field: their rules take refunds, and the
+// authorization policy decides who may send them.
+//
 // And on a descriptor, rate_limits: a list of rate_limit blocks, for
 // several limits on one descriptor; a request is admitted only when every
 // one admits it. A descriptor has rate_limit or rate_limits, not both; two
@@ -120,7 +134,8 @@
 // missing where required, not a whole number, or out of range; unlimited
 // together with unit, requests_per_unit, algorithm, burst, unit_multiplier
 // retry_jitter or overdraft; algorithm, burst or overdraft with
-// requests_per_unit: 0; overdraft that is not a boolean; burst with a
+// requests_per_unit: 0; overdraft or refunds that is not a boolean;
+// refunds: false on a descriptor without limits; burst with a
 // window algorithm; a retry_jitter that is
 // not a duration or is negative; a period beyond algorithms.MaxSpan or a
 // bucket that takes longer to drain; replaces entries without a name,

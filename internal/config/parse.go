@@ -268,7 +268,7 @@ func newPolicy(domains []*Domain) *Policy {
 var (
 	fileFields       = []string{"domain", "descriptors", "quota_fallback"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
-		"quota_mode", "share_threshold", "value_to_metric", "metadata"}
+		"quota_mode", "share_threshold", "value_to_metric", "metadata", "refunds"}
 	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft"}
 	replacesFields = []string{"name"}
@@ -526,8 +526,16 @@ func (p *parser) rule(m map[string]*yaml.Node, path string, e Entry, up level, n
 	if v := m["metadata"]; v != nil {
 		metadata = p.metadata(v, yamlnode.Join(path, "metadata"))
 	}
+	noRefunds := false
+	if v := m["refunds"]; v != nil && !yamlnode.IsNull(v) {
+		problems := len(p.errs) + p.dropped
+		noRefunds = !p.boolean(v, yamlnode.Join(path, "refunds")) && len(p.errs)+p.dropped == problems
+		if noRefunds && len(limits) == 0 {
+			p.errorf(v, yamlnode.Join(path, "refunds"), "false refuses refunds of this descriptor's own limits, and it has none: set it beside the rate_limit it protects (descriptors nested below do not inherit it)")
+		}
+	}
 	if len(limits) > 0 {
-		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed, Metadata: metadata}
+		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed, Metadata: metadata, NoRefunds: noRefunds}
 		if here.shared != nil {
 			n.rule.Shared = make([]string, here.depth)
 			copy(n.rule.Shared, here.shared)

@@ -68,6 +68,11 @@ type Rule struct {
 	// back (the Envoy adapter in dynamic_metadata, as upstream does when
 	// the descriptor passed).
 	Metadata *structpb.Struct
+	// NoRefunds (refunds: false): the rule takes no refunds. The engine
+	// refuses a request in which a descriptor matching the rule asks a
+	// refund, whatever its cost, and applies nothing of it. The zero value
+	// takes refunds, as every rule did before the field existed.
+	NoRefunds bool
 }
 
 // Limit is one limit of a rule, or an inline limit (NewInlineLimit).

@@ -183,10 +183,10 @@ type Config struct {
 	// dynamic_metadata (envoyapi.WithDynamicMetadata).
 	ResponseDynamicMetadata bool
 	// AuthzPolicy is an authorization policy file (internal/authz): which
-	// callers, by client certificate or bearer token, may peek at or charge
-	// which domains. It and its token files are reloaded when they change
-	// and on ReloadAuthz. Empty: no authorization, every caller that can
-	// connect may peek at and charge every domain.
+	// callers, by client certificate or bearer token, may check, charge or
+	// refund in which domains. It and its token files are reloaded when they
+	// change and on ReloadAuthz. Empty: no authorization, every caller that
+	// can connect may check, charge and refund in every domain.
 	AuthzPolicy string
 	// Tracing configures OpenTelemetry traces (internal/tracing): off
 	// unless it or the standard OTEL_* environment turns them on.

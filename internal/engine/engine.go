@@ -22,7 +22,12 @@
 //   - OpOverdraft: an overdraft charge on every limit, whatever the policy
 //     says of overdraft.
 //   - OpRefund: Cost units given back (store.Refund), never past the
-//     bucket's rest state (a full bucket, an empty window).
+//     bucket's rest state (a full bucket, an empty window). A request in
+//     which a descriptor asks a refund of a rule that takes none
+//     (refunds: false, config.Rule.NoRefunds) is refused as a whole with a
+//     *RefusedError, whatever the cost, and nothing of it is applied: a
+//     caller that may charge a limit and give the charge back could
+//     otherwise charge it without end.
 //   - OpAdmit: an admission on every limit, whatever the policy says of
 //     overdraft.
 //
@@ -172,7 +177,8 @@ func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 
 // ShouldRateLimit decides req and writes the answer into resp, reusing
 // resp.Statuses' and resp.Scopes' storage. It returns an *InvalidError for
-// a malformed request, or the store's error if the store failed (then
+// a malformed request, a *RefusedError for a refund of a rule that takes
+// none (nothing applied), or the store's error if the store failed (then
 // nothing is known to have been charged). A request is settled in one call
 // of the store (one Redis round trip), quotas included.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Response) error {
@@ -306,6 +312,9 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 		case dom != nil:
 			if rule = dom.Match(d.Entries); rule != nil {
 				limits = rule.Limits
+			}
+			if rule != nil && rule.NoRefunds && d.Op == OpRefund {
+				return &RefusedError{Field: fmt.Sprintf("descriptors[%d]", i), Problem: fmt.Sprintf("asks a refund of rule %s, which takes no refunds (refunds: false in its policy)", rule.StatKey)}
 			}
 		}
 		w.rules = append(w.rules, rule)

@@ -285,6 +285,18 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Problem }
 
+// RefusedError reports a well-formed request that the policy refuses
+// outright, whatever the buckets hold: a descriptor asking a refund of a
+// rule that takes none (config.Rule.NoRefunds). Nothing of the request is
+// applied. Field names the descriptor as InvalidError's does; every API
+// answers it PermissionDenied (internal/grpcstatus).
+type RefusedError struct {
+	Field   string
+	Problem string
+}
+
+func (e *RefusedError) Error() string { return e.Field + ": " + e.Problem }
+
 func invalid(field, format string, args ...any) *InvalidError {
 	return &InvalidError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
