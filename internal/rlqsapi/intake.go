@@ -120,9 +120,9 @@ func (s *Server) refusal(st *stream, key string) string {
 // ratelimitd_quota_refused_total.
 func (s *Server) refuse(st *stream, id *rlqsv3.BucketId, why string, elapsed time.Duration) {
 	s.metrics.Refused(st.domain)
-	if log, since, n := s.full.Start(); log {
+	if log, since, n := s.full.Start(); log { // the first refusal, then at most a line a minute
 		s.log.Warn("quota: buckets beyond a bound are answered DENY_ALL (docs/quota.md, Bounds)",
-			"why", why, "for", since, "refused", n)
+			"why", why, "refused", n, "since_first_refusal", since)
 	}
 	s.send(st, blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, s.ttl(elapsed)))
 }

@@ -171,7 +171,7 @@ func WithLedger(l Ledger, log *slog.Logger) Option {
 const SyncTimeout = time.Second
 
 // WithInterval sets the report interval assumed for a client until its
-// reports say (0: DefaultInterval).
+// reports say (0: DefaultInterval; at most quota.MaxInterval).
 func WithInterval(d time.Duration) Option { return func(s *Server) { s.interval = d } }
 
 // New returns a server that maps reports to the policy that policy returns
