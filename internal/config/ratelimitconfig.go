@@ -3,11 +3,16 @@ package config
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
 )
 
 // RateLimitConfig is one domain's policy as an xDS control plane sends it:
@@ -38,10 +43,16 @@ type RateLimitConfig struct {
 // is the path in the resource (descriptors[0].rate_limit.unit), Line 0. No
 // resources is an empty policy: every domain is unknown.
 //
-// The resource is read as upstream reads it: unit UNKNOWN is a missing
-// unit; requests_per_unit 0 denies every request; an unlimited limit's unit
-// and requests_per_unit are ignored (upstream's conversion always fills
-// them). detailed_metric and shadow_mode are as in a file.
+// Every field of the resource is read as the field of the same name in a
+// policy file, and as upstream reads it: unit UNKNOWN is a missing unit;
+// requests_per_unit 0 denies every request; an unlimited limit's unit and
+// requests_per_unit are ignored (upstream's conversion always fills them);
+// quota_mode, shadow_mode, detailed_metric, name, replaces and unlimited
+// are as in a file; the resource's name names it. A field ratelimitd does
+// not read (see readFields), and a field unknown to the version of
+// go-control-plane's ratelimit module it is built with (a newer control
+// plane's), are problems named by their path (descriptors[2].quota_mode,
+// or descriptors[2] and the field's number): refused, never ignored.
 func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
@@ -53,6 +64,10 @@ func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, e
 	)
 	for _, c := range configs {
 		source := "xds:" + c.Config.GetName()
+		if ferrs := unreadFields(source, c.Config); len(ferrs) > 0 {
+			errs = append(errs, ferrs...)
+			continue
+		}
 		doc, err := rateLimitConfigYAML(c)
 		if err != nil {
 			errs = append(errs, &FieldError{File: source, Field: "extensions", Problem: err.Error()})
@@ -140,6 +155,12 @@ func descriptorsYAML(ds []*rlsconfv3.RateLimitDescriptor, ext map[string]*struct
 		if d.GetDetailedMetric() {
 			put(m, "detailed_metric", boolean(true))
 		}
+		if d.GetQuotaMode() {
+			put(m, "quota_mode", boolean(true))
+		}
+		// metadata (d.GetMetadata(), a Struct) is not put into the file's
+		// metadata: here; a file's is accepted and changes nothing (see
+		// doc.go), so until it does, leaving it out changes nothing either.
 		if len(d.GetDescriptors()) > 0 {
 			sub, err := descriptorsYAML(d.GetDescriptors(), ext, used)
 			if err != nil {
@@ -219,4 +240,80 @@ func integer(n int64) *yaml.Node {
 
 func boolean(b bool) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(b)}
+}
+
+// readFields lists, per message of a RateLimitConfig resource, the fields
+// FromRateLimitConfigs reads. A message of another type (the metadata
+// Struct) is read whole, its fields not listed. A field set in a resource
+// and not listed here is refused: so a newer module, whose messages have
+// fields no one has mapped yet, makes ratelimitd refuse them until they
+// are mapped, rather than ignore them.
+var readFields = map[protoreflect.FullName][]protoreflect.Name{
+	"ratelimit.config.ratelimit.v3.RateLimitConfig": {"name", "domain", "descriptors"},
+	"ratelimit.config.ratelimit.v3.RateLimitDescriptor": {"key", "value", "rate_limit", "descriptors",
+		"shadow_mode", "detailed_metric", "quota_mode", "metadata"},
+	"ratelimit.config.ratelimit.v3.RateLimitPolicy":  {"unit", "requests_per_unit", "unlimited", "name", "replaces"},
+	"ratelimit.config.ratelimit.v3.RateLimitReplace": {"name"},
+}
+
+// maxFieldProblems bounds the problems of unread fields listed for one
+// resource; the rest are counted.
+const maxFieldProblems = 100
+
+// unreadFields returns a problem for every field of c that
+// FromRateLimitConfigs would not read: set and not in readFields, or
+// unknown to the module (protobuf's unknown fields, kept by the decoder).
+func unreadFields(source string, c *rlsconfv3.RateLimitConfig) Errors {
+	var (
+		errs    Errors
+		dropped int
+	)
+	report := func(field, format string, args ...any) {
+		if len(errs) == maxFieldProblems {
+			dropped++
+			return
+		}
+		errs = append(errs, &FieldError{File: source, Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	var walk func(m protoreflect.Message, path string)
+	walk = func(m protoreflect.Message, path string) {
+		read, listed := readFields[m.Descriptor().FullName()]
+		if !listed {
+			return // read whole
+		}
+		m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			fpath := yamlnode.Join(path, string(f.Name()))
+			switch {
+			case !slices.Contains(read, f.Name()):
+				report(fpath, "ratelimitd does not read this field: refused rather than ignored")
+			case f.IsList() && f.Message() != nil:
+				l := v.List()
+				for i := range l.Len() {
+					walk(l.Get(i).Message(), fmt.Sprintf("%s[%d]", fpath, i))
+				}
+			case f.Message() != nil && !f.IsMap():
+				walk(v.Message(), fpath)
+			}
+			return true
+		})
+		for b := m.GetUnknown(); len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				report(path, "malformed unknown field")
+				return
+			}
+			b = b[n:]
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				report(path, "malformed unknown field %d", num)
+				return
+			}
+			b = b[n:]
+			report(path, "unknown field number %d (%s has no such field in the version ratelimitd reads; a newer control plane's?): refused rather than ignored", num, m.Descriptor().Name())
+		}
+	}
+	walk(c.ProtoReflect(), "")
+	if dropped > 0 {
+		errs = append(errs, &FieldError{File: source, Problem: fmt.Sprintf("%d more fields not listed", dropped)})
+	}
+	return errs
 }
