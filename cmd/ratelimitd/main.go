@@ -121,6 +121,10 @@ Flags:
 	if wantsUpstreamEnv(args) {
 		upstream, upstreamErr = applyUpstreamEnv(fs)
 	}
+	var ignoredArgs []string
+	if startedAsUpstream() {
+		args, ignoredArgs = upstreamArgs(fs, args)
+	}
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -183,6 +187,9 @@ Flags:
 	cfg.Logger = logger
 	for _, w := range upstream.Warnings {
 		cfg.Logger.Warn("envoyproxy/ratelimit setting ignored: " + w)
+	}
+	if len(ignoredArgs) > 0 {
+		cfg.Logger.Warn(ignoredArgsWarning(ignoredArgs))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
