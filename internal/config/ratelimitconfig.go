@@ -73,12 +73,7 @@ func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, e
 			errs = append(errs, &FieldError{File: source, Field: "extensions", Problem: err.Error()})
 			continue
 		}
-		data, err := yaml.Marshal(doc)
-		if err != nil {
-			errs = append(errs, &FieldError{File: source, Problem: err.Error()})
-			continue
-		}
-		d, used, ferrs := parseDomain(source, data, budget, l.MaxDescriptors)
+		d, used, ferrs := parseDomainNode(source, doc, budget, l.MaxDescriptors)
 		budget -= used
 		for _, fe := range ferrs {
 			fe.Line = 0 // lines of the YAML built here, not of anything the sender wrote
@@ -150,13 +145,13 @@ func descriptorsYAML(ds []*rlsconfv3.RateLimitDescriptor, ext map[string]*struct
 			put(m, "rate_limit", lm)
 		}
 		if d.GetShadowMode() {
-			put(m, "shadow_mode", boolean(true))
+			put(m, "shadow_mode", trueNode)
 		}
 		if d.GetDetailedMetric() {
-			put(m, "detailed_metric", boolean(true))
+			put(m, "detailed_metric", trueNode)
 		}
 		if d.GetQuotaMode() {
-			put(m, "quota_mode", boolean(true))
+			put(m, "quota_mode", trueNode)
 		}
 		// metadata (d.GetMetadata(), a Struct) is not put into the file's
 		// metadata: here; a file's is accepted and changes nothing (see
@@ -179,10 +174,14 @@ func limitYAML(rl *rlsconfv3.RateLimitPolicy, ext map[string]*structpb.Struct, u
 		put(m, "name", scalar(rl.GetName()))
 	}
 	if rl.GetUnlimited() {
-		put(m, "unlimited", boolean(true))
+		put(m, "unlimited", trueNode)
 	} else {
 		if rl.GetUnit() != rlsconfv3.RateLimitUnit_UNKNOWN {
-			put(m, "unit", scalar(rl.GetUnit().String()))
+			u, ok := unitNodes[rl.GetUnit()]
+			if !ok {
+				u = scalar(rl.GetUnit().String()) // a number unknown to the module
+			}
+			put(m, "unit", u)
 		}
 		put(m, "requests_per_unit", integer(int64(rl.GetRequestsPerUnit())))
 	}
@@ -228,7 +227,38 @@ func valueYAML(v *structpb.Value) (*yaml.Node, error) {
 
 func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
 
-func put(m *yaml.Node, key string, v *yaml.Node) { m.Content = append(m.Content, scalar(key), v) }
+// put adds key: v to the mapping m.
+func put(m *yaml.Node, key string, v *yaml.Node) {
+	k, ok := fieldNames[key]
+	if !ok {
+		k = scalar(key)
+	}
+	m.Content = append(m.Content, k, v)
+}
+
+// fieldNames holds one node per field name of a policy file, which every
+// mapping built here shares (the parser does not change the nodes it
+// reads), so that a resource of many descriptors costs a few nodes each.
+// The same for trueNode and the units' names.
+var (
+	fieldNames = func() map[string]*yaml.Node {
+		m := map[string]*yaml.Node{}
+		for _, names := range [][]string{fileFields, descriptorFields, limitFields, replacesFields} {
+			for _, name := range names {
+				m[name] = scalar(name)
+			}
+		}
+		return m
+	}()
+	trueNode  = boolean(true)
+	unitNodes = func() map[rlsconfv3.RateLimitUnit]*yaml.Node {
+		m := map[rlsconfv3.RateLimitUnit]*yaml.Node{}
+		for n, name := range rlsconfv3.RateLimitUnit_name {
+			m[rlsconfv3.RateLimitUnit(n)] = scalar(name)
+		}
+		return m
+	}()
+)
 
 func scalar(s string) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s, Style: yaml.DoubleQuotedStyle}
