@@ -21,6 +21,13 @@
 // half; a stream that delivered a response starts the backoff over. A new
 // stream asks again with the last applied version.
 //
+// A response is bounded before its resources are decoded (Config.Bounds):
+// their encoded bytes together, their descriptors together and how deep
+// these nest, read from the wire format (config.CountDescriptors), so that
+// a resource beyond them costs no more memory than its bytes; it is
+// NACKed with the bound named. Decoded resources are checked field by
+// field (config.FromRateLimitConfigs): an unknown field is NACKed too.
+//
 // A resource may come wrapped in envoy.service.discovery.v3.Resource (as
 // xDS allows); the wrapper's metadata.filter_metadata["ratelimitd"], when
 // present, carries ratelimitd's extensions of the resource's limits
