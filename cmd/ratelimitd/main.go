@@ -229,8 +229,8 @@ Flags:
 // and for check-config alike.
 func addPolicyBoundFlags(fs *flag.FlagSet, l *config.PolicyBounds) {
 	*l = config.DefaultPolicyBounds
-	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together, in `bytes`; larger ones are rejected before they are read")
-	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together)")
+	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together (or the resources of one --xds-server response), in `bytes`; larger ones are rejected before they are read (or decoded)")
+	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together; over xDS, counted before the response is decoded)")
 }
 
 // checkPolicyBounds refuses a policy bound below 1, naming its flag.

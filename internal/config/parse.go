@@ -327,7 +327,6 @@ func newParser(file string, budget, limit int) *parser {
 // built, and every problem, sorted by line; the domain is nil when there
 // are problems.
 func (p *parser) finish(d *Domain) (*Domain, int, Errors) {
-	file := p.file
 	for _, r := range p.replaces {
 		if !p.names[r.name] {
 			p.errorf(&yaml.Node{Line: r.line}, r.field, "no limit of this domain is named %q", r.name)
@@ -340,7 +339,7 @@ func (p *parser) finish(d *Domain) (*Domain, int, Errors) {
 			if p.dropped == 1 {
 				more = "1 more problem not listed"
 			}
-			p.errs = append(p.errs, &FieldError{File: file, Problem: more})
+			p.errs = append(p.errs, &FieldError{File: p.file, Problem: more})
 		}
 		return nil, p.descriptorCount, p.errs
 	}

@@ -153,9 +153,11 @@ func descriptorsYAML(ds []*rlsconfv3.RateLimitDescriptor, ext map[string]*struct
 		if d.GetQuotaMode() {
 			put(m, "quota_mode", trueNode)
 		}
-		// metadata (d.GetMetadata(), a Struct) is not put into the file's
-		// metadata: here; a file's is accepted and changes nothing (see
-		// doc.go), so until it does, leaving it out changes nothing either.
+		// metadata (d.GetMetadata(), a Struct) is read whole and not
+		// mapped: a file's metadata: is accepted and changes nothing (see
+		// doc.go), so leaving it out changes nothing either. Once it
+		// decides something, its mapping belongs here, as the mapping the
+		// file's metadata: field would be.
 		if len(d.GetDescriptors()) > 0 {
 			sub, err := descriptorsYAML(d.GetDescriptors(), ext, used)
 			if err != nil {
