@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -306,5 +307,21 @@ func TestFromRateLimitConfigsRefusesUnknownFields(t *testing.T) {
 				t.Errorf("error %v\nwant %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// BenchmarkFromRateLimitConfigs builds a policy of 10,000 descriptors from
+// an xDS resource.
+func BenchmarkFromRateLimitConfigs(b *testing.B) {
+	c := &rlsconfv3.RateLimitConfig{Name: "flat", Domain: "flat"}
+	for i := range 10_000 {
+		c.Descriptors = append(c.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "k", Value: strconv.Itoa(i),
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 5}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromRateLimitConfigs([]RateLimitConfig{{Config: c}}, DefaultPolicyBounds); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
