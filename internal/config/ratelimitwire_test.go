@@ -86,3 +86,53 @@ func TestMaxDepth(t *testing.T) {
 		t.Errorf("%d deep over xDS: %v, want %q", MaxDepth+1, err, want)
 	}
 }
+
+// FuzzRateLimitConfig decodes arbitrary bytes as a RateLimitConfig
+// resource, as xdspolicy does: CountDescriptors, which reads the wire
+// format without decoding, must agree with the decoder — never calling
+// malformed what it decodes, and counting exactly its descriptors unless
+// they nest deeper than MaxDepth — and FromRateLimitConfigs must return a
+// policy or problems, never panic.
+func FuzzRateLimitConfig(f *testing.F) {
+	withUnknown := everyFieldConfig()
+	withUnknown.Descriptors[0].ProtoReflect().SetUnknown([]byte{0x48, 0x01}) // field 9, varint 1
+	for _, c := range []*rlsconfv3.RateLimitConfig{gatewayConfig(), everyFieldConfig(), nested(3), nested(MaxDepth + 1), withUnknown} {
+		b, err := proto.Marshal(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x1a, 0x02, 0x20, 0x00}) // a descriptor whose descriptors field is a varint
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, countErr := CountDescriptors(b, 1<<30)
+		var c rlsconfv3.RateLimitConfig
+		if proto.Unmarshal(b, &c) != nil {
+			return
+		}
+		want := 0
+		var count func([]*rlsconfv3.RateLimitDescriptor)
+		count = func(ds []*rlsconfv3.RateLimitDescriptor) {
+			for _, d := range ds {
+				want++
+				count(d.GetDescriptors())
+			}
+		}
+		count(c.GetDescriptors())
+		switch {
+		case countErr == errMalformed:
+			t.Fatalf("CountDescriptors calls malformed what the decoder decodes: %v", &c)
+		case countErr != nil && !strings.Contains(countErr.Error(), "nested more than"):
+			t.Fatalf("CountDescriptors: %v", countErr)
+		case countErr == nil && n != want:
+			t.Fatalf("CountDescriptors counted %d descriptors, the decoder %d", n, want)
+		}
+		if countErr != nil {
+			return
+		}
+		p, err := FromRateLimitConfigs([]RateLimitConfig{{Config: &c}}, DefaultPolicyBounds)
+		if (p == nil) == (err == nil) {
+			t.Fatalf("policy %v and error %v", p, err)
+		}
+	})
+}
