@@ -40,8 +40,10 @@ type RateLimitConfig struct {
 // domain per resource, built through the same checks as policy files
 // (within limits l, the descriptors of all resources counted together), or
 // every problem found, as Errors whose File is "xds:NAME" and whose Field
-// is the path in the resource (descriptors[0].rate_limit.unit), Line 0. No
-// resources is an empty policy: every domain is unknown.
+// is the path in the resource (descriptors[0].rate_limit.unit), Line 0;
+// once 1000 problems are listed, the resources left are not checked (a
+// last problem counts them). No resources is an empty policy: every
+// domain is unknown.
 //
 // Every field of the resource is read as the field of the same name in a
 // policy file, and as upstream reads it: unit UNKNOWN is a missing unit;
@@ -62,7 +64,11 @@ func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, e
 		errs    Errors
 		budget  = l.MaxDescriptors
 	)
-	for _, c := range configs {
+	for i, c := range configs {
+		if len(errs) >= maxProblems {
+			errs = append(errs, &FieldError{File: "xds", Problem: fmt.Sprintf("%d more resources not checked, after %d problems", len(configs)-i, len(errs))})
+			break
+		}
 		source := "xds:" + c.Config.GetName()
 		if ferrs := unreadFields(source, c.Config); len(ferrs) > 0 {
 			errs = append(errs, ferrs...)

@@ -325,3 +325,21 @@ func BenchmarkFromRateLimitConfigs(b *testing.B) {
 		}
 	}
 }
+
+// TestFromRateLimitConfigsProblemsBounded: the problems of a response of
+// many bad resources are listed up to 1000, and the resources left are
+// counted, not checked.
+func TestFromRateLimitConfigsProblemsBounded(t *testing.T) {
+	configs := make([]RateLimitConfig, 5000)
+	for i := range configs {
+		configs[i].Config = &rlsconfv3.RateLimitConfig{Name: strconv.Itoa(i)} // no domain
+	}
+	_, err := FromRateLimitConfigs(configs, DefaultPolicyBounds)
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 1001 {
+		t.Fatalf("%d problems, want 1000 and a count", len(errs))
+	}
+	if last := errs[1000].Error(); last != "xds: 4000 more resources not checked, after 1000 problems" {
+		t.Errorf("last problem %q", last)
+	}
+}

@@ -1,6 +1,7 @@
 package xdspolicy_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -21,10 +22,16 @@ func chain(domain string, depth int) *rlsconfv3.RateLimitConfig {
 }
 
 // TestBoundsBeforeDecoding: a response beyond the policy's bounds — its
-// bytes, its descriptors (all resources together), their depth — is
+// bytes, its resources, its descriptors (all resources together), their
+// depth — is
 // NACKed with the bound named, and the policy in force stays; one within
 // them is applied.
 func TestBoundsBeforeDecoding(t *testing.T) {
+	var many []*rlsconfv3.RateLimitConfig // a domain each, no descriptor
+	for i := range 71 {
+		name := fmt.Sprintf("d%d", i)
+		many = append(many, &rlsconfv3.RateLimitConfig{Name: name, Domain: name})
+	}
 	big := domainConfig("big", 1)
 	big.Descriptors[0].Key = strings.Repeat("k", 4000)
 	for _, tc := range []struct {
@@ -34,6 +41,7 @@ func TestBoundsBeforeDecoding(t *testing.T) {
 	}{
 		{"bytes", []*rlsconfv3.RateLimitConfig{big}, "bytes together, more than the limit of 4000 (--max-policy-bytes); not decoded"},
 		{"descriptors", []*rlsconfv3.RateLimitConfig{chain("a", 40), chain("b", 31)}, "resources[1]: more than 70 descriptors (--max-policy-descriptors, the resources together); not decoded"},
+		{"resources", many, "resources: 71, more than the limit of 70 (--max-policy-descriptors, a resource counted as one); not decoded"},
 		{"depth", []*rlsconfv3.RateLimitConfig{chain("a", 3), chain("b", config.MaxDepth+1)}, "resources[1]: descriptors[0]: descriptors nested more than 64 deep below it (the most a policy nests); not decoded"},
 		{"within", []*rlsconfv3.RateLimitConfig{chain("a", 40), chain("b", 30)}, ""},
 	} {

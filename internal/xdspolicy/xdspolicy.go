@@ -92,9 +92,10 @@ type Config struct {
 	// MaxMessageBytes bounds a response's size (0: gRPC's default, 4 MiB).
 	MaxMessageBytes int
 	// Bounds bound a response's resources before they are decoded (zero
-	// value: config.DefaultPolicyBounds): their encoded bytes together
-	// within MaxBytes, their descriptors together within MaxDescriptors,
-	// nested at most config.MaxDepth deep. A response beyond them is
+	// value: config.DefaultPolicyBounds): their number, and their
+	// descriptors together, within MaxDescriptors; their encoded bytes
+	// together within MaxBytes; descriptors nested at most
+	// config.MaxDepth deep. A response beyond them is
 	// refused (NACKed) without being decoded.
 	Bounds config.PolicyBounds
 	// Logger receives connection and update logs (nil: slog.Default()).
@@ -306,6 +307,9 @@ func (c *Client) decodeAndApply(resp *discoveryv3.DiscoveryResponse) error {
 		return fmt.Errorf("response of type %q, want %q", t, TypeURL)
 	}
 	bounds := c.cfg.Bounds
+	if n := len(resp.GetResources()); n > bounds.MaxDescriptors {
+		return fmt.Errorf("resources: %d, more than the limit of %d (--max-policy-descriptors, a resource counted as one); not decoded", n, bounds.MaxDescriptors)
+	}
 	var size int64
 	for _, r := range resp.GetResources() {
 		size += int64(len(r.GetValue()))
