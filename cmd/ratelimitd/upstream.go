@@ -54,8 +54,8 @@ func startedAsUpstream() bool { return filepath.Base(os.Args[0]) == upstreamName
 // starts. Kept: each flag fs defines, with its value when that is the next
 // argument, and -h, -help. Ignored: any other flag (-x, --x, --x=v),
 // every argument that is not a flag (an ignored flag's separate value
-// among them), and everything after "--". ignored names the ignored flags
-// (without their values, which may be secrets) and ends with "N other
+// among them), and everything after "--". ignored names the ignored flags as
+// given (without their values, which may be secrets) and ends with "N other
 // arguments" when there are others.
 func upstreamArgs(fs *flag.FlagSet, args []string) (kept []string, ignored []string) {
 	others := 0
@@ -75,7 +75,8 @@ func upstreamArgs(fs *flag.FlagSet, args []string) (kept []string, ignored []str
 		case f == nil && (name == "h" || name == "help"):
 			kept = append(kept, a)
 		case f == nil:
-			ignored = append(ignored, "--"+name)
+			given, _, _ := strings.Cut(a, "=")
+			ignored = append(ignored, given)
 		default:
 			kept = append(kept, a)
 			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) && i+1 < len(args) {

@@ -171,8 +171,8 @@ wait:
 	if !serving.MatchString(all) {
 		t.Fatalf("ratelimit with AI Gateway's argument did not start:\n%s", all)
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "--quotaRateLimitServiceAddr, --v, 1 other argument") {
-		t.Errorf("warnings %q, want one naming --quotaRateLimitServiceAddr, --v and 1 other argument", warnings)
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "--quotaRateLimitServiceAddr, -v, 1 other argument") {
+		t.Errorf("warnings %q, want one naming --quotaRateLimitServiceAddr, -v and 1 other argument", warnings)
 	}
 	if strings.Contains(all, "ai-gateway-secret") {
 		t.Errorf("an ignored argument's value is in the logs:\n%s", all)
