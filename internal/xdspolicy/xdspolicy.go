@@ -22,10 +22,11 @@
 // stream asks again with the last applied version.
 //
 // A response is bounded before its resources are decoded (Config.Bounds):
-// their encoded bytes together, their descriptors together and how deep
-// these nest, read from the wire format (config.CountDescriptors), so that
-// a resource beyond them costs no more memory than its bytes; it is
-// NACKed with the bound named. Decoded resources are checked field by
+// their number (counted by the stream's codec, before gRPC decodes the
+// response), their encoded bytes together, their descriptors together and
+// how deep these nest, read from the wire format (config.CountDescriptors),
+// so that a response beyond them costs no more memory than its bytes; it
+// is NACKed with the bound named. Decoded resources are checked field by
 // field (config.FromRateLimitConfigs): an unknown field is NACKed too.
 //
 // A resource may come wrapped in envoy.service.discovery.v3.Resource (as
@@ -224,7 +225,8 @@ func (c *Client) session(ctx context.Context) (got bool, err error) {
 	for k, v := range c.cfg.Headers {
 		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
 	}
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx, grpc.WaitForReady(false))
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx, grpc.WaitForReady(false),
+		grpc.ForceCodecV2(newBoundedCodec(c.cfg.Bounds.MaxDescriptors)))
 	if err != nil {
 		return false, err
 	}
@@ -306,9 +308,12 @@ func (c *Client) decodeAndApply(resp *discoveryv3.DiscoveryResponse) error {
 	if t := resp.GetTypeUrl(); t != TypeURL {
 		return fmt.Errorf("response of type %q, want %q", t, TypeURL)
 	}
+	if err := refusedBeforeDecoding(resp); err != nil {
+		return err
+	}
 	bounds := c.cfg.Bounds
 	if n := len(resp.GetResources()); n > bounds.MaxDescriptors {
-		return fmt.Errorf("resources: %d, more than the limit of %d (--max-policy-descriptors, a resource counted as one); not decoded", n, bounds.MaxDescriptors)
+		return tooManyResources(n, bounds.MaxDescriptors)
 	}
 	var size int64
 	for _, r := range resp.GetResources() {
