@@ -133,6 +133,9 @@ Flags, by topic (docs/operations.md has the manual):
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return 0
 	}
+	if upstreamErr == nil {
+		upstreamErr = missingPolicyDir(fs, upstream)
+	}
 	if upstreamErr != nil { // reported once --help and --version are answered
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", upstreamErr)
 		return 2

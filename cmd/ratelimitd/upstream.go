@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +45,22 @@ func applyUpstreamEnv(fs *flag.FlagSet) (upstreamenv.Translation, error) {
 		}
 	}
 	return tr, nil
+}
+
+// missingPolicyDir is the error for a policy directory that upstream's
+// environment named (RUNTIME_ROOT and its companions) and that does not
+// exist, naming the variables; nil when the command line gave --config,
+// or the directory exists.
+func missingPolicyDir(flags *flag.FlagSet, tr upstreamenv.Translation) error {
+	for _, f := range tr.Flags {
+		if f.Name != "config" || flags.Lookup("config").Value.String() != f.Value {
+			continue
+		}
+		if _, err := os.Stat(f.Value); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("envoyproxy/ratelimit's environment: the policy directory %s does not exist; it is joined from %s", f.Value, f.From)
+		}
+	}
+	return nil
 }
 
 // startedAsUpstream reports whether the binary was started under

@@ -244,3 +244,26 @@ func TestUpstreamArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamEnvMissingPolicyDir: upstream's environment naming a policy
+// directory that does not exist is refused naming the variables it is
+// joined from, their values and upstream's defaults; a --config on the
+// command line wins over them.
+func TestUpstreamEnvMissingPolicyDir(t *testing.T) {
+	t.Setenv("REDIS_SOCKET_TYPE", "tcp")
+	t.Setenv("REDIS_URL", "127.0.0.1:1")
+	t.Setenv("USE_STATSD", "false")
+	root := filepath.Join(t.TempDir(), "nope")
+	t.Setenv("RUNTIME_ROOT", root)
+	t.Setenv("RUNTIME_SUBDIRECTORY", "ratelimit")
+	var stdout, stderr strings.Builder
+	want := "ratelimitd: envoyproxy/ratelimit's environment: the policy directory " + filepath.Join(root, "ratelimit", "config") +
+		` does not exist; it is joined from RUNTIME_ROOT="` + root + `", RUNTIME_SUBDIRECTORY="ratelimit", RUNTIME_APPDIRECTORY unset (upstream's default "config")` + "\n"
+	if code := run([]string{"--upstream-env"}, &stdout, &stderr); code != 2 || stderr.String() != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant 2 and\n%s", code, stderr.String(), want)
+	}
+	stderr.Reset()
+	if code := run([]string{"--upstream-env", "--config", "p.yaml", "stray"}, &stdout, &stderr); code != 2 || strings.Contains(stderr.String(), "RUNTIME_ROOT") {
+		t.Errorf("with --config: exit %d, stderr %s; want the command line's --config to win", code, stderr.String())
+	}
+}
