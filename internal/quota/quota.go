@@ -103,7 +103,9 @@
 package quota
 
 import (
+	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -136,9 +138,9 @@ type Push struct {
 
 // Tuning of the allocator, in report intervals.
 const (
-	// TTLIntervals: an assignment lives 1.5 report intervals, so that a
-	// report a little late does not let it expire, and a share that shrinks
-	// is free again soon.
+	// TTLNum, TTLDen: an assignment lives 1.5 report intervals, rounded up
+	// to whole seconds (TTL), so that a report a little late does not let
+	// it expire, and a share that shrinks is free again soon.
 	TTLNum, TTLDen = 3, 2
 	// DeliveryDen: an assignment is assumed to reach its client within a
 	// quarter of the client's report interval of being sent.
@@ -147,6 +149,43 @@ const (
 	// the target away.
 	Tolerance = 40
 )
+
+// BurstTime is how long a share takes to earn its burst: a client's token
+// bucket holds what its share earns in BurstTime, at least one token.
+// Envoy starts every new token bucket full, so this is what a client may
+// admit at once on top of its share's rate.
+const BurstTime = 50 * time.Millisecond
+
+// TTL returns the time to live of an assignment to a client that reports
+// every interval: 1.5 intervals rounded up to whole seconds, at least 1s.
+// Envoy's filter arms an assignment's expiry from the whole seconds of its
+// time to live only (assignment_time_to_live.seconds()), so a time to live
+// is always whole seconds.
+func TTL(interval time.Duration) time.Duration {
+	d := max(interval, 0) / TTLDen * TTLNum
+	if d < 0 || d > math.MaxInt64-time.Second { // saturate rather than overflow
+		return math.MaxInt64 / time.Second * time.Second
+	}
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+// Burst returns the most tokens the bucket of a share of share requests
+// per period holds: what it earns in BurstTime, rounded down, at least 1
+// (0 for a share of 0).
+func Burst(share int64, period time.Duration) int64 {
+	if share <= 0 {
+		return 0
+	}
+	if period <= 0 {
+		return 1
+	}
+	hi, lo := bits.Mul64(uint64(share), uint64(BurstTime))
+	if hi >= uint64(period) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(period))
+	return max(1, int64(min(q, math.MaxInt64)))
+}
 
 // Allocator keeps the buckets, their clients and their shares.
 type Allocator struct {
@@ -193,10 +232,13 @@ type client struct {
 	due bool
 }
 
-// hold is a larger share sent earlier that the client may still apply.
+// hold is a larger share sent earlier that the client may still apply:
+// until it has received the smaller one (a Delivery after it was sent),
+// or, should its stream end first, until the larger one expires.
 type hold struct {
-	share int64
-	until int64
+	share  int64
+	until  int64
+	expiry int64 // of the assignment that carried the larger share
 }
 
 // New returns an allocator that assumes a report interval of interval for
@@ -205,7 +247,7 @@ func New(interval time.Duration) *Allocator {
 	return &Allocator{buckets: map[string]*bucket{}, interval: interval}
 }
 
-func (c *client) ttl() time.Duration { return c.interval * TTLNum / TTLDen }
+func (c *client) ttl() time.Duration { return TTL(c.interval) }
 
 // expiry is when the last share sent stops being committed.
 func (c *client) expiry() int64 {
@@ -232,14 +274,7 @@ func (c *client) committed(now int64) int64 {
 }
 
 func (c *client) assignment(l Limit) Assignment {
-	a := Assignment{Share: c.share, Period: l.Period, TTL: c.ttl()}
-	if c.share > 0 {
-		a.Burst = max(1, c.share*int64(c.interval)/int64(l.Period))
-		if l.Period <= 0 {
-			a.Burst = 1
-		}
-	}
-	return a
+	return Assignment{Share: c.share, Period: l.Period, TTL: c.ttl(), Burst: Burst(c.share, l.Period)}
 }
 
 // Report records that client asked asked requests of bucket in the elapsed
@@ -312,7 +347,11 @@ func (a *Allocator) Gone(bucketKey, clientID string, now int64) []Push {
 	if b == nil || b.clients[clientID] == nil {
 		return nil
 	}
-	b.clients[clientID].gone = true
+	c := b.clients[clientID]
+	c.gone = true
+	for i := range c.holds { // a smaller share sent may not have reached it
+		c.holds[i].until = max(c.holds[i].until, c.holds[i].expiry)
+	}
 	if a.shared {
 		return nil // the next Tick rebalances, after the ledger
 	}
@@ -372,7 +411,7 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 			demands = append(demands, b.clients[id].demand)
 		} else if c := b.clients[id]; c.share > 0 {
 			// Gone or quiet: what it had is committed until it expires.
-			c.holds = append(c.holds, hold{c.share, c.expiry()})
+			c.holds = append(c.holds, hold{c.share, c.expiry(), c.expiry()})
 			c.share = 0
 		}
 	}
@@ -387,11 +426,13 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		}
 	}
 	changed := map[string]bool{}
-	// Shrink first: the larger share stays committed until it expires.
+	// Shrink first: the larger share stays committed until the smaller
+	// one has reached the client (the filter replaces its token bucket as
+	// the new assignment arrives), or until it expires if the stream ends.
 	for i, id := range lives {
 		c := b.clients[id]
 		if t := targets[i]; t < c.share && (needs || c.share-t > t/Tolerance) {
-			c.holds = append(c.holds, hold{c.share, c.expiry()})
+			c.holds = append(c.holds, hold{c.share, min(c.expiry(), now+int64(c.interval/DeliveryDen)), c.expiry()})
 			c.share = t
 			changed[id] = true
 		}
@@ -402,15 +443,16 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		free -= b.clients[id].committed(now)
 	}
 	var growing []string
-	var wants []int64
+	var held, wants []int64
 	for i, id := range lives {
 		c := b.clients[id]
 		if t := targets[i]; t > c.share && t-c.share > t/Tolerance {
 			growing = append(growing, id)
+			held = append(held, c.share)
 			wants = append(wants, t-c.share)
 		}
 	}
-	for i, g := range MaxMinFair(free, wants) {
+	for i, g := range growth(free, held, wants) {
 		if g > 0 {
 			c := b.clients[growing[i]]
 			c.share += g
@@ -429,6 +471,40 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		}
 	}
 	return pushes
+}
+
+// growth returns how much each share, holding held[i] and wanting
+// wants[i] more, grows out of free: a share grows to its target in one step
+// or not at all, the smallest growths first as far as free covers them, so
+// that a client is sent one assignment per change of its target (Envoy
+// starts a new, full token bucket for each). A client that holds nothing
+// yet and whose growth does not fit takes a max-min fair part of what is
+// left instead, so that it is not denied everything meanwhile; it grows
+// to its target later, in one more step.
+func growth(free int64, held, wants []int64) []int64 {
+	g := make([]int64, len(wants))
+	order := make([]int, len(wants))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(wants[x], wants[y]) })
+	for _, i := range order {
+		if wants[i] <= free {
+			g[i], free = wants[i], free-wants[i]
+		}
+	}
+	var starting []int
+	var rest []int64
+	for i := range wants {
+		if g[i] == 0 && held[i] == 0 {
+			starting = append(starting, i)
+			rest = append(rest, wants[i])
+		}
+	}
+	for j, x := range MaxMinFair(free, rest) {
+		g[starting[j]] = x
+	}
+	return g
 }
 
 // Has reports whether the allocator keeps the bucket: it has clients, or

@@ -116,8 +116,13 @@ func TestSharedGrowsOnlyOutOfItsGrant(t *testing.T) {
 		t.Fatalf("pushes while the claim is in flight: %+v", p)
 	}
 	a.SetPools(claims, grant(claims, 1500, 1000), clk.Now()) // they freed 1500
-	if p := a.Tick(clk.Now()); len(p) != 1 || p[0].Share != 4500 {
-		t.Fatalf("pushes %+v, want c1 grown to its grant, 4500", p)
+	if p := a.Tick(clk.Now()); len(p) != 0 {
+		t.Fatalf("pushes %+v, want none: c1 grows to its target in one step, when its grant covers it", p)
+	}
+	claims = a.Claims(clk.Now())
+	a.SetPools(claims, grant(claims, 1000, 1000), clk.Now()) // they freed 2000
+	if p := a.Tick(clk.Now()); len(p) != 1 || p[0].Share != 5000 {
+		t.Fatalf("pushes %+v, want c1 grown to its target, 5000", p)
 	}
 }
 
@@ -128,11 +133,11 @@ func TestSharedGrowsOnlyOutOfItsGrant(t *testing.T) {
 func TestSharedStopsRenewing(t *testing.T) {
 	a, clk := reported()
 	claims, _ := answer(t, a, clk.Now(), 0)
-	if claims[0].Lease != interval*7/4+quota.LeaseSlack {
-		t.Fatalf("lease %v, want an assignment's life (1.75 intervals) and the slack", claims[0].Lease)
+	life := int64(quota.TTL(interval) + interval/4)
+	if claims[0].Lease != time.Duration(life)+quota.LeaseSlack {
+		t.Fatalf("lease %v, want an assignment's life (its TTL, 2s, and a quarter interval) and the slack", claims[0].Lease)
 	}
 	until := clk.Now() + int64(claims[0].Lease) // the last grant's
-	life := int64(interval * 7 / 4)
 	for {
 		clk.Advance(interval)
 		a.Report("b", sharedLimit, "c1", 100, interval, clk.Now())
@@ -163,7 +168,7 @@ func TestSharedReleases(t *testing.T) {
 	a, clk := reported()
 	answer(t, a, clk.Now(), 0)
 	a.Gone("b", "c1", clk.Now())
-	clk.Advance(2 * interval)
+	clk.Advance(quota.TTL(interval) + interval/4)
 	a.Tick(clk.Now())
 	claims := a.Claims(clk.Now())
 	if len(claims) != 1 || claims[0].Bucket != "b" || claims[0].Lease != 0 || claims[0].Keep != 0 || claims[0].Want != 0 {
