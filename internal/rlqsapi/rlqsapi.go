@@ -460,11 +460,11 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 		rule := d.Match(entries)
 		limit, blanket := ruleLimit(rule)
 		if limit == nil {
-			ttl := s.interval
+			interval := s.interval
 			if elapsed > 0 {
-				ttl = elapsed
+				interval = elapsed
 			}
-			s.send(st, blanketAction(id, blanket, ttl*quota.TTLNum/quota.TTLDen))
+			s.send(st, blanketAction(id, blanket, quota.TTL(interval)))
 			continue
 		}
 		key := bucketKey(domain, entries, rule, limit)
@@ -618,9 +618,9 @@ func blanketAction(id *rlqsv3.BucketId, rule typev3.RateLimitStrategy_BlanketRul
 	return assignment(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}, ttl)
 }
 
-// shareAction is a share as Envoy's token bucket: at most Burst tokens,
-// one every Period / Share (rounded up, so never faster), or several at a
-// time when that is under a microsecond; DENY_ALL for a share of 0.
+// shareAction is a share as Envoy's token bucket (FillInterval): at most
+// Burst tokens, tokens_per_fill per whole-seconds fill_interval; DENY_ALL
+// for a share of 0.
 func shareAction(id *rlqsv3.BucketId, a quota.Assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	if a.Share <= 0 {
 		return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, a.TTL)
@@ -633,25 +633,30 @@ func shareAction(id *rlqsv3.BucketId, a quota.Assignment) *rlqsv3.RateLimitQuota
 	}}}, a.TTL)
 }
 
-// FillInterval returns tokens and an interval such that tokens per
-// interval is at most share per period and as close as nanoseconds allow:
-// tokens is 1 unless period / share is under a microsecond, then the
-// smallest power of ten that makes the interval one or more.
+// FillInterval returns a share of share requests per period as Envoy's
+// filter reads a token bucket: tokens per interval, the interval in whole
+// seconds (Envoy takes its whole seconds only, and fills
+// tokens_per_fill / seconds tokens a second, continuously). The interval
+// is the period rounded up to whole seconds, the same for every share of
+// a limit (Envoy keeps its token bucket when max_tokens, tokens_per_fill
+// and the nanoseconds of fill_interval are unchanged, whatever its
+// seconds); tokens is share × interval / period rounded down, so never
+// faster than the share, exact when the period is whole seconds, and at
+// most math.MaxUint32 (slower then). A share of at least 1 gets at least 1
+// token.
 func FillInterval(share int64, period time.Duration) (uint32, time.Duration) {
-	tokens := uint64(1)
-	for tokens < 1e9 && uint64(period)*tokens < uint64(share)*uint64(time.Microsecond) {
-		tokens *= 10
+	period = max(period, 1)
+	every := math.MaxInt64 / time.Second * time.Second // for periods of some 292 years
+	if period <= every {
+		every = (period + time.Second - 1) / time.Second * time.Second
 	}
-	// ⌈period × tokens / share⌉ in 128 bits.
-	hi, lo := bits.Mul64(uint64(period), tokens)
-	if hi >= uint64(share) {
-		return uint32(tokens), time.Duration(math.MaxInt64)
+	// ⌊share × every / period⌋ in 128 bits.
+	hi, lo := bits.Mul64(uint64(max(share, 0)), uint64(every))
+	if hi >= uint64(period) {
+		return math.MaxUint32, every
 	}
-	q, r := bits.Div64(hi, lo, uint64(share))
-	if r > 0 {
-		q++
-	}
-	return uint32(tokens), time.Duration(min(q, math.MaxInt64))
+	q, _ := bits.Div64(hi, lo, uint64(period))
+	return uint32(min(max(q, 1), math.MaxUint32)), every
 }
 
 func assignment(id *rlqsv3.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
