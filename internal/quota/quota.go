@@ -437,10 +437,12 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 			changed[id] = true
 		}
 	}
-	// Then grow, out of what no one may be applying.
-	free := a.capacity(b)
+	// Then grow, out of what no one may be applying; eventual is what
+	// will be free once the larger shares held have expired.
+	free, eventual := a.capacity(b), a.capacity(b)
 	for _, id := range ids {
 		free -= b.clients[id].committed(now)
+		eventual -= b.clients[id].share
 	}
 	var growing []string
 	var held, wants []int64
@@ -452,7 +454,7 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 			wants = append(wants, t-c.share)
 		}
 	}
-	for i, g := range growth(free, held, wants) {
+	for i, g := range growth(free, eventual, held, wants) {
 		if g > 0 {
 			c := b.clients[growing[i]]
 			c.share += g
@@ -474,14 +476,23 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 }
 
 // growth returns how much each share, holding held[i] and wanting
-// wants[i] more, grows out of free: a share grows to its target in one step
-// or not at all, the smallest growths first as far as free covers them, so
-// that a client is sent one assignment per change of its target (Envoy
-// starts a new, full token bucket for each). A client that holds nothing
-// yet and whose growth does not fit takes a max-min fair part of what is
-// left instead, so that it is not denied everything meanwhile; it grows
-// to its target later, in one more step.
-func growth(free int64, held, wants []int64) []int64 {
+// wants[i] more, grows out of free (eventual once the larger shares held
+// have expired). When eventual covers every growth, a share grows to its
+// target in one step, the smallest growths first as far as free covers
+// them, and the others wait for the held shares to expire: a client is
+// sent one assignment per change of its target (Envoy starts a new, full
+// token bucket for each), except that a client holding nothing yet takes
+// a max-min fair part of what is left at once, so that it is not denied
+// everything meanwhile. When it does not (the limit, or a daemon's grant,
+// is short), waiting would not help: free is divided max-min fairly now.
+func growth(free, eventual int64, held, wants []int64) []int64 {
+	var total int64
+	for _, w := range wants {
+		total += w
+	}
+	if total > eventual {
+		return MaxMinFair(free, wants)
+	}
 	g := make([]int64, len(wants))
 	order := make([]int, len(wants))
 	for i := range order {
