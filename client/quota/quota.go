@@ -80,6 +80,7 @@ type Client struct {
 	explicit bool         // set by an option: the policy's does not replace it
 	ask      func(ctx context.Context, bucket []string) bool
 	start    time.Time // monotonic origin of now
+	clock    func() int64
 	dialOpts []grpc.DialOption
 
 	mu      sync.Mutex
@@ -156,8 +157,14 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
-// now is monotonic nanoseconds since the client started.
-func (c *Client) now() int64 { return int64(time.Since(c.start)) }
+// now is monotonic nanoseconds since the client started (or the tests'
+// clock).
+func (c *Client) now() int64 {
+	if c.clock != nil {
+		return c.clock()
+	}
+	return int64(time.Since(c.start))
+}
 
 // Bucket returns the bucket named by key/value pairs (key1, value1, key2,
 // value2, ...; an odd last key has the value ""), the same Bucket for the

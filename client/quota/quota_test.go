@@ -36,8 +36,8 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 
 // TestAssignedAndEnforced: the first request, allowed by the fallback,
 // subscribes the bucket and is reported at once; the assignment for that
-// demand (1 request in an interval of 1s: 60/min, a burst of 1, one token
-// per second) is then enforced locally, starting full: one admitted, the
+// demand (1 request in an interval of 1s: 60/min, a burst of 1, 60 tokens
+// per minute) is then enforced locally, starting full: one admitted, the
 // next denied.
 func TestAssignedAndEnforced(t *testing.T) {
 	d := daemontest.Start(t, policy)
@@ -52,8 +52,8 @@ func TestAssignedAndEnforced(t *testing.T) {
 	}
 	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
 	maxTokens, per, fill, _, _ := b.Assignment()
-	if maxTokens != 1 || per != 1 || fill != time.Second {
-		t.Fatalf("assignment: %d tokens, %d per %v; want 1, 1 per 1s", maxTokens, per, fill)
+	if maxTokens != 1 || per != 60 || fill != time.Minute {
+		t.Fatalf("assignment: %d tokens, %d per %v; want 1, 60 per 1m0s", maxTokens, per, fill)
 	}
 	if !b.Allow(context.Background()) || b.Allow(context.Background()) {
 		t.Fatal("a full bucket of 1 did not admit exactly 1 of 2 at once")

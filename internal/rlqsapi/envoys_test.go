@@ -40,7 +40,7 @@ func newEnvoy(origin int64) quotasim.Local {
 func (e envoyFilter) Starts() []quotasim.Start {
 	var s []quotasim.Start
 	for _, x := range e.Filter.Starts {
-		s = append(s, quotasim.Start{At: x.At, MaxTokens: x.MaxTokens})
+		s = append(s, quotasim.Start{At: x.At, MaxTokens: x.MaxTokens, Full: true})
 	}
 	return s
 }

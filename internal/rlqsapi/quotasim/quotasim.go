@@ -41,17 +41,20 @@ type Local interface {
 	Receive(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now int64)
 	// Report returns the usage to report at now (nil: none).
 	Report(bucket map[string]string, now int64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-	// Starts returns the instants at which the client's token bucket
-	// started full, and its max tokens then.
+	// Starts returns the token buckets the client applied, in order:
+	// when, their max tokens, and whether each started full (Envoy's
+	// always do; the Go client's carry the tokens left over).
 	Starts() []Start
 	// Applies describes the assignment in force at now (ok false: none).
 	Applies(now int64) (maxTokens, tokensPerFill uint32, fill time.Duration, denyAll, ok bool)
 }
 
-// Start is a token bucket starting full at At, holding MaxTokens.
+// Start is a token bucket applied from At, holding at most MaxTokens;
+// Full: it started full.
 type Start struct {
 	At        int64
 	MaxTokens int64
+	Full      bool
 }
 
 // Scenario is what Run runs.
@@ -79,7 +82,7 @@ type Result struct {
 	// Admitted are the instants of admitted requests (sorted) and whether
 	// an assignment was in force for each.
 	Admitted []Admission
-	// Starts are each client's token buckets started full.
+	// Starts are each client's token buckets applied.
 	Starts [][]Start
 	// Unfair lists the shares found outside 10% of max-min fair, two
 	// intervals after each change.
@@ -361,8 +364,8 @@ type Window struct {
 	// Rate is what the limit earns in the window: Limit × Length / Period.
 	Rate int64
 	// Bound is what the clients may admit beyond Rate under assignments:
-	// each client's max tokens in force at From, and of each token bucket
-	// started full in the window.
+	// the max tokens of each client's token bucket in force at From, and
+	// of each token bucket started full in the window.
 	Bound int64
 	// NewBuckets is how many started in it.
 	NewBuckets int
@@ -392,7 +395,7 @@ func (r Result) Windows(sc Scenario, length, step time.Duration) []Window {
 				switch {
 				case s.At <= from:
 					inForce = s.MaxTokens
-				case s.At < from+int64(length):
+				case s.At < from+int64(length) && s.Full:
 					w.Bound += s.MaxTokens
 					w.NewBuckets++
 				}
