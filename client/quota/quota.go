@@ -378,8 +378,13 @@ func (b *Bucket) apply(q *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssign
 	b.assigned.Store(a)
 }
 
-// abandon drops the bucket's assignment: the fallback applies.
-func (b *Bucket) abandon() { b.assigned.Store(nil) }
+// abandon drops the bucket's assignment and stops reporting it, as Envoy
+// erases an abandoned bucket: the fallback applies, and the next Allow
+// reports the bucket at once, as a new one's.
+func (b *Bucket) abandon() {
+	b.assigned.Store(nil)
+	b.subscribed.Store(false)
+}
 
 // Assignment describes the assignment in force, for tests and logs: the
 // token bucket's max tokens, tokens per fill and fill interval, or the
@@ -507,6 +512,7 @@ func (c *Client) report(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClie
 	var usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	for _, b := range c.buckets {
 		if !b.subscribed.Load() {
+			delete(last, b) // abandoned: reported anew, as a new bucket
 			continue
 		}
 		at, seen := last[b]

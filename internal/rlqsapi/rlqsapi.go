@@ -249,6 +249,7 @@ type stream struct {
 	mu      sync.Mutex
 	pending []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	buckets map[string]*rlqsv3.BucketId // allocator keys it reported
+	idle    map[string]time.Duration    // how long each has asked nothing (retire.go)
 }
 
 // queue adds an action to send, replacing one pending for the same bucket.
@@ -288,7 +289,8 @@ func (st *stream) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 // StreamRateLimitQuotas serves one client's stream until it ends.
 func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	ctx := ss.Context()
-	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), wake: make(chan struct{}, 1), buckets: map[string]*rlqsv3.BucketId{}}
+	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), wake: make(chan struct{}, 1), buckets: map[string]*rlqsv3.BucketId{},
+		idle: map[string]time.Duration{}}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		st.peer = p.Addr.String()
 	}
@@ -468,6 +470,9 @@ func (s *Server) report(st *stream, domain string, usages []*rlqsv3.RateLimitQuo
 			continue
 		}
 		key := bucketKey(domain, entries, rule, limit)
+		if s.retire(st, key, id, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now) {
+			continue
+		}
 		if err := s.room(st, key, i); err != nil {
 			return err
 		}
@@ -533,7 +538,9 @@ func (s *Server) push(pushes []quota.Push) {
 // send queues an action for st and counts it.
 func (s *Server) send(st *stream, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	action := "share"
-	if b := a.GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() == nil {
+	if a.GetAbandonAction() != nil {
+		action = "abandon"
+	} else if b := a.GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() == nil {
 		action = "allow_all"
 		if b.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
 			action = "deny_all"

@@ -109,6 +109,9 @@ func name(id *rlqsv3.BucketId) string {
 
 // describe says what an action tells the client, as a test reads it.
 func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
+	if a.GetAbandonAction() != nil {
+		return "abandon"
+	}
 	q := a.GetQuotaAssignmentAction()
 	ttl := q.GetAssignmentTimeToLive().AsDuration()
 	s := q.GetRateLimitStrategy()
