@@ -248,17 +248,26 @@ type stream struct {
 
 	mu      sync.Mutex
 	pending []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	at      map[string]int // pending's index by idKey
 	buckets map[string]*rlqsv3.BucketId // allocator keys it reported
 	idle    map[string]time.Duration    // how long each has asked nothing (retire.go)
 }
 
-// queue adds an action to send, replacing one pending for the same bucket.
+// queue adds an action to send, replacing one pending for the same bucket
+// (in its place): what is pending is at most one action per bucket, and
+// queueing costs the same however many are pending.
 func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+	k := idKey(a.GetBucketId().GetBucket())
 	st.mu.Lock()
-	st.pending = slices.DeleteFunc(st.pending, func(p *rlqsv3.RateLimitQuotaResponse_BucketAction) bool {
-		return sameBucket(p.BucketId, a.BucketId)
-	})
-	st.pending = append(st.pending, a)
+	if i, ok := st.at[k]; ok {
+		st.pending[i] = a
+	} else {
+		if st.at == nil {
+			st.at = map[string]int{}
+		}
+		st.at[k] = len(st.pending)
+		st.pending = append(st.pending, a)
+	}
 	st.mu.Unlock()
 	select {
 	case st.wake <- struct{}{}:
@@ -266,16 +275,17 @@ func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	}
 }
 
-func sameBucket(a, b *rlqsv3.BucketId) bool {
-	if len(a.GetBucket()) != len(b.GetBucket()) {
-		return false
+// idKey names a BucketId whatever the order of its map: its entries
+// sorted by key, each quoted.
+func idKey(id map[string]string) string {
+	var b []byte
+	for _, e := range Entries(id) {
+		b = strconv.AppendQuote(b, e.Key)
+		b = append(b, '=')
+		b = strconv.AppendQuote(b, e.Value)
+		b = append(b, ' ')
 	}
-	for k, v := range a.GetBucket() {
-		if w, ok := b.GetBucket()[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+	return string(b)
 }
 
 func (st *stream) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
@@ -283,6 +293,7 @@ func (st *stream) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	defer st.mu.Unlock()
 	p := st.pending
 	st.pending = nil
+	clear(st.at)
 	return p
 }
 
