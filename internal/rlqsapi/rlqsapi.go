@@ -248,7 +248,7 @@ type stream struct {
 
 	mu      sync.Mutex
 	pending []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	at      map[string]int // pending's index by idKey
+	at      map[string]int              // pending's index by idKey
 	buckets map[string]*rlqsv3.BucketId // allocator keys it reported
 	idle    map[string]time.Duration    // how long each has asked nothing (retire.go)
 }
