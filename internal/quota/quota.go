@@ -19,42 +19,54 @@
 //
 // The allocator never lets the shares it has handed out, and that a client
 // may still be applying, add up to more than L: a client's share is
-// committed until the assignment that carries it expires (its time to
-// live after it was sent, plus Delivery). A share that shrinks is
-// sent at once, but the larger one stays committed until it expires; a
-// share that grows grows only out of what is not committed. So a client
-// that reports less frees its share for the others within
-//
-//	TTL + Delivery = 1.5 + 0.25 = 1.75 report intervals
-//
-// of the assignment it last received, that is within two report intervals
-// of the report that shows its demand fell; a client that goes quiet (its
-// stream ends, or it stops reporting) frees it when its last assignment
-// expires.
+// committed until the assignment that carries it expires (its TTL after it
+// was sent, plus Delivery), given that every assignment reaches its client
+// within Delivery (a quarter of its report interval) of being sent. A TTL
+// is 1.5 report intervals rounded up to whole seconds (TTL: 2s for an
+// interval of 1s), since Envoy's filter reads whole seconds only. A share
+// that shrinks is sent at once, and the larger one stays committed until
+// the smaller has reached the client (Delivery: the client replaces its
+// token bucket as the assignment arrives), or, should its stream end
+// first, until the larger one expires. A share grows only out of what is
+// not committed, and to its target in one step: a growth that what is
+// free does not cover yet waits for the larger shares held to expire
+// (within a quarter interval), unless they will not cover it either (the
+// limit, or a shared limit's grant, is short), when what is free is
+// divided max-min fairly at once; a client holding nothing yet takes its
+// part of what is free at once. So a client that reports less frees its
+// share for the others a quarter interval after that report, and a
+// client that goes quiet (its stream ends, or it stops reporting) frees
+// it when its last assignment expires: TTL + Delivery (2.25s for an
+// interval of 1s) after it was last sent.
 //
 // Small changes are not sent: a share moves when its target differs from
 // it by more than 1/Tolerance of the target (2.5%), so that clients are
 // not re-assigned at every report for noise; except that while a client
 // needs more (by more than that), every share above its target shrinks to
-// it.
+// it. A share that does not move is sent as the identical assignment
+// (its burst and TTL depend on the share, the period and the report
+// interval only): Envoy keeps its token bucket only when the new
+// assignment equals the old one.
 //
 // # The bound
 //
 // A client enforces its share s as a token bucket of rate s/P holding at
-// most Burst = max(1, ⌊s × R / P⌋) tokens, R its report interval: what its
-// share earns in one interval. In any stretch of time T, the clients of a
+// most Burst(s, P) = max(1, ⌊s × BurstTime / P⌋) tokens: what its share
+// earns in BurstTime, 50ms. In any stretch of time T, the clients of a
 // bucket together admit at most
 //
 //	L × T / P + Σ_i Burst_i × (1 + k_i)
 //
-// where k_i is the number of assignments client i received in T that
-// changed its share (Envoy starts a new, full token bucket for each; the
-// Go client carries its tokens over, so k_i = 0 for it), provided every
-// assignment reaches its client within Delivery (a quarter of its report
-// interval) of being sent. Σ Burst_i ≤ L × R / P + N for N clients. What a
-// client admits without an assignment (before its first, after one
-// expires) is what its fallback admits, outside this bound: with Envoy's
-// default (allow all) it is what arrives in one round trip.
+// where Burst_i is the largest burst client i was assigned in T and k_i
+// the number of its token buckets that started full in T (Envoy starts a
+// new, full token bucket for each assignment that is not identical to the
+// one in force; the Go client carries its tokens over, so k_i = 0 for
+// it), given delivery within Delivery. Σ Burst_i ≤ L × 50ms / P + N for N
+// clients: with steady demand (k_i = 0) and ten clients of a limit of
+// 1,000 a second, at most 60 a second beyond it. What a client admits
+// without an assignment (before its first, after one expires) is what its
+// fallback admits, outside this bound: with Envoy's default (allow all)
+// it is what arrives in one round trip.
 //
 // # Limits shared by several daemons
 //
@@ -67,7 +79,9 @@
 //
 //   - divides the limit max-min fairly among the demands of every client
 //     of every daemon (its own and the Others of its pool), and takes the
-//     targets of its own clients;
+//     targets of its own clients (an uneven division's remainder goes to
+//     the others' clients first, so that the daemons' targets together
+//     never exceed the limit);
 //   - grows its clients' shares only out of its grant, less what they may
 //     already be applying;
 //   - answers reports in two ticks (a tick is 100ms in the daemon): the

@@ -17,8 +17,10 @@
 //
 //   - its limit (of several, the one of the lowest rate): a share of it,
 //     divided among the streams reporting the bucket (package quota), sent
-//     as a token_bucket (max_tokens the burst, one token every period /
-//     share, rounded up); a share of 0 as blanket_rule DENY_ALL;
+//     as a token_bucket in Envoy's units (FillInterval): max_tokens the
+//     burst (quota.Burst), tokens_per_fill per fill_interval of whole
+//     seconds (the period's, rounded up); a share of 0 as blanket_rule
+//     DENY_ALL;
 //   - requests_per_unit 0: DENY_ALL;
 //   - unlimited, shadow mode, or no rule (an unknown domain included):
 //     ALLOW_ALL, as the per-request APIs allow it.
@@ -31,11 +33,14 @@
 // the stream's response header FallbackHeader, for the Go client; Envoy's
 // filter takes its own (no_assignment_behavior, expired_assignment_behavior).
 //
-// Every assignment has a time to live of 1.5 report intervals (the time
-// the client says elapsed between its reports; Interval until it says),
-// and is renewed in the reply to each report. When shares change, the
-// streams whose shares changed get theirs at once, not at their next
-// report. Policy reloads apply at each bucket's next report.
+// Every assignment has a time to live of 1.5 report intervals rounded up
+// to whole seconds (quota.TTL; the interval is the time the client says
+// elapsed between its reports, DefaultInterval until it says), and is
+// renewed in the reply to each report, identical while the share holds.
+// When shares change, the streams whose shares changed get theirs at once,
+// not at their next report. Policy reloads apply at each bucket's next
+// report. A bucket a stream reports with nothing asked for RetireAfter is
+// answered with abandon_action, and its share released.
 package rlqsapi
 
 import (
