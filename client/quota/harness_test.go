@@ -8,8 +8,12 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
+	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi/quotasim"
+	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 )
 
 // local is the client's own code (Bucket.Allow, apply, abandon, report)
@@ -99,53 +103,76 @@ descriptors:
 func TestSharesHeld(t *testing.T) {
 	for _, n := range []int{3, 10, 100} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			h := 0.0
-			for i := 1; i <= n; i++ {
-				h += 1 / float64(i)
-			}
-			phase := func(f func(i int) float64) []int64 {
-				d := make([]int64, n)
-				for i := range d {
-					d[i] = int64(f(i))
-				}
-				return d
-			}
-			sc := quotasim.Scenario{
-				Daemons: []*daemontest.Daemon{daemontest.Start(t, harnessPolicy)}, Limit: 1000, Period: time.Second, R: time.Second,
-				Domain: "mesh", Bucket: map[string]string{"route": "checkout"}, NewLocal: newLocal, Clients: n,
-				Phases: [][]int64{
-					phase(func(i int) float64 { return 2000 / float64(i+1) / h }),
-					phase(func(i int) float64 { return 2000 / float64(n-i) / h }),
-					phase(func(i int) float64 { return float64(i%2) * 4000 / float64(n+1) }),
-				},
-				IntervalsEach: 6, CheckFairAfter: 2,
-			}
-			res := quotasim.Run(t, sc)
-			var most quotasim.Window
-			for _, w := range res.Windows(sc, time.Second, 10*time.Millisecond) {
-				if w.Admitted > most.Admitted {
-					most = w
-				}
-				if w.Admitted-w.Unassigned > w.Rate+w.Bound {
-					t.Errorf("+%v: admitted %d under assignments > %d + bound %d (%d buckets started full)",
-						time.Duration(w.From-res.Start), w.Admitted-w.Unassigned, w.Rate, w.Bound, w.NewBuckets)
-				}
-			}
-			t.Logf("N=%d: the most admitted in 1s: %d of %d (bound %d, %d by fallback)", n, most.Admitted, most.Rate, most.Bound, most.Unassigned)
-			for i, starts := range res.Starts {
-				full := 0
-				for _, s := range starts {
-					if s.Full {
-						full++
-					}
-				}
-				if full != 1 {
-					t.Errorf("client %d: its token bucket started full %d times, want once (it carries tokens over)", i, full)
-				}
-			}
-			for _, u := range res.Unfair {
-				t.Error(u)
-			}
+			sharesHeld(t, n, []*daemontest.Daemon{daemontest.Start(t, harnessPolicy)}, false)
 		})
+	}
+}
+
+// TestSharesHeldAcrossDaemons: the same, the clients spread over three
+// daemons on one Redis, which share the limit through their ledger.
+func TestSharesHeldAcrossDaemons(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, n := range []int{3, 10, 99} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			clk := clock.NewFake(daemontest.T0.UnixNano())
+			daemons := make([]*daemontest.Daemon, 3)
+			for i := range daemons {
+				daemons[i] = daemontest.Start(t, harnessPolicy, func(c *daemon.Config) {
+					c.Clock, c.QuotaLedgerClock, c.Store = clk, clk, "redis"
+					c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, KeyPrefix: fmt.Sprintf("held%d:", n)}
+				})
+			}
+			sharesHeld(t, n, daemons, true)
+		})
+	}
+}
+
+func sharesHeld(t *testing.T, n int, daemons []*daemontest.Daemon, ledger bool) {
+	h := 0.0
+	for i := 1; i <= n; i++ {
+		h += 1 / float64(i)
+	}
+	phase := func(f func(i int) float64) []int64 {
+		d := make([]int64, n)
+		for i := range d {
+			d[i] = int64(f(i))
+		}
+		return d
+	}
+	sc := quotasim.Scenario{
+		Daemons: daemons, Limit: 1000, Period: time.Second, R: time.Second,
+		Domain: "mesh", Bucket: map[string]string{"route": "checkout"}, NewLocal: newLocal, Clients: n,
+		Phases: [][]int64{
+			phase(func(i int) float64 { return 2000 / float64(i+1) / h }),
+			phase(func(i int) float64 { return 2000 / float64(n-i) / h }),
+			phase(func(i int) float64 { return float64(i%2) * 4000 / float64(n+1) }),
+		},
+		IntervalsEach: 6, CheckFairAfter: 2, Ledger: ledger,
+	}
+	res := quotasim.Run(t, sc)
+	var most quotasim.Window
+	for _, w := range res.Windows(sc, time.Second, 10*time.Millisecond) {
+		if w.Admitted > most.Admitted {
+			most = w
+		}
+		if w.Admitted-w.Unassigned > w.Rate+w.Bound {
+			t.Errorf("+%v: admitted %d under assignments > %d + bound %d (%d buckets started full)",
+				time.Duration(w.From-res.Start), w.Admitted-w.Unassigned, w.Rate, w.Bound, w.NewBuckets)
+		}
+	}
+	t.Logf("N=%d: the most admitted in 1s: %d of %d (bound %d, %d by fallback)", n, most.Admitted, most.Rate, most.Bound, most.Unassigned)
+	for i, starts := range res.Starts {
+		full := 0
+		for _, s := range starts {
+			if s.Full {
+				full++
+			}
+		}
+		if full != 1 {
+			t.Errorf("client %d: its token bucket started full %d times, want once (it carries tokens over)", i, full)
+		}
+	}
+	for _, u := range res.Unfair {
+		t.Error(u)
 	}
 }
