@@ -312,7 +312,7 @@ func unsettled(sc Scenario, clients []*client, now int64) string {
 		want := "deny all"
 		if v.Share > 0 {
 			tokens, every := rlqsapi.FillInterval(v.Share, sc.Period)
-			want = fmt.Sprintf("%d tokens, %d per %v", quota.Burst(v.Share, sc.Period), tokens, every)
+			want = fmt.Sprintf("%d tokens, %d per %v", v.Burst, tokens, every)
 		}
 		got := fmt.Sprintf("%d tokens, %d per %v", maxTokens, perFill, fill)
 		if denyAll {
