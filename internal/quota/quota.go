@@ -29,8 +29,9 @@
 // token bucket as the assignment arrives), or, should its stream end
 // first, until the larger one expires. A share grows only out of what is
 // not committed, and to its target in one step: a growth that what is
-// free does not cover yet waits for the larger shares held to expire
-// (within a quarter interval), unless they will not cover it either (the
+// free does not cover yet waits for the larger shares held to expire (a
+// shrunk share's a quarter interval after it shrank, a quiet client's at
+// its assignment's expiry), unless they will not cover it either (the
 // limit, or a shared limit's grant, is short), when what is free is
 // divided max-min fairly at once; a client holding nothing yet takes its
 // part of what is free at once. So a client that reports less frees its
@@ -501,8 +502,8 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 // is short), waiting would not help: free is divided max-min fairly now.
 func growth(free, eventual int64, held, wants []int64) []int64 {
 	var total int64
-	for _, w := range wants {
-		total += w
+	for _, w := range wants { // saturating: a want may be up to 2^62
+		total += min(w, math.MaxInt64-total)
 	}
 	if total > eventual {
 		return MaxMinFair(free, wants)
