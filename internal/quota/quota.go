@@ -34,7 +34,9 @@
 // its assignment's expiry), unless they will not cover it either (the
 // limit, or a shared limit's grant, is short), when what is free is
 // divided max-min fairly at once; a client holding nothing yet takes its
-// part of what is free at once. So a client that reports less frees its
+// part of what is free at once; and a client may grow up to a larger
+// share of its own still held (back after its stream ended, say) at once,
+// committing nothing more. So a client that reports less frees its
 // share for the others a quarter interval after that report, and a
 // client that goes quiet (its stream ends, or it stops reporting) frees
 // it when its last assignment expires: TTL + Delivery (2.25s for an
@@ -460,16 +462,17 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		eventual -= b.clients[id].share
 	}
 	var growing []string
-	var held, wants []int64
+	var held, wants, own []int64
 	for i, id := range lives {
 		c := b.clients[id]
 		if t := targets[i]; t > c.share && t-c.share > t/Tolerance {
 			growing = append(growing, id)
 			held = append(held, c.share)
 			wants = append(wants, t-c.share)
+			own = append(own, c.committed(now)-c.share)
 		}
 	}
-	for i, g := range growth(free, eventual, held, wants) {
+	for i, g := range growth(free, eventual, held, wants, own) {
 		if g > 0 {
 			c := b.clients[growing[i]]
 			c.share += g
@@ -492,15 +495,17 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 
 // growth returns how much each share, holding held[i] and wanting
 // wants[i] more, grows out of free (eventual once the larger shares held
-// have expired). When eventual covers every growth, a share grows to its
-// target in one step, the smallest growths first as far as free covers
-// them, and the others wait for the held shares to expire: a client is
-// sent one assignment per change of its target (Envoy starts a new, full
-// token bucket for each), except that a client holding nothing yet takes
-// a max-min fair part of what is left at once, so that it is not denied
-// everything meanwhile. When it does not (the limit, or a daemon's grant,
-// is short), waiting would not help: free is divided max-min fairly now.
-func growth(free, eventual int64, held, wants []int64) []int64 {
+// have expired); own[i] of a growth costs nothing, being below a larger
+// share the same client may still apply. When eventual covers every
+// growth, a share grows to its target in one step, the smallest growths
+// first as far as free covers them, and the others wait for the held
+// shares to expire: a client is sent one assignment per change of its
+// target (Envoy starts a new, full token bucket for each), except that a
+// client holding nothing yet takes a max-min fair part of what is left at
+// once, so that it is not denied everything meanwhile. When it does not
+// (the limit, or a daemon's grant, is short), waiting would not help: free
+// is divided max-min fairly now.
+func growth(free, eventual int64, held, wants, own []int64) []int64 {
 	var total int64
 	for _, w := range wants { // saturating: a want may be up to 2^62
 		total += min(w, math.MaxInt64-total)
@@ -513,10 +518,10 @@ func growth(free, eventual int64, held, wants []int64) []int64 {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(wants[x], wants[y]) })
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(wants[x]-own[x], wants[y]-own[y]) })
 	for _, i := range order {
-		if wants[i] <= free {
-			g[i], free = wants[i], free-wants[i]
+		if cost := max(wants[i]-own[i], 0); cost <= free {
+			g[i], free = wants[i], free-cost
 		}
 	}
 	var starting []int

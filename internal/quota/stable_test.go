@@ -77,3 +77,23 @@ func TestSteadyDemandSameAssignment(t *testing.T) {
 		}
 	}
 }
+
+// TestReturningClientGetsItsHeldShare: a client whose share is still held
+// (its stream ended, or its bucket was retired, and its last assignment
+// has not expired) gets it back at once when it reports again: growing it
+// up to what it may still apply commits nothing more.
+func TestReturningClientGetsItsHeldShare(t *testing.T) {
+	limit := quota.Limit{Requests: 600, Period: time.Minute}
+	a := quota.New(time.Second)
+	clk := clock.NewFake(t0)
+	held := steady(a, clk, limit, map[string]int64{"a": 6000, "b": 6000}, 3)
+	if held["a"] != 300 || held["b"] != 300 {
+		t.Fatalf("held %v, want 300 each", held)
+	}
+	a.Gone("b", "a", clk.Now())
+	a.Tick(clk.Now()) // a's 300 is held until its assignment expires
+	clk.Advance(time.Second)
+	if as, _, _ := a.Report("b", limit, "a", 100, time.Second, clk.Now()); as.Share != 300 {
+		t.Fatalf("a, back while its 300 is held: %d, want 300 at once", as.Share)
+	}
+}
