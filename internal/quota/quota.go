@@ -35,9 +35,9 @@
 // limit, or a shared limit's grant, is short), when what is free is
 // divided max-min fairly at once; a client holding nothing yet takes its
 // part of what is free at once; and a client may grow up to a larger
-// share of its own still held (back after its stream ended, say) at once,
-// committing nothing more. So a client that reports less frees its
-// share for the others a quarter interval after that report, and a
+// share of its own still held (reporting again after it was retired, say)
+// at once, committing nothing more. So a client that reports less frees
+// its share for the others a quarter interval after that report, and a
 // client that goes quiet (its stream ends, or it stops reporting) frees
 // it when its last assignment expires: TTL + Delivery (2.25s for an
 // interval of 1s) after it was last sent.
