@@ -83,7 +83,7 @@ func scenario(n int, daemons []*daemontest.Daemon, local func(int64) quotasim.Lo
 }
 
 // checkBound checks what the clients admitted in every window of one
-// second (the report interval too), starting every 10ms: under
+// second and of one report interval, starting every 10ms: under
 // assignments, at most the limit plus the bound (each client's max tokens
 // in force and those of the token buckets started full in the window);
 // and in windows with no new bucket and no request decided by a
@@ -93,7 +93,11 @@ func scenario(n int, daemons []*daemontest.Daemon, local func(int64) quotasim.Lo
 func checkBound(t *testing.T, sc quotasim.Scenario, res quotasim.Result) {
 	t.Helper()
 	var worst, worstSteady quotasim.Window // the most admitted
-	for _, w := range res.Windows(sc, time.Second, 10*time.Millisecond) {
+	windows := res.Windows(sc, time.Second, 10*time.Millisecond)
+	if sc.R != time.Second { // and every report interval
+		windows = append(windows, res.Windows(sc, sc.R, 10*time.Millisecond)...)
+	}
+	for _, w := range windows {
 		if w.Admitted-w.Unassigned > w.Rate+w.Bound {
 			t.Errorf("+%v: admitted %d under assignments (%d more by fallback) > %d + bound %d (%d new buckets)",
 				time.Duration(w.From-res.Start), w.Admitted-w.Unassigned, w.Unassigned, w.Rate, w.Bound, w.NewBuckets)
@@ -102,7 +106,7 @@ func checkBound(t *testing.T, sc quotasim.Scenario, res quotasim.Result) {
 			worst = w
 		}
 		if w.NewBuckets == 0 && w.Unassigned == 0 {
-			if sc.Clients <= 10 && w.Bound*10 > w.Rate {
+			if sc.Clients <= 10 && w.Bound*10 > w.Rate*int64(time.Second)/w.Length {
 				t.Errorf("+%v, steady: bound %d > 10%% of %d", time.Duration(w.From-res.Start), w.Bound, w.Rate)
 			}
 			if w.Admitted > worstSteady.Admitted {
@@ -110,8 +114,8 @@ func checkBound(t *testing.T, sc quotasim.Scenario, res quotasim.Result) {
 			}
 		}
 	}
-	t.Logf("N=%d: the most admitted in 1s: %d of %d (bound %d, %d by fallback, %d new buckets); steady: %d (bound %d)",
-		sc.Clients, worst.Admitted, worst.Rate, worst.Bound, worst.Unassigned, worst.NewBuckets, worstSteady.Admitted, worstSteady.Bound)
+	t.Logf("N=%d, R=%v: the most admitted in %v: %d of %d (bound %d, %d by fallback, %d new buckets); steady: %d (bound %d)",
+		sc.Clients, sc.R, time.Duration(worst.Length), worst.Admitted, worst.Rate, worst.Bound, worst.Unassigned, worst.NewBuckets, worstSteady.Admitted, worstSteady.Bound)
 	for p := range sc.Phases {
 		from := res.Start + int64(p*sc.IntervalsEach+3)*int64(sc.R)
 		to := res.Start + int64((p+1)*sc.IntervalsEach)*int64(sc.R)
@@ -144,6 +148,17 @@ func TestEnvoys(t *testing.T) {
 			checkBound(t, sc, quotasim.Run(t, sc))
 		})
 	}
+	// A reporting_interval of 2s: TTLs of 3s, windows of 1s and 2s.
+	t.Run("10, R=2s", func(t *testing.T) {
+		sc := scenario(10, []*daemontest.Daemon{daemontest.Start(t, simPolicy)}, newEnvoy)
+		sc.R = 2 * time.Second
+		for _, p := range sc.Phases {
+			for i := range p {
+				p[i] *= 2 // requests per R
+			}
+		}
+		checkBound(t, sc, quotasim.Run(t, sc))
+	})
 }
 
 // TestEnvoysAcrossDaemons: the same, the Envoys spread over three daemons
