@@ -22,7 +22,7 @@ func tokenBucket(maxTokens, per uint32, fill, ttl time.Duration) *rlqsv3.RateLim
 
 func newBucket() *Bucket {
 	c := &Client{start: time.Now(), fresh: make(chan struct{}, 1)}
-	b := &Bucket{c: c}
+	b := &Bucket{c: c, first: make(chan struct{})}
 	b.subscribed.Store(true)
 	return b
 }

@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"regexp"
@@ -60,6 +61,52 @@ func TestAssignedAndEnforced(t *testing.T) {
 	}
 	if q.Bucket("route", "checkout") != b {
 		t.Fatal("the same pairs gave another Bucket")
+	}
+}
+
+// TestWaitForTheFirstAssignment: Wait reports a bucket no request has
+// touched and returns once its assignment is in force, so that no request
+// is decided by the fallback; the assignment names its rule; a context that
+// ends first ends the wait with its error.
+func TestWaitForTheFirstAssignment(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	q, err := quota.New(d.GRPCAddr(), "shop", quota.WithFallback(quota.DenyAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	b := q.Bucket("route", "checkout")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.Wait(ctx); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	maxTokens, per, fill, rule, ok := b.Assignment()
+	if !ok || rule != "TOKEN_BUCKET" || maxTokens < 1 || per < 1 || fill != time.Minute {
+		t.Fatalf("after Wait: %d tokens, %d per %v, rule %q, in force %v; want a TOKEN_BUCKET filled every 1m0s", maxTokens, per, fill, rule, ok)
+	}
+	if !b.Allow(context.Background()) {
+		t.Fatal("the first request after Wait was denied: decided by the fallback (deny all), not the assignment")
+	}
+	if err := b.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait once assigned: %v", err)
+	}
+
+	// A server that never answers: the deadline ends the wait.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	silent, err := quota.New(l.Addr().String(), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	if err := silent.Bucket("route", "checkout").Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on a server that never answers: %v, want context.DeadlineExceeded", err)
 	}
 }
 
