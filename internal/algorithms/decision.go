@@ -110,6 +110,9 @@ func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
 	case SlidingWindow:
 		return l.slidingWindow(s, now, cost)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			return l.gcraChanged(s, now, cost, changedDecide)
+		}
 		return l.gcra(s, now, cost)
 	}
 	if cost > 0 {

@@ -80,20 +80,21 @@ const (
 // EdgeCases decides algotest's cases, the specification of decisions that
 // internal/algorithms' table tests decide with Limit.Decide, through the
 // store: one bucket per case and algorithm, every decision exactly the
-// case's.
+// case's, a step that changes the limit charging the bucket with the new
+// one (as after a policy reload).
 func EdgeCases(t *testing.T, newStore Factory) {
 	for _, tc := range algotest.Cases() {
 		for _, alg := range tc.Algorithms {
 			t.Run(alg.String()+"/"+tc.Name, func(t *testing.T) {
 				c := clock.NewFake(T0)
 				s := newStore(t, c)
-				l, err := tc.Limit(alg)
+				limits, err := tc.Limits(alg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for i, st := range tc.Steps {
 					c.Set(st.Now())
-					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost, Kind: st.Kind})
+					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &limits[i], Cost: st.Cost, Kind: st.Kind})
 					if got[0] != st.Want {
 						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, got[0], st.Want)
 					}
