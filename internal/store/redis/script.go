@@ -42,7 +42,7 @@ var (
 // that takes the bignum path.
 var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
 	bignumLua + stateLua + decideLua +
-	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, apply = apply, " +
+	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decideAny, apply = apply, " +
 	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put}\n" +
 	"return bignumsLib\nend\n"
 

@@ -283,7 +283,8 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 
 // RandomTimelines compares the store with store.Settle on random limits
 // (every algorithm; rates from 1 per 146 years to 2^32 per nanosecond,
-// 7 per 3s among them), random requests of one to four charges (every
+// 7 per 3s among them; now and then a bucket's limit changed as a reload
+// changes it), random requests of one to four charges (every
 // Kind: admits, checks, overdraft charges deep into debt and refunds;
 // costs from 0 to past capacity and MaxInt64, some shadow) and random times: steps of a
 // nanosecond to years, near the epoch and near MaxTime, and steps back.
@@ -312,6 +313,11 @@ func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 				now = nextNow(rng, now, high, ref)
 				high = max(high, now)
 				c.Set(now)
+				if rng.IntN(64) == 0 {
+					// A reload: a bucket keeps its state under a changed limit.
+					k := rng.IntN(nKeys)
+					limits[k] = changedLimit(rng, limits[k])
+				}
 				charges := randomRequest(rng, limits)
 				want := ref.apply(charges, now)
 				got := Apply(t, s, charges...)
@@ -362,6 +368,26 @@ func randomLimit(rng *rand.Rand) *algorithms.Limit {
 		}
 		if l, err := algorithms.NewLimit(alg, requests, period, burst); err == nil {
 			return &l
+		}
+	}
+}
+
+// changedLimit returns a limit that a policy reload may put over the
+// buckets of l: the same period and kind of state (a window of the same
+// algorithm; any of the buckets), any rate and capacity.
+func changedLimit(rng *rand.Rand, l *algorithms.Limit) *algorithms.Limit {
+	for {
+		alg := l.Algorithm()
+		requests := 1 + rng.Int64N(min(2*l.Requests()+2, maxReq))
+		var burst int64
+		if alg != algorithms.FixedWindow && alg != algorithms.SlidingWindow {
+			alg = algorithms.Algorithms()[2+rng.IntN(3)]
+			if rng.IntN(2) == 0 {
+				burst = 1 + rng.Int64N(min(requests*4, maxReq))
+			}
+		}
+		if c, err := algorithms.NewLimit(alg, requests, l.Period(), burst); err == nil {
+			return &c
 		}
 	}
 }
