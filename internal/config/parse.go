@@ -525,6 +525,7 @@ func (p *parser) rule(m map[string]*yaml.Node, path string, e Entry, up level, n
 		p.metadata(v, yamlnode.Join(path, "metadata"))
 	}
 	if len(limits) > 0 {
+		nameBuckets(limits)
 		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed}
 		if here.shared != nil {
 			n.rule.Shared = make([]string, here.depth)

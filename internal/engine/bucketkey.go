@@ -19,8 +19,10 @@ type BucketKey struct {
 	// Shared: the bucket is a share_threshold rule's (config.Rule.Shared
 	// is not nil).
 	Shared bool
-	// Limit is the limit's config.Limit.Key: its arithmetic, and "inline:"
-	// for a limit the request carried.
+	// Limit is the limit's config.Limit.Bucket: the kind of state its
+	// algorithm keeps and its period (not its requests or burst, so that a
+	// changed limit keeps its buckets), and "inline:" first for a limit the
+	// request carried.
 	Limit string
 }
 
@@ -102,17 +104,17 @@ func ParseBucketKey(key []byte) (BucketKey, bool) {
 }
 
 // InPolicy reports whether the policy in force would charge the bucket
-// whose store key is key: its domain is
-// in the policy, its entries match a rule there, the rule shares its
-// buckets (share_threshold) exactly where the key does, and the rule has a
-// limit with the key's config.Limit.Key — so the same domain, descriptor
-// and arithmetic. Inline limits' buckets are always in the policy: a
-// request carries the limit itself, and a changed inline limit is another
-// key. A key the engine could not have made is not in the policy.
+// whose store key is key: its domain is in the policy, its entries match a
+// rule there, the rule shares its buckets (share_threshold) exactly where
+// the key does, and the rule has a limit with the key's
+// config.Limit.Bucket — so the same domain, descriptor, kind of state and
+// period. Inline limits' buckets are always in the policy: a request
+// carries the limit itself. A key the engine could not have made is not in
+// the policy.
 //
 // A snapshot's buckets are restored only when InPolicy: a bucket of a limit
-// removed or changed while the daemon was down would never be charged
-// again, and would only hold memory until it came to rest.
+// removed while the daemon was down, or whose period changed, would never
+// be charged again, and would only hold memory until it came to rest.
 func (e *Engine) InPolicy(key []byte) bool {
 	k, ok := ParseBucketKey(key)
 	if !ok {
@@ -135,7 +137,7 @@ func (e *Engine) InPolicy(key []byte) bool {
 		}
 	}
 	for _, l := range rule.Limits {
-		if l.Key == k.Limit {
+		if l.Bucket != "" && l.Bucket == k.Limit {
 			return true
 		}
 	}

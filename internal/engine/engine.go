@@ -162,8 +162,9 @@ func uniformJitter(max time.Duration) time.Duration {
 func (e *Engine) Policy() *config.Policy { return e.policy.Load() }
 
 // SetPolicy replaces the policy for requests that start after it returns.
-// Buckets whose limits are unchanged (equal config.Limit.Key) keep their
-// state.
+// A bucket whose limit keeps its config.Limit.Bucket (the same rule, kind
+// of state and period) keeps its state, read by the changed limit as
+// internal/algorithms says ("A changed limit"): what was used stays used.
 func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 
 // ShouldRateLimit decides req and writes the answer into resp, reusing
@@ -482,7 +483,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	if rule != nil {
 		shared = rule.Shared
 	}
-	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Key)
+	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Bucket)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
