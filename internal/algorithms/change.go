@@ -92,3 +92,14 @@ func (l *Limit) convert(s State, now int64) State {
 	}
 	return l.gcraState(now, int64(q), int64(r))
 }
+
+// WrittenBy returns s as a state written by l, for a state written before
+// states recorded their rate (State.m 0): a bucket's state then records l's
+// Requests, so that a changed limit reads it as l's. Any other state, and
+// a window's, is returned as it is.
+func (s State) WrittenBy(l *Limit) State {
+	if l.alg.usesBurst() && s.m == 0 && s != (State{}) {
+		s.m = uint32(l.requests)
+	}
+	return s
+}

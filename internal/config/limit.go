@@ -125,14 +125,14 @@ const unlimitedKey = "unlimited"
 // bucket either.
 const denyAllKey = "deny-all"
 
-// inlineKeyPrefix starts the Key of every inline limit and of no policy
-// limit, so that an inline limit never shares a bucket with a policy limit
-// of the same arithmetic.
-const inlineKeyPrefix = "inline:"
+// InlinePrefix starts the Key and Bucket of every inline limit and of no
+// policy limit, so that an inline limit never shares a bucket with a
+// policy limit of the same arithmetic.
+const InlinePrefix = "inline:"
 
 // IsInlineKey reports whether k is the Key of an inline limit
 // (NewInlineLimit) rather than of a policy's.
-func IsInlineKey(k string) bool { return strings.HasPrefix(k, inlineKeyPrefix) }
+func IsInlineKey(k string) bool { return strings.HasPrefix(k, InlinePrefix) }
 
 // NewInlineLimit returns a limit that a request carries itself rather than
 // one from a policy file: requests per period with the algorithm alg and,
@@ -148,5 +148,5 @@ func NewInlineLimit(name string, alg algorithms.Algorithm, requests int64, perio
 	if err != nil {
 		return nil, fmt.Errorf("inline limit %q: %w", name, err)
 	}
-	return &Limit{Name: name, Rate: r, Key: limitKey(inlineKeyPrefix, &r), Bucket: BucketName(inlineKeyPrefix, &r)}, nil
+	return &Limit{Name: name, Rate: r, Key: limitKey(InlinePrefix, &r), Bucket: BucketName(InlinePrefix, &r)}, nil
 }
