@@ -49,10 +49,18 @@
 // its counter is past the limit); Allowed otherwise. A bucket in debt
 // reports Remaining 0 and a ResetAfter that includes the debt.
 //
-// Two descriptors of one request that name the same bucket share one
-// charge of their summed cost when they ask the same operation of it
-// (both checks, both refunds, …); a request in which they ask different
-// ones is invalid.
+// Descriptors of one request that name the same bucket (two QuotaPolicies
+// on one backend and model make Envoy send one descriptor twice) are
+// decided as envoyproxy/ratelimit decides them, on the running total: each
+// as if the bucket had been charged the costs of the descriptors up to and
+// including it, in request order (upstream pipelines one INCRBY per
+// descriptor). The bucket is charged their summed cost, by the rules above
+// (all or nothing: a request denied is charged nothing, and its
+// descriptors that fitted report the bucket uncharged); with quota_mode, a
+// request admitted by the quotas with room is charged their costs, not
+// those of the quotas over their limit. They must ask the same operation
+// of the bucket (both charges, both refunds, …); a request in which they
+// ask different ones is invalid.
 package engine
 
 import (
@@ -218,6 +226,10 @@ type work struct {
 	limits    [][]*config.Limit
 	replaced  map[string]bool // names replaced by a matched limit
 
+	repeats bool    // two uses name one bucket (see probeRepeats)
+	running []int64 // probeRepeats' running costs, per charge
+	lastUse []int   // probeRepeats' last use, per charge
+
 	quotas  int             // descriptors in a quota_mode rule (not in shadow mode)
 	failed  []bool          // per descriptor, after a quota retry: over its limit
 	applied []appliedCharge // overdraft charges and refunds a retry must not apply again
@@ -258,6 +270,15 @@ type use struct {
 	kind       store.Kind // how the limit's bucket is charged
 	replaced   bool       // another matched limit replaces this one
 	charge     int        // index in charges; -1 when nothing is charged
+	probe      int        // index in charges of the probe that decides it; -1 for none (probeRepeats)
+}
+
+// decision returns what decided u: its probe's decision, or its charge's.
+func (w *work) decision(u *use) algorithms.Decision {
+	if u.probe >= 0 {
+		return w.decisions[u.probe]
+	}
+	return w.decisions[u.charge]
 }
 
 // deniedOutright reports whether u is a requests_per_unit: 0 limit that
@@ -289,6 +310,7 @@ func (w *work) release() {
 	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
 	w.rules, w.roles, w.limits = w.rules[:0], w.roles[:0], w.limits[:0]
 	w.quotas, w.failed, w.applied = 0, w.failed[:0], w.applied[:0]
+	w.repeats = false
 	workPool.Put(w)
 }
 
@@ -341,7 +363,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 		}
 		quotaDenied := false
 		for _, l := range w.limits[i] {
-			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1}
+			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1, probe: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
 			if u.deniedOutright() && !shadowCharge {
 				if r == quota {
@@ -378,8 +400,53 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 			w.charges[i].Cost = 0
 		}
 	}
+	if w.repeats {
+		w.probeRepeats()
+	}
 	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
 	return nil
+}
+
+// probeRepeats decides each descriptor that names a bucket a later
+// descriptor of the request names again on the running total, as
+// envoyproxy/ratelimit's INCRBY per descriptor decides it: for each use of
+// such a bucket but its last, a probe (store.Charge.Probe, shadow) charges
+// the bucket the costs of the uses up to it, in request order, and decides
+// the use; the last use is decided by the bucket's charge, of every use's
+// cost. A check needs none: it charges nothing, so every check of a bucket
+// sees the same.
+func (w *work) probeRepeats() {
+	n := len(w.charges)
+	w.running = append(w.running[:0], make([]int64, n)...)
+	w.lastUse = append(w.lastUse[:0], make([]int, n)...)
+	for i := range w.uses {
+		if c := w.uses[i].charge; c >= 0 {
+			w.lastUse[c] = i
+		}
+	}
+	for i := range w.uses {
+		u := &w.uses[i]
+		if u.charge < 0 {
+			continue
+		}
+		total := w.running[u.charge]
+		if total > math.MaxInt64-u.cost {
+			total = math.MaxInt64
+		} else {
+			total += u.cost
+		}
+		w.running[u.charge] = total
+		c := w.charges[u.charge]
+		if i == w.lastUse[u.charge] || c.Kind == store.Check {
+			continue
+		}
+		if c.Cost != 0 { // not a request denied outright (its admits are peeks)
+			c.Cost = total
+		}
+		c.Shadow, c.Probe = true, true
+		w.charges = append(w.charges, c)
+		u.probe = len(w.charges) - 1
+	}
 }
 
 // kindOf returns how a descriptor asking op at cost charges limit l.
@@ -413,9 +480,10 @@ func (w *work) retryOnOtherQuota() bool {
 		case u.replaced:
 		case u.limit.DenyAll:
 			w.failed[u.descriptor] = w.failed[u.descriptor] || u.deniedOutright()
-		case u.charge >= 0 && w.decisions[u.charge].Code != algorithms.Allowed:
+		case u.charge >= 0 && w.decision(&u).Code != algorithms.Allowed:
 			w.failed[u.descriptor] = true
-			vetoed = vetoed || !w.charges[u.charge].Shadow
+			// A probe never vetoes: the charge of its bucket's last use does.
+			vetoed = vetoed || u.probe < 0 && !w.charges[u.charge].Shadow
 		}
 	}
 	if !vetoed {
@@ -433,17 +501,49 @@ func (w *work) retryOnOtherQuota() bool {
 	if !open {
 		return false // every quota is spent
 	}
-	for _, u := range w.uses {
-		if u.charge >= 0 && w.failed[u.descriptor] {
+	for i := range w.uses {
+		u := &w.uses[i]
+		if u.charge >= 0 && w.failed[u.descriptor] && !(w.repeats && w.shareRoom(u)) {
 			w.charges[u.charge].Shadow = true
 		}
 	}
+	w.decisions = slices.Grow(w.decisions, len(w.charges)-len(w.decisions))[:len(w.charges)]
 	for i := range w.charges {
 		if c := &w.charges[i]; c.Kind == store.Overdraft || c.Kind == store.Refund {
 			w.applied = append(w.applied, appliedCharge{charge: i, decision: w.decisions[i]})
 			c.Kind, c.Shadow = store.Check, true
 		}
 	}
+	return true
+}
+
+// shareRoom is retryOnOtherQuota's rule for an admission on a bucket that
+// several descriptors name, u's among them, when u's descriptor is over its
+// limit (on the running total: see probeRepeats): the bucket is charged
+// the costs of the descriptors with room, which fit, rather than nothing,
+// and u is decided by a probe of its running total. It reports false,
+// changing nothing, when no descriptor with room names the bucket.
+func (w *work) shareRoom(u *use) bool {
+	if w.charges[u.charge].Kind != store.Admit {
+		return false
+	}
+	var room int64
+	found := false
+	for i := range w.uses {
+		if v := &w.uses[i]; v.charge == u.charge && !w.failed[v.descriptor] {
+			room, found = min(room, math.MaxInt64-v.cost)+v.cost, true
+		}
+	}
+	if !found {
+		return false
+	}
+	if u.probe < 0 { // the bucket's last use: its running total is the whole
+		p := w.charges[u.charge]
+		p.Cost, p.Shadow, p.Probe = w.running[u.charge], true, true
+		w.charges = append(w.charges, p)
+		u.probe = len(w.charges) - 1
+	}
+	w.charges[u.charge].Cost = room
 	return true
 }
 
@@ -472,8 +572,9 @@ func Cost(requestHits uint64, descriptorHits *uint64) int64 {
 // charge adds u's charge on the bucket of (domain, entries, u.limit) and
 // returns its index; rule is the rule matched (nil for an inline limit).
 // Two descriptors naming the same bucket share one charge of their summed
-// cost, so the store sees each bucket once; when they ask different kinds
-// of charge of it, the request is invalid.
+// cost, so the store charges each bucket once (probeRepeats decides each
+// on the running total); when they ask different kinds of charge of it,
+// the request is invalid.
 func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, u *use, shadow bool) (int, error) {
 	start := 0
 	if n := len(w.keyEnds); n > 0 {
@@ -489,6 +590,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	for i, end := range w.keyEnds {
 		if bytes.Equal(w.keys[prev:end], key) {
 			w.keys = w.keys[:start]
+			w.repeats = true
 			c := &w.charges[i]
 			if c.Kind != u.kind {
 				return 0, w.conflict(i, u)
@@ -549,7 +651,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 				d.Code = algorithms.OverCapacity
 			}
 		default:
-			d = w.decisions[u.charge]
+			d = w.decision(&u)
 			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
 				d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
 			}

@@ -116,6 +116,7 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost}
 	}
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
+	probe := func(c store.Charge) store.Charge { c.Shadow, c.Probe = true, true; return c }
 	kind := func(k store.Kind, c store.Charge) store.Charge { c.Kind = k; return c }
 	check := func(key string, l *algorithms.Limit) store.Charge { return kind(store.Check, charge(key, l, 0)) }
 	overdraft := func(key string, l *algorithms.Limit, cost int64) store.Charge {
@@ -213,6 +214,19 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		wantRem:   []int64{10, 2},
 		after:     []int64{10, 2, 2},
 	}, {
+		name:      "a probe decides on the bucket the request finds, and is not charged",
+		charges:   []store.Charge{probe(charge("wide", ten, 3)), charge("wide", ten, 7), probe(charge("narrow", two, 1)), charge("narrow", two, 2)},
+		wantCodes: []algorithms.Code{C, C, C, C},
+		wantRem:   []int64{7, 3, 1, 0},
+		after:     []int64{3, 0, 3},
+	}, {
+		name:      "a denied probe denies nothing; in a denied request an admissible probe is a peek",
+		before:    []store.Charge{charge("narrow", two, 1)},
+		charges:   []store.Charge{probe(charge("narrow", two, 1)), charge("narrow", two, 2), probe(charge("wide", ten, 11)), probe(overdraft("third", three, 5))},
+		wantCodes: []algorithms.Code{C, D, O, D},
+		wantRem:   []int64{1, 1, 10, 0},
+		after:     []int64{10, 1, 3},
+	}, {
 		name:      "a shadow overdraft into debt is charged and denies nothing",
 		charges:   []store.Charge{shadow(overdraft("wide", ten, 11)), charge("narrow", two, 1)},
 		wantCodes: []algorithms.Code{D, C},
@@ -286,7 +300,8 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 // 7 per 3s among them; now and then a bucket's limit changed as a reload
 // changes it), random requests of one to four charges (every
 // Kind: admits, checks, overdraft charges deep into debt and refunds;
-// costs from 0 to past capacity and MaxInt64, some shadow) and random times: steps of a
+// costs from 0 to past capacity and MaxInt64, some shadow; now and then a
+// probe of one of its buckets) and random times: steps of a
 // nanosecond to years, near the epoch and near MaxTime, and steps back.
 func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 	for seed := range uint64(4) {
@@ -428,6 +443,14 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 			kind = store.Refund
 		}
 		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Kind: kind, Shadow: rng.IntN(8) == 0}
+	}
+	if rng.IntN(4) == 0 {
+		// A probe of one of the request's buckets, as the engine makes for
+		// descriptors that name one bucket.
+		p := charges[rng.IntN(n)]
+		p.Cost = rng.Int64N(max(p.Cost, 1)) + 1
+		p.Shadow, p.Probe = true, true
+		charges = append(charges, p)
 	}
 	return charges
 }
