@@ -417,8 +417,8 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 // sees the same.
 func (w *work) probeRepeats() {
 	n := len(w.charges)
-	w.running = append(w.running[:0], make([]int64, n)...)
-	w.lastUse = append(w.lastUse[:0], make([]int, n)...)
+	w.running, w.lastUse = slices.Grow(w.running[:0], n)[:n], slices.Grow(w.lastUse[:0], n)[:n]
+	clear(w.running)
 	for i := range w.uses {
 		if c := w.uses[i].charge; c >= 0 {
 			w.lastUse[c] = i
@@ -429,12 +429,7 @@ func (w *work) probeRepeats() {
 		if u.charge < 0 {
 			continue
 		}
-		total := w.running[u.charge]
-		if total > math.MaxInt64-u.cost {
-			total = math.MaxInt64
-		} else {
-			total += u.cost
-		}
+		total := addCost(w.running[u.charge], u.cost)
 		w.running[u.charge] = total
 		c := w.charges[u.charge]
 		if i == w.lastUse[u.charge] || c.Kind == store.Check {
@@ -531,7 +526,7 @@ func (w *work) shareRoom(u *use) bool {
 	found := false
 	for i := range w.uses {
 		if v := &w.uses[i]; v.charge == u.charge && !w.failed[v.descriptor] {
-			room, found = min(room, math.MaxInt64-v.cost)+v.cost, true
+			room, found = addCost(room, v.cost), true
 		}
 	}
 	if !found {
@@ -545,6 +540,14 @@ func (w *work) shareRoom(u *use) bool {
 	}
 	w.charges[u.charge].Cost = room
 	return true
+}
+
+// addCost returns a + b for costs a, b ≥ 0, at most math.MaxInt64.
+func addCost(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // costOf resolves a descriptor's cost (see Cost).
@@ -595,11 +598,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 			if c.Kind != u.kind {
 				return 0, w.conflict(i, u)
 			}
-			if c.Cost > math.MaxInt64-u.cost {
-				c.Cost = math.MaxInt64
-			} else {
-				c.Cost += u.cost
-			}
+			c.Cost = addCost(c.Cost, u.cost)
 			return i, nil
 		}
 		prev = end
