@@ -35,7 +35,12 @@
 //	r.Settle(ctx, used) // charges used-500 in full (into debt if need be), or refunds 500-used
 //
 // Cancel gives a reservation back. Descriptor.WithOperation asks a single
-// check, overdraft charge or refund directly.
+// check, overdraft charge or refund directly. A refund (Cancel, or Settle
+// for less than the estimate) needs the verb refund where the service
+// authorizes its callers, and a rule with refunds: false refuses it from
+// anyone: a refused refund is answered PermissionDenied, which the failure
+// policy decides like any error, and the reservation stays open
+// (docs/authz.md).
 //
 // # When the service cannot decide
 //

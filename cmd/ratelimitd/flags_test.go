@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -71,6 +73,81 @@ func TestConfigPathMistakes(t *testing.T) {
 		code := run([]string{"--config", tt.config, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, &stdout, &stderr)
 		if code != 1 || !strings.HasSuffix(stderr.String(), tt.want) {
 			t.Errorf("--config %s: exit %d, stderr:\n%s\nwant exit 1, ending %q", tt.config, code, stderr.String(), tt.want)
+		}
+	}
+}
+
+// TestHelpGroupsEveryFlag: --help lists every flag of the daemon once,
+// under a topic, the common ones first; a new flag must be given a topic
+// in flagGroups, not fall into "Other".
+func TestHelpGroupsEveryFlag(t *testing.T) {
+	var help strings.Builder
+	if code := run([]string{"--store", "redis", "--help"}, io.Discard, &help); code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	out := help.String()
+	grouped := map[string]string{}
+	for _, g := range flagGroups {
+		for _, name := range g.flags {
+			if other, dup := grouped[name]; dup {
+				t.Errorf("-%s in both %q and %q", name, other, g.title)
+			}
+			grouped[name] = g.title
+		}
+	}
+	listed := map[string]int{}
+	section, first := "", ""
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(line, ":") && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
+			section = strings.TrimSuffix(line, ":")
+			continue
+		}
+		if m := regexp.MustCompile(`^  -([a-z0-9-]+)`).FindStringSubmatch(line); m != nil {
+			listed[m[1]]++
+			if first == "" {
+				first = section
+			}
+			if want := grouped[m[1]]; want != section {
+				t.Errorf("-%s under %q, want %q (flagGroups)", m[1], section, want)
+			}
+		}
+	}
+	if first != "Common" {
+		t.Errorf("--help's first section is %q, want Common", first)
+	}
+	for name, n := range listed {
+		if n != 1 {
+			t.Errorf("-%s listed %d times", name, n)
+		}
+	}
+	for name := range grouped {
+		if listed[name] == 0 {
+			t.Errorf("flagGroups names -%s, which --help does not list (no such flag?)", name)
+		}
+	}
+	if !strings.Contains(out, `-store string`+"\n"+`    	where buckets live: memory (this daemon's own) or redis (shared by every daemon on the same Redis; see docs/redis.md) (default "memory")`) {
+		t.Errorf("-store's default is not the default (a flag parsed before --help shown as the default?):\n%s", out)
+	}
+}
+
+// TestContradictoryFlags: flags that cannot go together are a usage error
+// (exit 2) told in one line naming them, before any log line.
+func TestContradictoryFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--xds-server", "127.0.0.1:1", "--config", "p.yaml"}, "ratelimitd: --config and --xds-server: "},
+		{[]string{"--quota-daemons", "2", "--store", "redis", "--redis-addr", "127.0.0.1:1"}, "ratelimitd: --quota-daemons 2 with --store redis: "},
+		{[]string{"--state-file", "s", "--store", "redis", "--redis-addr", "127.0.0.1:1"}, "ratelimitd: --state-file with --store redis: "},
+		{[]string{"--xds-server", "127.0.0.1:1", "--state-file", "s"}, "ratelimitd: --state-file and --xds-server: "},
+		{[]string{"--authz-policy", "a.yaml"}, "ratelimitd: --authz-policy without --admin-addr: "},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(tc.args, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], tc.want) || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and one line starting %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}
 }

@@ -38,7 +38,10 @@ func addSurfaceFlags(fs *flag.FlagSet, cfg *daemon.Config) *surfaceFlags {
 	})
 	fs.IntVar(&l.MaxWaitingStreams, "grpc-max-waiting", l.MaxWaitingStreams, "most gRPC calls, all connections together, waiting for their request message; one more ends the oldest waiting on the connection with the most waiting (bounds the bytes buffered before authorization: this times the largest request the --max-* bounds allow)")
 	fs.IntVar(&l.MaxWaitingBodies, "http-max-waiting", l.MaxWaitingBodies, "most HTTP decision calls, all connections together, whose body is on its way; one more cuts off the one read longest (bounds the bytes buffered before authorization: this times the 4 MiB body limit)")
-	fs.Var(&f.pacedReadRate, "grpc-paced-read-rate", fmt.Sprintf("most `bytes` a second read from the gRPC connections one of whose calls was ended waiting for its message (--grpc-max-waiting, --message-timeout) in the last %v, all together, each its equal share; each new call on one costs it %d KiB of its share (KiB, MiB); other connections are read unpaced", daemon.PacedQuiet, readpace.StreamCost>>10))
+	fs.IntVar(&l.MaxLongStreams, "grpc-max-long-streams", l.MaxLongStreams, "most gRPC streams that last as long as their client wants (health Watch, quota streams, reflection), all callers together; one more ends the oldest of the caller holding the most, if it holds more than the new one's caller, else is refused (such streams never make a connection busy for --max-connections)")
+	fs.IntVar(&l.MaxLongStreamsPerCaller, "grpc-max-long-streams-per-caller", l.MaxLongStreamsPerCaller, "most long-lived gRPC streams (--grpc-max-long-streams) of one caller, every connection together (a caller: an IPv4 address or an IPv6 /64); more are refused")
+	fs.IntVar(&l.MaxLongStreamsPerConn, "grpc-max-long-streams-per-conn", l.MaxLongStreamsPerConn, "most long-lived gRPC streams (--grpc-max-long-streams) on one connection; more are refused")
+	fs.Var(&f.pacedReadRate, "grpc-paced-read-rate", fmt.Sprintf("most `bytes` a second read from the gRPC connections one of whose calls was ended waiting for its message (--grpc-max-waiting, --message-timeout) in the last %v, and from the connections their address opens meanwhile (at most %d of one address), all together, each its equal share; each new call on one costs it %d KiB of its share (KiB, MiB); other connections are read unpaced", daemon.PacedQuiet, readpace.MaxPacedPerSource, readpace.StreamCost>>10))
 	fs.DurationVar(&l.MessageTimeout, "message-timeout", l.MessageTimeout, "how long a gRPC call's request message, or an HTTP request's body, may take to arrive after its headers")
 	fs.DurationVar(&l.HeaderTimeout, "header-timeout", l.HeaderTimeout, "how long a new connection may take to send its first request's headers (gRPC: the TLS handshake and HTTP/2 preface)")
 	fs.DurationVar(&l.IdleTimeout, "idle-timeout", l.IdleTimeout, "close a connection with no call in progress for this long (gRPC: GOAWAY; HTTP keep-alive)")
@@ -65,7 +68,8 @@ func (f *surfaceFlags) apply(cfg *daemon.Config) error {
 	for _, c := range []struct {
 		flag string
 		n    int
-	}{{"--max-connections", l.MaxConnections}, {"--grpc-max-waiting", l.MaxWaitingStreams}, {"--http-max-waiting", l.MaxWaitingBodies}} {
+	}{{"--max-connections", l.MaxConnections}, {"--grpc-max-waiting", l.MaxWaitingStreams}, {"--http-max-waiting", l.MaxWaitingBodies},
+		{"--grpc-max-long-streams", l.MaxLongStreams}, {"--grpc-max-long-streams-per-caller", l.MaxLongStreamsPerCaller}, {"--grpc-max-long-streams-per-conn", l.MaxLongStreamsPerConn}} {
 		if c.n < 1 {
 			return fmt.Errorf("%s %d: want at least 1", c.flag, c.n)
 		}

@@ -67,9 +67,9 @@ Usage:
   ratelimitd simulate [flags]      replay traffic against limits; CSV and an SVG chart (see simulate --help)
   ratelimitd bench --target H:P    load a rate-limit service, report throughput and latency (bench --help)
 
-Flags:
+Flags, by topic (docs/operations.md has the manual):
 `)
-		fs.PrintDefaults()
+		printGroupedFlags(stderr, fs, flagGroups)
 	}
 	var cfg daemon.Config
 	b := engine.DefaultBounds
@@ -94,7 +94,7 @@ Flags:
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")
-	fs.StringVar(&cfg.AuthzPolicy, "authz-policy", "", "authorization policy `file` (docs/authz.md): which callers, by client certificate or bearer token, may peek at or charge which domains; reloaded with its token files when they change and on SIGHUP (default: none, any caller may call every domain)")
+	fs.StringVar(&cfg.AuthzPolicy, "authz-policy", "", "authorization policy `file` (docs/authz.md): which callers, by client certificate or bearer token, may check, charge or refund in which domains; reloaded with its token files when they change and on SIGHUP (default: none, any caller may call every domain)")
 	fs.IntVar(&b.MaxDescriptors, "max-descriptors", b.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&b.MaxEntries, "max-entries", b.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")
@@ -102,6 +102,7 @@ Flags:
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
 	fs.BoolVar(&cfg.OverdraftByDefault, "overdraft-by-default", false, "make every limit whose policy does not say overdraft: an overdraft limit: charges are taken in full, leaving the bucket in debt (token budgets charged after the response)")
 	fs.IntVar(&cfg.QuotaDaemons, "quota-daemons", 1, "how many daemons without a shared Redis serve quota (RLQS) streams for the same limits: each hands out shares of limit / N; daemons on one Redis share by demand instead (docs/quota.md)")
+	fs.BoolVar(&cfg.ResponseDynamicMetadata, "response-dynamic-metadata", false, "Envoy v3 responses carry dynamic_metadata: upstream's fields (domain, descriptors, hitsAddend, the merged metadata of the descriptors that passed), each descriptor's answer, and the quota scopes with room (docs/envoy.md)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
 	redisFlags := addRedisFlags(fs, &cfg)
 	xdsFlags := addXDSFlags(fs, &cfg)
@@ -177,6 +178,10 @@ Flags:
 	}
 	logger, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
+		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
+		return 2
+	}
+	if err := cfg.Check(); err != nil { // flags that contradict each other: a usage error, before any log line
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
 	}
@@ -291,7 +296,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, d := range p.Domains() {
 		fmt.Fprintf(stdout, "ok: domain %q from %s\n", d.Name, d.Source)
-		if !d.HasRules() {
+		if !d.HasLimits() {
 			fmt.Fprintf(stdout, "warning: domain %q has no rate limits: it admits every request\n", d.Name)
 		}
 		for _, key := range d.OverdraftRules() {

@@ -293,6 +293,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--max-connections", "0"}, "--max-connections 0: want at least 1"},
 		{[]string{"--grpc-max-streams", "0"}, "grpc-max-streams"},
 		{[]string{"--grpc-max-waiting", "-1"}, "--grpc-max-waiting -1: want at least 1"},
+		{[]string{"--grpc-max-long-streams", "0"}, "--grpc-max-long-streams 0: want at least 1"},
+		{[]string{"--grpc-max-long-streams-per-caller", "0"}, "--grpc-max-long-streams-per-caller 0: want at least 1"},
+		{[]string{"--grpc-max-long-streams-per-conn", "-1"}, "--grpc-max-long-streams-per-conn -1: want at least 1"},
 		{[]string{"--message-timeout", "0s"}, "--message-timeout 0s: want a positive duration"},
 		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout -1s: want a positive duration"},
 		{[]string{"--max-header-bytes", "0"}, "max-header-bytes"},
@@ -355,7 +358,7 @@ func TestBadAuthzPolicy(t *testing.T) {
 	if code := run([]string{"--authz-policy", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, io.Discard, &stderr); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
-	if want := path + `:4: clients[0].grants[0].access: "write": want charge or peek`; !strings.Contains(stderr.String(), want) {
+	if want := path + `:4: clients[0].grants[0].access: "write": want check (or peek), charge or refund, or a list of them`; !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr %q does not say %q", stderr.String(), want)
 	}
 }
@@ -399,6 +402,10 @@ func TestCheckConfigLimits(t *testing.T) {
 	if err := os.WriteFile(open, []byte("domain: open\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	unlimited := filepath.Join(dir, "unlimited.yaml")
+	if err := os.WriteFile(unlimited, []byte("domain: free\ndescriptors:\n  - {key: user, rate_limit: {unlimited: true}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	budget := filepath.Join(dir, "ai.yaml")
 	if err := os.WriteFile(budget, []byte("domain: ai\ndescriptors:\n  - {key: tenant, rate_limit: {unit: hour, requests_per_unit: 1000, overdraft: true}}\n  - {key: user, rate_limit: {unit: hour, requests_per_unit: 10}}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -411,6 +418,7 @@ func TestCheckConfigLimits(t *testing.T) {
 		{[]string{"check-config", budget}, 0, "ok: domain \"ai\" from " + budget + "\noverdraft: ai.tenant takes charges in full, into debt if need be\n", ""},
 		{[]string{"check-config", "--max-policy-bytes", "1000", big}, 1, "", big + ": 3026 bytes, more than the limit of 1000 (--max-policy-bytes); not parsed\n"},
 		{[]string{"check-config", open}, 0, "ok: domain \"open\" from " + open + "\nwarning: domain \"open\" has no rate limits: it admits every request\n", ""},
+		{[]string{"check-config", unlimited}, 0, "ok: domain \"free\" from " + unlimited + "\nwarning: domain \"free\" has no rate limits: it admits every request\n", ""},
 		{[]string{"check-config"}, 2, "", "usage: ratelimitd check-config"},
 	}
 	for _, tt := range tests {

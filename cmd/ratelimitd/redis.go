@@ -44,7 +44,8 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	fs.StringVar(&f.tlsCA, "redis-tls-ca", "", "PEM CA certificates `file` to trust for Redis (implies --redis-tls)")
 	fs.StringVar(&f.tlsCert, "redis-tls-cert", "", "PEM client certificate `file` for Redis (with --redis-tls-key; implies --redis-tls)")
 	fs.StringVar(&f.tlsKey, "redis-tls-key", "", "PEM private key `file` of --redis-tls-cert")
-	fs.DurationVar(&r.Timeout, "redis-timeout", redisstore.DefaultTimeout, "how long one request may wait for Redis before the failure mode decides it")
+	r.Timeout = redisstore.DefaultTimeout
+	fs.Var((*positiveDuration)(&r.Timeout), "redis-timeout", "how long one request may wait for Redis before the failure mode decides it (a positive `duration`)")
 	fs.Var(&g.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
 	fs.IntVar(&g.BreakerFailures, "redis-breaker-failures", guard.DefaultBreakerFailures, "open the circuit breaker after `n` failed exchanges with Redis in a row: requests are then decided by the failure mode at once, without waiting for Redis")
 	fs.DurationVar(&g.BreakerCooloff, "redis-breaker-cooloff", guard.DefaultBreakerCooloff, "how long the open circuit breaker decides by the failure mode before one request probes Redis again")

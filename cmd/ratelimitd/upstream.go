@@ -25,7 +25,10 @@ func wantsUpstreamEnv(args []string) bool {
 }
 
 // applyUpstreamEnv sets the flags that upstream's environment says, before
-// the command line is parsed (so that the command line wins). The caller
+// the command line is parsed (so that the command line wins). Each is set
+// with fs.Set, so a flag's own check refuses a variable's value as it
+// refuses the same value on the command line; the error names the variable
+// and the flag. The caller
 // logs the translation's warnings and takes its Redis password.
 func applyUpstreamEnv(fs *flag.FlagSet) (upstreamenv.Translation, error) {
 	tr, err := upstreamenv.Translate(os.LookupEnv)
@@ -34,7 +37,7 @@ func applyUpstreamEnv(fs *flag.FlagSet) (upstreamenv.Translation, error) {
 	}
 	for _, f := range tr.Flags {
 		if err := fs.Set(f.Name, f.Value); err != nil {
-			return tr, fmt.Errorf("%s: --%s=%s: %w", f.From, f.Name, f.Value, err)
+			return tr, fmt.Errorf("envoyproxy/ratelimit's environment: %s: --%s=%s: %w", f.From, f.Name, f.Value, err)
 		}
 	}
 	return tr, nil

@@ -103,3 +103,47 @@ func TestRatelimitNameReadsUpstreamEnv(t *testing.T) {
 		t.Errorf("ratelimit --version: %v %q", err, out)
 	}
 }
+
+// TestUpstreamEnvRefusesWhatFlagsRefuse: a variable of upstream's
+// environment whose flag refuses its value is refused, naming the variable
+// and the flag, for the very reason the flag gives on the command line:
+// applyUpstreamEnv sets the flag, and the flag's one check decides both.
+// Every run is given a stray argument, so that one whose flags pass exits
+// at it (2, "unexpected argument") rather than serving.
+func TestUpstreamEnvRefusesWhatFlagsRefuse(t *testing.T) {
+	const positive = "want a positive duration"
+	const bytes = "want a whole number of bytes from 0 (gRPC's default, 4 MiB) to 67108864 (64 MiB)"
+	for _, tt := range []struct {
+		variable, value, flag, reason string
+		xds                           bool
+	}{
+		{"REDIS_TIMEOUT", "0s", "redis-timeout", positive, false},
+		{"REDIS_TIMEOUT", "-10s", "redis-timeout", positive, false},
+		{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0s", "xds-backoff-initial", positive, true},
+		{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "-3s", "xds-backoff-initial", positive, true},
+		{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "0s", "xds-backoff-max", positive, true},
+		{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "-1m0s", "xds-backoff-max", positive, true},
+		{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "100000000000000", "xds-max-message-bytes", bytes, true},
+		{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "67108865", "xds-max-message-bytes", bytes, true},
+		{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "-1", "xds-max-message-bytes", bytes, true},
+	} {
+		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			if code := run([]string{"--" + tt.flag, tt.value, "stray"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.reason) {
+				t.Fatalf("--%s %s: exit %d, %s; want 2 and %q", tt.flag, tt.value, code, stderr.String(), tt.reason)
+			}
+			t.Setenv("REDIS_SOCKET_TYPE", "tcp")
+			t.Setenv("REDIS_URL", "127.0.0.1:1")
+			t.Setenv("USE_STATSD", "false")
+			if tt.xds {
+				t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
+			}
+			t.Setenv(tt.variable, tt.value)
+			stderr.Reset()
+			want := "ratelimitd: envoyproxy/ratelimit's environment: " + tt.variable + ": --" + tt.flag + "=" + tt.value + ": " + tt.reason + "\n"
+			if code := run([]string{"--upstream-env", "stray"}, &stdout, &stderr); code != 2 || stderr.String() != want {
+				t.Errorf("%s=%s: exit %d, stderr:\n%s\nwant exit 2 and\n%s", tt.variable, tt.value, code, stderr.String(), want)
+			}
+		})
+	}
+}

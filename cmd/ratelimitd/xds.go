@@ -30,9 +30,10 @@ func addXDSFlags(fs *flag.FlagSet, cfg *daemon.Config) *xdsFlags {
 	fs.StringVar(&f.tlsKey, "xds-tls-key", "", "PEM private key `file` of --xds-tls-cert")
 	fs.StringVar(&f.tlsServerName, "xds-tls-server-name", "", "`name` to verify --xds-server's certificate by, instead of its host")
 	fs.StringVar(&f.headers, "xds-headers", "", "gRPC metadata to send to --xds-server, `key:value,...`")
-	fs.DurationVar(&x.InitialBackoff, "xds-backoff-initial", xdspolicy.DefaultInitialBackoff, "wait before connecting to --xds-server again after a broken stream; doubled after each failure")
-	fs.DurationVar(&x.MaxBackoff, "xds-backoff-max", xdspolicy.DefaultMaxBackoff, "longest wait before connecting to --xds-server again")
-	fs.IntVar(&x.MaxMessageBytes, "xds-max-message-bytes", 0, "largest response from --xds-server, in `bytes` (0: gRPC's default, 4 MiB)")
+	x.InitialBackoff, x.MaxBackoff = xdspolicy.DefaultInitialBackoff, xdspolicy.DefaultMaxBackoff
+	fs.Var((*positiveDuration)(&x.InitialBackoff), "xds-backoff-initial", "wait before connecting to --xds-server again after a broken stream; doubled after each failure (a positive `duration`)")
+	fs.Var((*positiveDuration)(&x.MaxBackoff), "xds-backoff-max", "longest wait before connecting to --xds-server again (a positive `duration`)")
+	fs.Var((*messageBytes)(&x.MaxMessageBytes), "xds-max-message-bytes", "largest response from --xds-server, in `bytes`, at most 67108864 (64 MiB; 0: gRPC's default, 4 MiB)")
 	return f
 }
 

@@ -175,10 +175,7 @@ func TestDefaults(t *testing.T) {
 			t.Error("the decision Service carries the admin port")
 		}
 	}
-	if get(c, "resources", "requests", "memory") != "64Mi" || get(c, "resources", "limits", "memory") != "320Mi" {
-		t.Errorf("resources %v", c["resources"])
-	}
-	for _, k := range []string{"PersistentVolumeClaim/edge-ratelimitd-state", "ServiceMonitor/edge-ratelimitd"} {
+	for _, k := range []string{"PersistentVolumeClaim/edge-ratelimitd-state", "ServiceMonitor/edge-ratelimitd", "PodDisruptionBudget/edge-ratelimitd"} {
 		if ms[k] != nil {
 			t.Errorf("%s rendered by default", k)
 		}
@@ -300,5 +297,52 @@ func TestSentinel(t *testing.T) {
 	}
 	if env["RATELIMITD_REDIS_PASSWORD"] != "redis-auth" || env["RATELIMITD_REDIS_SENTINEL_PASSWORD"] != "sentinel-auth" {
 		t.Errorf("env %v; want both passwords from their Secrets", c["env"])
+	}
+}
+
+// TestRenderCommand: docs/operations.md's command that renders the chart
+// without helm prints manifests that decode strictly, with its values.
+func TestRenderCommand(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^cd deploy/helm && go run \./render (.*)$`).FindStringSubmatch(string(doc))
+	if m == nil {
+		t.Fatal("docs/operations.md has no `cd deploy/helm && go run ./render` command")
+	}
+	out, err := exec.Command("go", append([]string{"run", "./render"}, strings.Fields(m[1])...)...).Output()
+	if err != nil {
+		t.Fatalf("go run ./render %s: %v", m[1], err)
+	}
+	kinds := map[string]bool{}
+	for _, doc := range strings.Split(string(out), "---\n") {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Name, Namespace string }
+			Spec     struct {
+				Template struct {
+					Spec struct {
+						Containers []struct{ Args []string }
+					}
+				}
+			}
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("render's output does not parse: %v\n%s", err, doc)
+		}
+		kinds[obj.Kind] = true
+		if obj.Kind == "Deployment" {
+			a := obj.Spec.Template.Spec.Containers[0].Args
+			checkArgs(t, a)
+			if !contains(a, "--store=redis") || !contains(a, "--redis-addr=redis.limits:6379") {
+				t.Errorf("rendered args %v: not the command's values", a)
+			}
+		}
+	}
+	for _, k := range []string{"Deployment", "Service", "ConfigMap", "ServiceAccount", "PodDisruptionBudget"} {
+		if !kinds[k] {
+			t.Errorf("render printed no %s (printed %v)", k, kinds)
+		}
 	}
 }

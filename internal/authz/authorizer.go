@@ -49,7 +49,7 @@ func New(path string, opts ...Option) (*Authorizer, error) {
 		debounce: reload.DefaultDebounce,
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_authz_denied_total",
-			Help: "Calls refused by the authorization policy, by reason (bad_token, no_credentials, unknown_caller: Unauthenticated; domain, peek_only, method: PermissionDenied).",
+			Help: "Calls refused by the authorization policy, by reason (bad_token, no_credentials, unknown_caller: Unauthenticated; domain, peek_only (a charge without the charge verb), refund (a refund without the refund verb), method: PermissionDenied).",
 		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_authz_reloads_total",

@@ -126,8 +126,8 @@ func TestReloadUnchanged(t *testing.T) {
 	if a.Policy() != before || counter(t, a, "reloads", "success") != 0 {
 		t.Error("a reload of the same files replaced the policy")
 	}
-	a.Authorize(Identity{}, "shop", Peek)
-	a.Authorize(bearer(shopToken), "billing", Peek)
+	a.Authorize(Identity{}, "shop", Check)
+	a.Authorize(bearer(shopToken), "billing", Check)
 	a.Authorize(bearer(shopToken), "billing", Charge)
 	for reason, want := range map[string]float64{"no_credentials": 1, "domain": 2, "peek_only": 0} {
 		if got := counter(t, a, "denied", reason); got != want {

@@ -98,16 +98,19 @@ const (
 	ReasonUnknownCaller
 	// ReasonDomain: no grant names the domain (PermissionDenied).
 	ReasonDomain
-	// ReasonPeekOnly: a charge where the grants allow only peeks
-	// (PermissionDenied).
+	// ReasonPeekOnly: a charge where the grants do not allow charges
+	// (PermissionDenied). Its label is peek_only, check's former name.
 	ReasonPeekOnly
 	// ReasonMethod: a call of a method the interceptor has no rule for
 	// (PermissionDenied).
 	ReasonMethod
+	// ReasonRefund: a refund where the grants do not allow refunds
+	// (PermissionDenied).
+	ReasonRefund
 )
 
 // Reasons lists every Reason, for metrics.
-var Reasons = []Reason{ReasonBadToken, ReasonNoCredentials, ReasonUnknownCaller, ReasonDomain, ReasonPeekOnly, ReasonMethod}
+var Reasons = []Reason{ReasonBadToken, ReasonNoCredentials, ReasonUnknownCaller, ReasonDomain, ReasonPeekOnly, ReasonMethod, ReasonRefund}
 
 // String returns the reason's metric label.
 func (r Reason) String() string {
@@ -124,6 +127,8 @@ func (r Reason) String() string {
 		return "peek_only"
 	case ReasonMethod:
 		return "method"
+	case ReasonRefund:
+		return "refund"
 	}
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -166,9 +171,10 @@ func refuse(r Reason, format string, args ...any) *Error {
 	return &Error{Reason: r, msg: "authorization: " + fmt.Sprintf(format, args...)}
 }
 
-// Authorize decides whether the caller id may make a call of access
-// (Peek or Charge) in domain, as the package documentation says: nil when
-// it may, else an *Error. It allocates nothing when it allows the call.
+// Authorize decides whether the caller id may make a call that needs
+// access (Check, or Charge, Refund or both: see Ask) in domain, as the
+// package documentation says: nil when it may, else an *Error. It
+// allocates nothing when it allows the call.
 func (p *Policy) Authorize(id Identity, domain string, access Access) error {
 	if e := p.decide(id, domain, access); e != nil {
 		return e
@@ -181,25 +187,28 @@ func (p *Policy) decide(id Identity, domain string, want Access) *Error {
 	if e != nil {
 		return e
 	}
-	matched, best := false, Access(0)
+	matched, has := false, Access(0)
 	p.clientsOf(id, byToken, func(c *client) {
 		matched = true
-		best = max(best, c.access(domain))
+		has |= c.access(domain)
 	})
 	if !matched {
 		if e := p.anonymousOnly(id); e != nil {
 			return e
 		}
-		best = p.anonymous.access(domain)
+		has = p.anonymous.access(domain)
 	}
-	if best >= want {
+	if has&want == want {
 		return nil
 	}
 	who := p.who(id, byToken, matched)
-	if best == 0 {
+	switch {
+	case has == 0:
 		return refuse(ReasonDomain, "%s may not call domain %s", who, quote(domain))
+	case want&Charge != 0 && has&Charge == 0:
+		return refuse(ReasonPeekOnly, "%s may not charge in domain %s (granted: %v); this call charges (a descriptor's hits above 0)", who, quote(domain), has)
 	}
-	return refuse(ReasonPeekOnly, "%s may only peek in domain %s (every descriptor's hits 0); this call charges", who, quote(domain))
+	return refuse(ReasonRefund, "%s may not refund in domain %s (granted: %v); this call refunds (OPERATION_REFUND, is_negative_hits)", who, quote(domain), has)
 }
 
 // identify refuses a caller that no call can be allowed to: steps 1 and 2

@@ -1,12 +1,12 @@
 // Package authz decides which callers may ask ratelimitd what: an optional
 // authorization policy maps a caller's identity — its verified mutual-TLS
 // client certificate, or a bearer token — to the domains it may call and
-// whether it may charge there or only peek.
+// the verbs it may use there: check, charge, refund.
 //
 // Without a policy (no --authz-policy) there is no authorization: any
 // caller that can reach the gRPC port (and, with --tls-client-ca, holds a
-// certificate the CA signed) may peek at and charge every domain, and so
-// drain any tenant's buckets.
+// certificate the CA signed) may check, charge and refund every domain,
+// and so drain any tenant's buckets, or refill its own.
 //
 // # Policy file
 //
@@ -19,13 +19,15 @@
 //	      - tokens: tokens/shop          # a token file (below)
 //	    grants:                          # at least one
 //	      - domains: [shop]              # domain names, or "*" for every domain
-//	        access: charge               # charge (and peek) or peek (only)
+//	        access: charge               # a verb, or a list: check, charge, refund
+//	      - domains: [llm]
+//	        access: [charge, refund]     # e.g. an Envoy that gives tokens back
 //	      - domains: [catalog]
-//	        access: peek
+//	        access: check
 //	anonymous:                           # optional: callers matching no client
 //	  grants:
 //	    - domains: [public]
-//	      access: peek
+//	      access: check
 //
 // A token file (its path relative to the policy file's directory, unless
 // absolute) holds bearer tokens, one a line; blank lines and lines starting
@@ -56,18 +58,34 @@
 //     caller is anonymous. No client and no anonymous: Unauthenticated
 //     (ReasonNoCredentials when it presented nothing, ReasonUnknownCaller
 //     when its certificate matches no client).
-//  3. Its grants are those of all its clients together. A grant of charge
-//     covers peeks too. A call in a domain no grant names (nor "*"):
-//     PermissionDenied (ReasonDomain). A charge where the grants allow only
-//     peeks: PermissionDenied (ReasonPeekOnly).
+//  3. Its grants are those of all its clients together, every grant adding
+//     verbs in its domains. A call in a domain no grant names (nor "*"):
+//     PermissionDenied (ReasonDomain). A call that needs a verb the grants
+//     do not give there: PermissionDenied, ReasonPeekOnly for a charge,
+//     ReasonRefund for a refund.
 //
-// A call is a peek when it charges nothing: every descriptor's cost is 0
-// (engine.Cost), or it is a check. In ratelimit.v1 that is every
-// descriptor setting its own hits to 0 or asking OPERATION_CHECK; a refund
-// or an overdraft charge of a cost above 0 is a charge. In Envoy v3 it is
-// every descriptor carrying a hits_addend of 0 (a check): the request-level hits_addend is 0 in what Envoy sends by default and
-// means 1, so Envoy's ordinary calls charge. A request without descriptors
-// counts as a charge.
+// The verbs (Access) are three. A grant of charge or refund gives check
+// too; nothing else is implied — in particular charge does not give
+// refund. A call needs (Ask):
+//
+//   - refund when any descriptor asks a refund, whatever its cost: in
+//     ratelimit.v1 OPERATION_REFUND, in Envoy v3 is_negative_hits;
+//   - charge when any descriptor that is neither a check nor a refund has a
+//     cost above 0 (engine.Cost): ordinary charges, OPERATION_OVERDRAFT and
+//     OPERATION_ADMIT; in Envoy v3 the request-level hits_addend is 0 in
+//     what Envoy sends by default and means 1, so Envoy's ordinary calls
+//     charge. A request without descriptors needs charge;
+//   - check when it needs neither: every descriptor OPERATION_CHECK, or of
+//     cost 0 (ratelimit.v1 hits 0; Envoy v3 a descriptor's hits_addend 0).
+//
+// A call that charges and refunds needs both. Refund is a verb of its own
+// because a refund undoes a charge: a caller that may both charge and
+// refund may charge without end (charge, refund, charge again), so the
+// right to charge must not carry it. A policy written before refund was a
+// verb (charge and peek only) loads unchanged and denies refunds: grant
+// refund to the callers that give units back (Envoy's
+// apply_on_stream_done with is_negative_hits, the Go client's Settle and
+// Cancel). "peek" is still read as check.
 //
 // Denials are counted by reason (ratelimitd_authz_denied_total); no
 // identity, client name or token is ever a label, a log field or part of an

@@ -50,8 +50,8 @@ func TestAsk(t *testing.T) {
 		want Access
 	}{
 		{"v1: no hits anywhere (1 each)", v1(0, nil), Charge},
-		{"v1: every descriptor's hits 0", v1(0, zero, zero), Peek},
-		{"v1: every descriptor's 0 wins over the request's", v1(5, zero, zero), Peek},
+		{"v1: every descriptor's hits 0", v1(0, zero, zero), Check},
+		{"v1: every descriptor's 0 wins over the request's", v1(5, zero, zero), Check},
 		{"v1: one descriptor charges", v1(0, zero, one), Charge},
 		{"v1: one descriptor without hits of its own", v1(0, zero, nil), Charge},
 		{"v1: no descriptors", v1(0), Charge},
@@ -61,18 +61,22 @@ func TestAsk(t *testing.T) {
 				d.Operation = ratelimitv1.Operation_OPERATION_CHECK
 			}
 			return r
-		}(), Peek},
-		{"v1: a refund charges", func() any {
-			r := v1(0, zero, one)
-			r.Descriptors[1].Operation = ratelimitv1.Operation_OPERATION_REFUND
-			return r
-		}(), Charge},
+		}(), Check},
+		{"v1: a refund beside a check needs refund (not charge)", withOps(v1(0, zero, one), 0, ratelimitv1.Operation_OPERATION_REFUND), Refund},
+		{"v1: a refund of 0 needs refund too", withOps(v1(0, zero), ratelimitv1.Operation_OPERATION_REFUND), Refund},
+		{"v1: a refund beside a charge needs both", withOps(v1(3, nil, nil), 0, ratelimitv1.Operation_OPERATION_REFUND), Charge | Refund},
+		{"v1: an overdraft charge charges", withOps(v1(0, one), ratelimitv1.Operation_OPERATION_OVERDRAFT), Charge},
+		{"v1: an admission charges", withOps(v1(0, one), ratelimitv1.Operation_OPERATION_ADMIT), Charge},
 		{"envoy: Envoy's default (hits_addend 0 means 1)", envoy(0, nil), Charge},
-		{"envoy: hits_addend 0 on every descriptor", envoy(0, ezero, ezero), Peek},
-		{"envoy: over the request's hits_addend", envoy(3, ezero), Peek},
+		{"envoy: hits_addend 0 on every descriptor", envoy(0, ezero, ezero), Check},
+		{"envoy: over the request's hits_addend", envoy(3, ezero), Check},
 		{"envoy: one descriptor charges", envoy(0, ezero, eone), Charge},
 		{"envoy: one descriptor without its own", envoy(0, ezero, nil), Charge},
 		{"envoy: no descriptors", envoy(0), Charge},
+		{"envoy: is_negative_hits needs refund", negative(envoy(0, eone), 0), Refund},
+		{"envoy: is_negative_hits with hits_addend 0 too", negative(envoy(0, ezero), 0), Refund},
+		{"envoy: is_negative_hits beside a check", negative(envoy(0, ezero, nil), 1), Refund},
+		{"envoy: is_negative_hits beside a charge", negative(envoy(5, nil, nil), 1), Charge | Refund},
 	}
 	for _, tt := range tests {
 		domain, access, ok := Ask(tt.req)
@@ -89,14 +93,35 @@ func TestAsk(t *testing.T) {
 		want Access
 	}{
 		{engine.Request{Descriptors: []engine.Descriptor{{}}}, Charge},
-		{engine.Request{Hits: 4, Descriptors: []engine.Descriptor{{Hits: u(0)}, {Hits: u(0)}}}, Peek},
+		{engine.Request{Hits: 4, Descriptors: []engine.Descriptor{{Hits: u(0)}, {Hits: u(0)}}}, Check},
 		{engine.Request{Descriptors: []engine.Descriptor{{Hits: u(0)}, {Hits: u(2)}}}, Charge},
 		{engine.Request{}, Charge},
+		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpCheck, Hits: u(3)}}}, Check},
+		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpRefund}, {Hits: u(0)}}}, Refund},
+		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpRefund}, {Op: engine.OpOverdraft}}}, Charge | Refund},
+		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpAdmit}}}, Charge},
 	} {
 		if got := AccessOf(&tt.req); got != tt.want {
 			t.Errorf("AccessOf(%+v) = %v, want %v", tt.req, got, tt.want)
 		}
 	}
+}
+
+// withOps sets the operations of r's descriptors, in order (0 leaves one
+// a charge).
+func withOps(r *ratelimitv1.ShouldRateLimitRequest, ops ...ratelimitv1.Operation) *ratelimitv1.ShouldRateLimitRequest {
+	for i, op := range ops {
+		r.Descriptors[i].Operation = op
+	}
+	return r
+}
+
+// negative sets is_negative_hits on r's descriptors at these indexes.
+func negative(r *rlsv3.RateLimitRequest, at ...int) *rlsv3.RateLimitRequest {
+	for _, i := range at {
+		r.Descriptors[i].IsNegativeHits = true
+	}
+	return r
 }
 
 // callCtx is the context of a gRPC call from a caller with this verified
@@ -172,7 +197,7 @@ func TestFromHTTP(t *testing.T) {
 		t.Errorf("unverified certificate: %v", err)
 	}
 	r.Header.Set("Authorization", "bearer "+reportsToken)
-	if err := p.Authorize(FromHTTP(r), "shop", Peek); err != nil {
+	if err := p.Authorize(FromHTTP(r), "shop", Check); err != nil {
 		t.Errorf("token: %v", err)
 	}
 	if err := p.Authorize(FromHTTP(r), "shop", Charge); !errors.As(err, &e) || e.Reason.HTTPStatus() != 403 || strings.Contains(err.Error(), reportsToken) {

@@ -21,26 +21,74 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
 )
 
-// Access is what a grant allows in a domain.
+// Access is a set of verbs: what a grant allows in a domain, or what a
+// call needs there. A call needs Charge when any of its descriptors
+// charges, Refund when any asks a refund, and Check when it does neither.
 type Access uint8
 
 const (
-	// Peek asks about buckets without charging them (every descriptor's
-	// cost 0).
-	Peek Access = 1
-	// Charge charges buckets; a grant of Charge allows Peek too.
-	Charge Access = 2
+	// Check asks about buckets without changing them: every descriptor a
+	// check (ratelimit.v1 OPERATION_CHECK, Envoy's hits_addend 0) or of
+	// cost 0. The policy file also calls it peek, its former name.
+	Check Access = 1 << iota
+	// Charge takes units from buckets: a descriptor of cost above 0 that
+	// is neither a check nor a refund (a charge, an overdraft charge, an
+	// admission). A grant of Charge allows Check too.
+	Charge
+	// Refund gives units back (ratelimit.v1 OPERATION_REFUND, Envoy's
+	// is_negative_hits), whatever the cost. A grant of Refund allows Check
+	// too; a grant of Charge does not allow Refund: a caller that may
+	// charge and refund may charge without end.
+	Refund
 )
 
-// String returns "peek" or "charge" (as the policy file writes them).
-func (a Access) String() string {
-	switch a {
-	case Peek:
-		return "peek"
-	case Charge:
-		return "charge"
+// verbs are the policy file's names of the verbs, in the order String
+// lists them.
+var verbs = []struct {
+	name string
+	a    Access
+}{{"check", Check}, {"charge", Charge}, {"refund", Refund}}
+
+// verbNamed returns the verb a policy file names s (peek is check's former
+// name), or 0.
+func verbNamed(s string) Access {
+	if s == "peek" {
+		return Check
 	}
-	return "Access(" + strconv.Itoa(int(a)) + ")"
+	for _, v := range verbs {
+		if v.name == s {
+			return v.a
+		}
+	}
+	return 0
+}
+
+// String returns the verbs of a: "check", "charge", "refund", or several
+// joined by "+" ("charge+refund"); "none" for the empty set.
+func (a Access) String() string {
+	var names []string
+	for _, v := range verbs {
+		if a&v.a != 0 {
+			names = append(names, v.name)
+			a &^= v.a
+		}
+	}
+	if a != 0 {
+		names = append(names, "Access("+strconv.Itoa(int(a))+")")
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "+")
+}
+
+// granted returns what a grant of a allows: a, and Check with Charge or
+// Refund.
+func granted(a Access) Access {
+	if a&(Charge|Refund) != 0 {
+		a |= Check
+	}
+	return a
 }
 
 // Bounds on what a policy may make the daemon read and hold.
@@ -75,12 +123,12 @@ type Policy struct {
 type client struct {
 	name    string
 	all     Access            // granted in every domain ("*"); 0 for none
-	domains map[string]Access // the highest access granted per domain
+	domains map[string]Access // granted per domain, besides all
 }
 
-// access returns the highest access c has in domain (0 for none).
+// access returns the verbs c may use in domain (0 for none).
 func (c *client) access(domain string) Access {
-	return max(c.all, c.domains[domain])
+	return c.all | c.domains[domain]
 }
 
 // Source returns the policy file's path as Load was given it.
@@ -390,7 +438,7 @@ func (ps *parser) match(y *yaml.Node, path string, c *client) {
 func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
 	items := ps.nodes.List(y, path)
 	if len(items) == 0 && (y == nil || yamlnode.IsNull(y) || yamlnode.Resolve(y).Kind == yaml.SequenceNode) {
-		ps.errorf(line, path, "missing: at least one grant {domains: [...], access: charge|peek}")
+		ps.errorf(line, path, "missing: at least one grant {domains: [...], access: check|charge|refund}")
 	}
 	for i, g := range items {
 		gp := fmt.Sprintf("%s[%d]", path, i)
@@ -398,22 +446,7 @@ func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
 		if m == nil {
 			continue
 		}
-		var access Access
-		switch a := m["access"]; {
-		case a == nil || yamlnode.IsNull(a):
-			ps.errorf(g.Line, gp+".access", "missing: want charge or peek")
-		default:
-			s, ok := ps.nodes.Str(a, gp+".access")
-			switch {
-			case !ok:
-			case s == "charge":
-				access = Charge
-			case s == "peek":
-				access = Peek
-			default:
-				ps.errorf(a.Line, gp+".access", "%q: want charge or peek", s)
-			}
-		}
+		access := ps.access(m["access"], g.Line, gp+".access")
 		domains := ps.nodes.List(m["domains"], gp+".domains")
 		if len(domains) == 0 && (m["domains"] == nil || yamlnode.IsNull(m["domains"]) || yamlnode.Resolve(m["domains"]).Kind == yaml.SequenceNode) {
 			ps.errorf(g.Line, gp+".domains", "missing: at least one domain, or \"*\" for every domain")
@@ -426,10 +459,46 @@ func (ps *parser) grants(y *yaml.Node, line int, path string, c *client) {
 			case name == "":
 				ps.errorf(d.Line, dp, "empty domain name")
 			case name == "*":
-				c.all = max(c.all, access)
+				c.all |= access
 			default:
-				c.domains[name] = max(c.domains[name], access)
+				c.domains[name] |= access
 			}
 		}
 	}
+}
+
+// access checks a grant's access — one verb, or a list of them — and
+// returns what it allows (granted); 0 after a problem.
+func (ps *parser) access(y *yaml.Node, line int, path string) Access {
+	const want = "want check (or peek), charge or refund, or a list of them"
+	if y == nil || yamlnode.IsNull(y) {
+		ps.errorf(line, path, "missing: %s", want)
+		return 0
+	}
+	items := []*yaml.Node{yamlnode.Resolve(y)}
+	seq := items[0].Kind == yaml.SequenceNode
+	if seq {
+		if items = ps.nodes.List(y, path); len(items) == 0 {
+			ps.errorf(y.Line, path, "empty: %s", want)
+			return 0
+		}
+	}
+	var a Access
+	for i, v := range items {
+		vp := path
+		if seq {
+			vp = fmt.Sprintf("%s[%d]", path, i)
+		}
+		s, ok := ps.nodes.Str(v, vp)
+		if !ok {
+			return 0
+		}
+		verb := verbNamed(s)
+		if verb == 0 {
+			ps.errorf(v.Line, vp, "%q: %s", s, want)
+			return 0
+		}
+		a |= verb
+	}
+	return granted(a)
 }

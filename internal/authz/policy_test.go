@@ -64,6 +64,13 @@ clients:
     grants:
       - {domains: ["*"], access: peek}
       - {domains: [reports], access: charge}
+  - name: llm
+    match:
+      - common_name: llm
+    grants:
+      - {domains: [llm], access: [charge, refund]}
+      - {domains: [credits], access: refund}
+      - {domains: [catalog], access: check}
 `
 
 var semanticsFiles = map[string]string{
@@ -94,6 +101,7 @@ func TestAuthorize(t *testing.T) {
 	billingByDNS := Identity{Certificate: cert("someone", []string{"other.example", "billing.internal.example"})}
 	billingByCN := Identity{Certificate: cert("billing", nil)}
 	reportsCert := Identity{Certificate: cert("reports", nil)}
+	llmCert := Identity{Certificate: cert("llm", nil)}
 	stranger := Identity{Certificate: cert("stranger", []string{"shop"}, "spiffe://example.org/ns/shop/sa/other")}
 	shopCertWithReportsToken := shopCert.WithAuthorization([]string{"bearer  " + reportsToken})
 
@@ -106,31 +114,41 @@ func TestAuthorize(t *testing.T) {
 		msg    string // in the refusal
 	}{
 		{"a URI SAN charges its domain", shopCert, "shop", Charge, 0, ""},
-		{"and peeks in it", shopCert, "shop", Peek, 0, ""},
-		{"a peek grant allows a peek", shopCert, "catalog", Peek, 0, ""},
-		{"a peek grant refuses a charge", shopCert, "catalog", Charge, ReasonPeekOnly, `client "shop" may only peek in domain "catalog"`},
+		{"but may not refund there: charge does not give refund", shopCert, "shop", Refund, ReasonRefund, `client "shop" may not refund in domain "shop" (granted: check+charge); this call refunds`},
+		{"nor charge and refund in one call", shopCert, "shop", Charge | Refund, ReasonRefund, `client "shop" may not refund in domain "shop"`},
+		{"charge and refund granted together", llmCert, "llm", Charge | Refund, 0, ""},
+		{"each alone", llmCert, "llm", Refund, 0, ""},
+		{"a refund grant alone refunds", llmCert, "credits", Refund, 0, ""},
+		{"and checks", llmCert, "credits", Check, 0, ""},
+		{"but does not charge", llmCert, "credits", Charge, ReasonPeekOnly, `client "llm" may not charge in domain "credits" (granted: check+refund); this call charges`},
+		{"a check grant (peek's new name) checks", llmCert, "catalog", Check, 0, ""},
+		{"and does not refund", llmCert, "catalog", Refund, ReasonRefund, `client "llm" may not refund in domain "catalog" (granted: check)`},
+		{"* peek does not refund", reportsCert, "shop", Refund, ReasonRefund, `client "reports" may not refund in domain "shop"`},
+		{"and peeks in it", shopCert, "shop", Check, 0, ""},
+		{"a peek grant allows a peek", shopCert, "catalog", Check, 0, ""},
+		{"a peek grant refuses a charge", shopCert, "catalog", Charge, ReasonPeekOnly, `client "shop" may not charge in domain "catalog"`},
 		{"another tenant's domain", shopCert, "billing", Charge, ReasonDomain, `client "shop" may not call domain "billing"`},
-		{"another tenant's domain, even a peek", shopCert, "billing", Peek, ReasonDomain, `client "shop" may not call domain "billing"`},
+		{"another tenant's domain, even a peek", shopCert, "billing", Check, ReasonDomain, `client "shop" may not call domain "billing"`},
 		{"a DNS SAN among others", billingByDNS, "billing", Charge, 0, ""},
 		{"the common name", billingByCN, "billing", Charge, 0, ""},
 		{"DNS names ignore case", Identity{Certificate: cert("", []string{"BILLING.internal.example"})}, "billing", Charge, 0, ""},
 		{"common names do not", Identity{Certificate: cert("Billing", nil)}, "billing", Charge, ReasonUnknownCaller, "matches no client"},
 		{"domains are exact", billingByCN, "Billing", Charge, ReasonDomain, `domain "Billing"`},
-		{"* peeks everywhere", reportsCert, "shop", Peek, 0, ""},
-		{"* peek does not charge", reportsCert, "shop", Charge, ReasonPeekOnly, `client "reports" may only peek in domain "shop"`},
+		{"* peeks everywhere", reportsCert, "shop", Check, 0, ""},
+		{"* peek does not charge", reportsCert, "shop", Charge, ReasonPeekOnly, `client "reports" may not charge in domain "shop"`},
 		{"a charge grant beside * peek", reportsCert, "reports", Charge, 0, ""},
 		{"a token", bearer(shopToken), "shop", Charge, 0, ""},
-		{"a token's grants are its client's", bearer(shopToken), "billing", Peek, ReasonDomain, `client "shop"`},
+		{"a token's grants are its client's", bearer(shopToken), "billing", Check, ReasonDomain, `client "shop"`},
 		{"a token in two files: both clients' grants", bearer(bothToken), "reports", Charge, 0, ""},
-		{"and refusals name both", bearer(bothToken), "billing", Charge, ReasonPeekOnly, `clients "shop", "reports" may only peek in domain "billing"`},
+		{"and refusals name both", bearer(bothToken), "billing", Charge, ReasonPeekOnly, `clients "shop", "reports" may not charge in domain "billing"`},
 		{"a certificate and a token: both clients' grants", shopCertWithReportsToken, "reports", Charge, 0, ""},
-		{"an unknown token", bearer(otherToken), "shop", Peek, ReasonBadToken, "the bearer token is not valid"},
-		{"an unknown token beside a good certificate", shopCert.WithAuthorization([]string{"Bearer " + otherToken}), "shop", Peek, ReasonBadToken, "not valid"},
-		{"another scheme", Identity{}.WithAuthorization([]string{"Basic " + shopToken}), "shop", Peek, ReasonBadToken, `not "Bearer <token>"`},
-		{"no token after Bearer", Identity{}.WithAuthorization([]string{"Bearer "}), "shop", Peek, ReasonBadToken, `not "Bearer <token>"`},
-		{"two authorization values", Identity{}.WithAuthorization([]string{"Bearer " + shopToken, "Bearer " + shopToken}), "shop", Peek, ReasonBadToken, "more than one"},
-		{"nothing presented", Identity{}, "shop", Peek, ReasonNoCredentials, "no client certificate or bearer token"},
-		{"a certificate that matches no client (near misses)", stranger, "shop", Peek, ReasonUnknownCaller, "matches no client"},
+		{"an unknown token", bearer(otherToken), "shop", Check, ReasonBadToken, "the bearer token is not valid"},
+		{"an unknown token beside a good certificate", shopCert.WithAuthorization([]string{"Bearer " + otherToken}), "shop", Check, ReasonBadToken, "not valid"},
+		{"another scheme", Identity{}.WithAuthorization([]string{"Basic " + shopToken}), "shop", Check, ReasonBadToken, `not "Bearer <token>"`},
+		{"no token after Bearer", Identity{}.WithAuthorization([]string{"Bearer "}), "shop", Check, ReasonBadToken, `not "Bearer <token>"`},
+		{"two authorization values", Identity{}.WithAuthorization([]string{"Bearer " + shopToken, "Bearer " + shopToken}), "shop", Check, ReasonBadToken, "more than one"},
+		{"nothing presented", Identity{}, "shop", Check, ReasonNoCredentials, "no client certificate or bearer token"},
+		{"a certificate that matches no client (near misses)", stranger, "shop", Check, ReasonUnknownCaller, "matches no client"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,12 +211,12 @@ anonymous:
 		msg    string
 	}{
 		{"no identity: the anonymous grants", none, "public", Charge, 0, ""},
-		{"anonymous peek", none, "shop", Peek, 0, ""},
-		{"anonymous cannot charge a peek domain", none, "shop", Charge, ReasonPeekOnly, `anonymous callers may only peek in domain "shop"`},
-		{"anonymous outside its grants", none, "billing", Peek, ReasonDomain, `anonymous callers may not call domain "billing"`},
+		{"anonymous peek", none, "shop", Check, 0, ""},
+		{"anonymous cannot charge a peek domain", none, "shop", Charge, ReasonPeekOnly, `anonymous callers may not charge in domain "shop"`},
+		{"anonymous outside its grants", none, "billing", Check, ReasonDomain, `anonymous callers may not call domain "billing"`},
 		{"an unmatched certificate is anonymous", stranger, "public", Charge, 0, ""},
-		{"a client does not get the anonymous grants", Identity{Certificate: cert("shop", nil)}, "public", Peek, ReasonDomain, `client "shop" may not call domain "public"`},
-		{"a bad token is never anonymous", bearer(otherToken), "public", Peek, ReasonBadToken, "not valid"},
+		{"a client does not get the anonymous grants", Identity{Certificate: cert("shop", nil)}, "public", Check, ReasonDomain, `client "shop" may not call domain "public"`},
+		{"a bad token is never anonymous", bearer(otherToken), "public", Check, ReasonBadToken, "not valid"},
 		{"codes: PermissionDenied", none, "billing", Charge, ReasonDomain, ""},
 	}
 	for _, tt := range tests {
@@ -241,7 +259,7 @@ clients:
 			"FILE:7: clients[2].grants: missing: at least one grant",
 			"FILE:9: clients[3].name: client \"c\" is already named at line 7",
 			"FILE:10: clients[3].match[0]: want exactly one of common_name, dns, uri, tokens; got 2",
-			"FILE:11: clients[3].grants[0].access: \"all\": want charge or peek",
+			"FILE:11: clients[3].grants[0].access: \"all\": want check (or peek), charge or refund, or a list of them",
 			"FILE:12: clients[3].extra: unknown field",
 		}},
 		{"match values", `
@@ -261,6 +279,21 @@ clients:
 			`FILE:9: clients[0].grants[0].domains[1]: empty domain name`,
 			"FILE:9: clients[0].grants[1].access: missing",
 			"FILE:9: clients[0].grants[1].domains: missing",
+		}},
+		{"access lists", `
+clients:
+  - name: a
+    match: [{common_name: a}]
+    grants:
+      - {domains: [a], access: [charge, all]}
+      - {domains: [b], access: []}
+      - {domains: [c], access: [[charge]]}
+      - {domains: [d], access: {charge: true}}
+`, nil, []string{
+			`FILE:6: clients[0].grants[0].access[1]: "all": want check (or peek), charge or refund, or a list of them`,
+			"FILE:7: clients[0].grants[1].access: empty: want check (or peek), charge or refund, or a list of them",
+			"FILE:8: clients[0].grants[2].access[0]: want a string; got a list",
+			"FILE:9: clients[0].grants[3].access: want a string; got a mapping",
 		}},
 		{"reserved name", `
 clients:

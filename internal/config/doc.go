@@ -26,7 +26,8 @@
 //	    detailed_metric: false    # true: metrics may carry request values
 //	    value_to_metric: false    # accepted; metrics only (below)
 //	    share_threshold: false    # true, on a wildcard value: one bucket for all its values
-//	    metadata: {}              # accepted; any mapping (below)
+//	    metadata: {}              # any mapping, returned to the caller (below)
+//	    refunds: true             # false: refuse refunds of this rule (below)
 //	    descriptors: []           # optional: the next level
 //
 // A descriptor with neither a limit nor nested descriptors is allowed, as
@@ -56,10 +57,12 @@
 //     key alone or by a wildcard; ratelimitd's per-rule metrics are
 //     labelled by the rule's descriptor path, and carry request values
 //     only under detailed_metric, so the field changes nothing here.
-//   - metadata: a mapping of anything, accepted. Upstream copies it into
-//     the response's dynamic metadata when its RESPONSE_DYNAMIC_METADATA
-//     setting is on (off by default); ratelimitd sends no dynamic
-//     metadata, so it changes nothing here.
+//   - metadata: a mapping of anything JSON holds (string keys), the
+//     rule's Metadata; over xDS, the descriptor's metadata Struct. It
+//     changes no decision. As upstream with RESPONSE_DYNAMIC_METADATA,
+//     the Envoy API with --response-dynamic-metadata merges the metadata
+//     of the descriptors that passed into the response's dynamic
+//     metadata; ratelimit.v1 returns it per status (docs/envoy.md).
 //
 // # Extensions
 //
@@ -84,6 +87,19 @@
 //     fits. When absent (Limit.Overdraft is OverdraftDefault), the daemon's
 //     --overdraft-by-default decides; it is off unless set. Not allowed
 //     with unlimited: true or requests_per_unit: 0, which keep no bucket.
+//
+// On a descriptor, refunds: false makes its rule take no refunds
+// (Rule.NoRefunds): the engine refuses, with an engine.RefusedError that
+// every API answers PermissionDenied, a request in which any descriptor
+// matching the rule asks a refund (ratelimit.v1 OPERATION_REFUND, Envoy's
+// is_negative_hits), whatever its cost, and applies nothing of it. A
+// caller that may charge a limit and give the charge back could otherwise
+// charge it without end. It concerns the descriptor's own limits:
+// descriptors nested below do not inherit it, and refunds: false on a
+// descriptor without limits is an error (it would protect nothing).
+// Absent, null or true, the rule takes refunds. RateLimitConfig resources
+// (xDS) have no such field: their rules take refunds, and the
+// authorization policy decides who may send them.
 //
 // And on a descriptor, rate_limits: a list of rate_limit blocks, for
 // several limits on one descriptor; a request is admitted only when every
@@ -118,7 +134,8 @@
 // missing where required, not a whole number, or out of range; unlimited
 // together with unit, requests_per_unit, algorithm, burst, unit_multiplier
 // retry_jitter or overdraft; algorithm, burst or overdraft with
-// requests_per_unit: 0; overdraft that is not a boolean; burst with a
+// requests_per_unit: 0; overdraft or refunds that is not a boolean;
+// refunds: false on a descriptor without limits; burst with a
 // window algorithm; a retry_jitter that is
 // not a duration or is negative; a period beyond algorithms.MaxSpan or a
 // bucket that takes longer to drain; replaces entries without a name,
@@ -133,9 +150,10 @@
 // an alias, all files of a directory together) is rejected as soon as
 // building reaches the first one too many.
 //
-// A domain without any rate limit (no descriptors, or descriptors without
-// rate_limit or rate_limits anywhere) is valid and admits every request:
-// Domain.HasRules tells, so that the daemon and check-config can warn.
+// A domain without any limit that can deny (no descriptors, descriptors
+// without rate_limit or rate_limits anywhere, or only unlimited ones) is
+// valid and admits every request: Domain.HasLimits tells, so that the
+// daemon and check-config can warn.
 //
 // # Matching
 //

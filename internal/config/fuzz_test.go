@@ -65,7 +65,7 @@ func FuzzParse(f *testing.F) {
 		}
 		p.View()
 		d := domains[0]
-		d.HasRules()
+		d.HasLimits()
 		// Match entries taken from the file's own words.
 		words := strings.Fields(string(data))
 		for i := 0; i+1 < len(words) && i < 64; i += 2 {

@@ -122,7 +122,7 @@ func TestLoadLimits(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func TestHasRules(t *testing.T) {
+func TestHasLimits(t *testing.T) {
 	tests := []struct {
 		yaml string
 		want bool
@@ -131,15 +131,16 @@ func TestHasRules(t *testing.T) {
 		{"domain: d\ndescriptors: []\n", false},
 		{"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n", false},
 		{"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: second, requests_per_unit: 1}\n", true},
-		{"domain: d\ndescriptors:\n  - key: k\n    value: v*\n    rate_limit: {unlimited: true}\n", true},
+		{"domain: d\ndescriptors:\n  - key: k\n    value: v*\n    rate_limit: {unlimited: true}\n", false},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n    descriptors:\n      - key: j\n        rate_limit: {unit: hour, requests_per_unit: 0}\n", true},
 	}
 	for _, tt := range tests {
 		p, err := config.Parse("d.yaml", []byte(tt.yaml))
 		if err != nil {
 			t.Fatalf("%q: %v", tt.yaml, err)
 		}
-		if got := p.Domain("d").HasRules(); got != tt.want {
-			t.Errorf("%q: HasRules %v, want %v", tt.yaml, got, tt.want)
+		if got := p.Domain("d").HasLimits(); got != tt.want {
+			t.Errorf("%q: HasLimits %v, want %v", tt.yaml, got, tt.want)
 		}
 	}
 }

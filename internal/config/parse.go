@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
@@ -267,7 +268,7 @@ func newPolicy(domains []*Domain) *Policy {
 var (
 	fileFields       = []string{"domain", "descriptors", "quota_fallback"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
-		"quota_mode", "share_threshold", "value_to_metric", "metadata"}
+		"quota_mode", "share_threshold", "value_to_metric", "metadata", "refunds"}
 	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft"}
 	replacesFields = []string{"name"}
@@ -521,12 +522,21 @@ func (p *parser) rule(m map[string]*yaml.Node, path string, e Entry, up level, n
 	if v := m["value_to_metric"]; v != nil {
 		p.boolean(v, yamlnode.Join(path, "value_to_metric")) // metrics only: see doc.go
 	}
+	var metadata *structpb.Struct
 	if v := m["metadata"]; v != nil {
-		p.metadata(v, yamlnode.Join(path, "metadata"))
+		metadata = p.metadata(v, yamlnode.Join(path, "metadata"))
+	}
+	noRefunds := false
+	if v := m["refunds"]; v != nil && !yamlnode.IsNull(v) {
+		problems := len(p.errs) + p.dropped
+		noRefunds = !p.boolean(v, yamlnode.Join(path, "refunds")) && len(p.errs)+p.dropped == problems
+		if noRefunds && len(limits) == 0 {
+			p.errorf(v, yamlnode.Join(path, "refunds"), "false refuses refunds of this descriptor's own limits, and it has none: set it beside the rate_limit it protects (descriptors nested below do not inherit it)")
+		}
 	}
 	if len(limits) > 0 {
 		nameBuckets(limits)
-		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed}
+		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed, Metadata: metadata, NoRefunds: noRefunds}
 		if here.shared != nil {
 			n.rule.Shared = make([]string, here.depth)
 			copy(n.rule.Shared, here.shared)
@@ -564,15 +574,31 @@ func (p *parser) shareThreshold(v *yaml.Node, path, value string) bool {
 	return on
 }
 
-// metadata checks a descriptor's metadata: a mapping of anything, which
-// upstream hands to Envoy as dynamic metadata and ratelimitd does not use.
-func (p *parser) metadata(v *yaml.Node, path string) {
+// metadata returns a descriptor's metadata (Rule.Metadata): a mapping of
+// anything JSON holds — strings as keys; mappings, lists, strings,
+// numbers, booleans and nulls as values — nil for none or an empty one.
+func (p *parser) metadata(v *yaml.Node, path string) *structpb.Struct {
 	if v == nil || yamlnode.IsNull(v) {
-		return
+		return nil
 	}
 	if r := yamlnode.Resolve(v); r.Kind != yaml.MappingNode {
 		p.errorf(v, path, "want a mapping; got %s", yamlnode.Describe(v))
+		return nil
 	}
+	var m map[string]any
+	if err := v.Decode(&m); err != nil {
+		p.errorf(v, path, "%v", err)
+		return nil
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		p.errorf(v, path, "not a JSON object: %v", err)
+		return nil
+	}
+	if len(s.GetFields()) == 0 {
+		return nil
+	}
+	return s
 }
 
 // limits checks a descriptor's rate_limit or rate_limits and returns its

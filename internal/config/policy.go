@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 )
 
@@ -61,6 +63,16 @@ type Rule struct {
 	Shared []string
 	// DetailedMetric: metrics for this rule may carry the request's values.
 	DetailedMetric bool
+	// Metadata is the descriptor's metadata: nil, or a non-empty object,
+	// shared and never modified. It changes no decision; the APIs send it
+	// back (the Envoy adapter in dynamic_metadata, as upstream does when
+	// the descriptor passed).
+	Metadata *structpb.Struct
+	// NoRefunds (refunds: false): the rule takes no refunds. The engine
+	// refuses a request in which a descriptor matching the rule asks a
+	// refund, whatever its cost, and applies nothing of it. The zero value
+	// takes refunds, as every rule did before the field existed.
+	NoRefunds bool
 }
 
 // Limit is one limit of a rule, or an inline limit (NewInlineLimit).
@@ -183,27 +195,32 @@ func (p *Policy) Domains() []*Domain {
 	return append([]*Domain(nil), p.sorted...)
 }
 
-// HasRules reports whether the domain has at least one rule: a descriptor
-// with rate_limit or rate_limits, at any depth. A domain without rules
-// matches no request descriptor, so it admits every request.
-func (d *Domain) HasRules() bool { return d.root.hasRules() }
+// HasLimits reports whether the domain has at least one limit that can
+// deny: a limit of a rule (rate_limit or rate_limits, at any depth) that is
+// not unlimited. A domain without one admits every request: it has no
+// rules, or only unlimited ones.
+func (d *Domain) HasLimits() bool { return d.root.hasLimits() }
 
-func (n *node) hasRules() bool {
+func (n *node) hasLimits() bool {
 	if n.rule != nil {
-		return true
+		for _, l := range n.rule.Limits {
+			if !l.Unlimited {
+				return true
+			}
+		}
 	}
 	for _, c := range n.exact {
-		if c.hasRules() {
+		if c.hasLimits() {
 			return true
 		}
 	}
 	for _, w := range n.wildcard {
-		if w.n.hasRules() {
+		if w.n.hasLimits() {
 			return true
 		}
 	}
 	for _, c := range n.keyOnly {
-		if c.hasRules() {
+		if c.hasLimits() {
 			return true
 		}
 	}

@@ -134,6 +134,9 @@ func descriptorsYAML(ds []*rlsconfv3.RateLimitDescriptor, ext map[string]*struct
 			}
 			put(m, "rate_limit", lm)
 		}
+		if md := d.GetMetadata(); len(md.GetFields()) > 0 {
+			put(m, "metadata", structYAML(md))
+		}
 		if d.GetShadowMode() {
 			put(m, "shadow_mode", boolean(true))
 		}
@@ -203,6 +206,37 @@ func valueYAML(v *structpb.Value) (*yaml.Node, error) {
 		return integer(int64(f)), nil
 	}
 	return nil, fmt.Errorf("want a string, a number or a boolean")
+}
+
+// structYAML returns a descriptor's metadata as the YAML a policy file
+// would hold (the parser makes it a Struct again, the same): mappings,
+// lists, and scalars tagged with their types.
+func structYAML(s *structpb.Struct) *yaml.Node {
+	m := mapping()
+	for k, v := range s.GetFields() {
+		put(m, k, anyYAML(v))
+	}
+	return m
+}
+
+func anyYAML(v *structpb.Value) *yaml.Node {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		return structYAML(k.StructValue)
+	case *structpb.Value_ListValue:
+		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for _, e := range k.ListValue.GetValues() {
+			seq.Content = append(seq.Content, anyYAML(e))
+		}
+		return seq
+	case *structpb.Value_StringValue:
+		return scalar(k.StringValue)
+	case *structpb.Value_BoolValue:
+		return boolean(k.BoolValue)
+	case *structpb.Value_NumberValue:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(k.NumberValue, 'g', -1, 64)}
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
 }
 
 func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }

@@ -38,6 +38,9 @@ type DescriptorView struct {
 	ShadowMode     bool        `json:"shadow_mode,omitempty"`
 	QuotaMode      bool        `json:"quota_mode,omitempty"`
 	DetailedMetric bool        `json:"detailed_metric,omitempty"`
+	// Refunds is false when the rule takes no refunds (Rule.NoRefunds),
+	// absent when it takes them.
+	Refunds *bool `json:"refunds,omitempty"`
 	// ShareThreshold: every value this wildcard matches counts in one
 	// bucket (for its limits and those nested under it).
 	ShareThreshold bool             `json:"share_threshold,omitempty"`
@@ -110,6 +113,9 @@ func (n *node) view() []DescriptorView {
 		dv := DescriptorView{Key: c.e.Key, Value: c.e.Value, ShareThreshold: c.n.shared, Descriptors: c.n.view()}
 		if r := c.n.rule; r != nil {
 			dv.StatKey, dv.ShadowMode, dv.QuotaMode, dv.DetailedMetric = r.StatKey, r.ShadowMode, r.QuotaMode, r.DetailedMetric
+			if r.NoRefunds {
+				dv.Refunds = new(bool)
+			}
 			for _, l := range r.Limits {
 				dv.RateLimits = append(dv.RateLimits, l.view())
 			}

@@ -5,7 +5,8 @@
 // A Listener holds at most Max connections. A connection is busy while
 // the server works on a request of it (Busy and Done bracket each one: the
 // HTTP server's ConnState hook, or the gRPC server's interceptors, call
-// them) and idle otherwise, from the moment it is accepted. When a
+// them) and idle otherwise, from the moment it is accepted; a long-lived
+// gRPC stream, such as a health Watch, does not make it busy. When a
 // connection arrives with Max open, the one that has been idle longest is
 // closed to make room; when none is idle, the new connection is closed at
 // once. Callers that keep connections open without using them can thus
@@ -187,9 +188,18 @@ func (l *Listener) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor: see UnaryServerInterceptor.
-func (l *Listener) StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// StreamServerInterceptor: see UnaryServerInterceptor; but a stream of a
+// method longLived names (one that lasts as long as its client wants: a
+// health Watch, a quota stream) never makes its connection busy, so that
+// holding such streams cannot lock new callers out. A connection whose
+// only calls are long-lived streams is idle, and may be closed to make
+// room; its streams end with it. (Bound those streams apart:
+// internal/streamlimit.)
+func (l *Listener) StreamServerInterceptor(longLived func(fullMethod string) bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if longLived(info.FullMethod) {
+			return handler(srv, ss)
+		}
 		if c := l.conn(ss.Context()); c != nil {
 			c.Busy()
 			defer c.Done()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,8 +188,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		alice(1)
 		time.Sleep(100 * time.Millisecond)
 	}
-	if rows := value(t, ctx, chromedp.Text(`#live-rules tbody`)); !strings.Contains(rows, "path.user") {
-		t.Errorf("busiest rules lack the per-user rule (path.user):\n%s", rows)
+	// A rule is named as the Policies tab names it (rate_limit.name), its
+	// descriptor path on hover.
+	if rows := value(t, ctx, chromedp.Text(`#live-rules tbody`)); !strings.Contains(rows, "per-user-per-endpoint") || strings.Contains(rows, "path.user") {
+		t.Errorf("busiest rules do not name the per-user rule per-user-per-endpoint:\n%s", rows)
+	}
+	if hover := value(t, ctx, chromedp.AttributeValue(`#live-rules tbody span[title="path.user"]`, "title")); hover.Value != "path.user" {
+		t.Errorf("the per-user rule's descriptor path on hover: %q", hover.Value)
 	}
 	screenshot(t, ctx, "live")
 
@@ -213,15 +219,20 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	do(t, ctx, "quota", chromedp.Click(`#tabs button[data-tab=quota]`), chromedp.WaitVisible(`#quota-table tbody tr.quota-bucket`))
-	if q := value(t, ctx, chromedp.Text(`#quota-table tbody`)); !strings.Contains(q, "default: generic_key=global") {
-		t.Errorf("the quota view lacks the global tier's bucket:\n%s", q)
+	q := value(t, ctx, chromedp.Text(`#quota-table tbody`))
+	if !strings.Contains(q, "default: generic_key=global global · 6000 per 1 min") {
+		t.Errorf("the quota view lacks the global tier's bucket, named global, 6000 per 1 min:\n%s", q)
+	}
+	if long := regexp.MustCompile(`\d\.\d{3,}`).FindString(q); long != "" || strings.Contains(q, "generic_key_global") {
+		t.Errorf("the quota view shows %q: durations not rounded for people, or a stat key for a name:\n%s", long, q)
 	}
 	screenshot(t, ctx, "quota")
 
 	// Inspect: alice's bucket is empty; the endpoint's holds what is left.
 	do(t, ctx, "inspect", chromedp.Click(`#tabs button[data-tab=inspect]`), chromedp.Click(`#inspect-form button`), chromedp.WaitVisible(`#inspect-table tbody tr`))
-	if inspected := value(t, ctx, chromedp.Text(`#inspect-table tbody`)); !strings.Contains(inspected, "per-user-per-endpoint") || !strings.Contains(inspected, "per-endpoint") {
-		t.Errorf("inspection:\n%s", inspected)
+	if inspected := value(t, ctx, chromedp.Text(`#inspect-table tbody`)); !strings.Contains(inspected, "per-user-per-endpoint") || !strings.Contains(inspected, "per-endpoint") ||
+		regexp.MustCompile(`\d\.\d{3,}`).MatchString(inspected) {
+		t.Errorf("inspection (names, durations rounded for people):\n%s", inspected)
 	}
 	screenshot(t, ctx, "inspect")
 

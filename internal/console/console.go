@@ -202,15 +202,20 @@ type Bucket struct {
 	// Descriptor is the level inspected: its entries as key=value.
 	Descriptor string `json:"descriptor"`
 	Matched    bool   `json:"matched"`
-	Rule       string `json:"rule,omitempty"`
-	Algorithm  string `json:"algorithm,omitempty"`
-	Limit      string `json:"limit,omitempty"`
-	Unlimited  bool   `json:"unlimited,omitempty"`
-	Shadow     bool   `json:"shadow,omitempty"`
-	Remaining  int64  `json:"remaining"`
+	// Rule names the limit as the console does everywhere: its name
+	// (rate_limit.name), else its rule's descriptor path (the stat key
+	// without the domain, as the metrics' rule label).
+	Rule      string `json:"rule,omitempty"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Limit     string `json:"limit,omitempty"`
+	Unlimited bool   `json:"unlimited,omitempty"`
+	Shadow    bool   `json:"shadow,omitempty"`
+	Remaining int64  `json:"remaining"`
 	// ResetAfter is how long until the bucket is back at rest, its debt
 	// included.
 	ResetAfter string `json:"reset_after"`
+	// ResetAfterNs is ResetAfter in nanoseconds.
+	ResetAfterNs int64 `json:"reset_after_ns"`
 	// Debt is how many units a token or leaky bucket owes beyond empty,
 	// after overdraft charges took more than was left: checks and charges
 	// are denied until its refill has paid them back. A window's debt does
@@ -275,9 +280,9 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 	rows := make([]Bucket, len(resp.Statuses))
 	for i, st := range resp.Statuses {
 		row := Bucket{Descriptor: entriesText(entries[:i+1]), Matched: st.Matched, Shadow: st.Shadow,
-			Remaining: st.Remaining, ResetAfter: st.ResetAfter.String()}
+			Remaining: st.Remaining, ResetAfter: st.ResetAfter.String(), ResetAfterNs: int64(st.ResetAfter)}
 		if st.Rule != nil {
-			row.Rule = st.Rule.StatKey
+			row.Rule = strings.TrimPrefix(st.Rule.StatKey, req.Domain+".")
 		}
 		if l := st.Limit; l != nil && !l.Unlimited && !l.DenyAll {
 			row.Debt = bucketDebt(&l.Rate, st.ResetAfter)

@@ -136,11 +136,17 @@ func wantRefused(t *testing.T, err error, code codes.Code, msg string) {
 // TestAuthzTenants: over real mutual TLS, each tenant charges its own
 // domain and cannot touch the other's — not even to peek — and a refused
 // call charges nothing; a peek-only client peeks everywhere and charges
-// nowhere; a bearer token identifies a caller whose certificate does not.
+// nowhere; a grant of charge refunds nothing; a bearer token identifies a
+// caller whose certificate does not.
 func TestAuthzTenants(t *testing.T) {
 	tn := startTenants(t)
 	charge := func(domain, u string) *rl.ShouldRateLimitRequest { return req(domain, user(u)) }
 	peekAt := func(domain, u string) *rl.ShouldRateLimitRequest { return req(domain, peek(user(u))) }
+	refund := func(domain, u string) *rl.ShouldRateLimitRequest {
+		d := user(u)
+		d.Operation = rl.Operation_OPERATION_REFUND
+		return req(domain, d)
+	}
 
 	steps := []struct {
 		name, client, token string
@@ -150,6 +156,7 @@ func TestAuthzTenants(t *testing.T) {
 		remaining           uint64 // when allowed
 	}{
 		{"shop charges its own domain", "shop", "", charge("shop", "alice"), codes.OK, "", 2},
+		{"but may not refund there: charge is not refund", "shop", "", refund("shop", "alice"), codes.PermissionDenied, `client "shop" may not refund in domain "shop" (granted: check+charge)`, 0},
 		{"shop cannot charge billing", "shop", "", charge("billing", "alice"), codes.PermissionDenied, `client "shop" may not call domain "billing"`, 0},
 		{"nor drain it", "shop", "", &rl.ShouldRateLimitRequest{Domain: "billing", Hits: 800, Descriptors: []*rl.Descriptor{user("alice")}}, codes.PermissionDenied, `domain "billing"`, 0},
 		{"nor peek at it", "shop", "", peekAt("billing", "alice"), codes.PermissionDenied, `client "shop" may not call domain "billing"`, 0},
@@ -157,8 +164,8 @@ func TestAuthzTenants(t *testing.T) {
 		{"billing cannot charge shop", "billing", "", charge("shop", "alice"), codes.PermissionDenied, `client "billing" may not call domain "shop"`, 0},
 		{"the dashboard peeks at shop", "dashboard", "", peekAt("shop", "alice"), codes.OK, "", 2},
 		{"and at billing", "dashboard", "", peekAt("billing", "alice"), codes.OK, "", 2},
-		{"but charges neither", "dashboard", "", charge("shop", "alice"), codes.PermissionDenied, `client "dashboard" may only peek in domain "shop"`, 0},
-		{"a charge beside a peek is a charge", "dashboard", "", req("shop", peek(user("alice")), user("bob")), codes.PermissionDenied, "may only peek", 0},
+		{"but charges neither", "dashboard", "", charge("shop", "alice"), codes.PermissionDenied, `client "dashboard" may not charge in domain "shop"`, 0},
+		{"a charge beside a peek is a charge", "dashboard", "", req("shop", peek(user("alice")), user("bob")), codes.PermissionDenied, "may not charge", 0},
 		{"its peeks charged nothing", "shop", "", charge("shop", "alice"), codes.OK, "", 1},
 		{"a certificate that matches no client", "stranger", "", peekAt("shop", "alice"), codes.Unauthenticated, "matches no client", 0},
 		{"a token identifies it", "stranger", batchToken, charge("billing", "alice"), codes.OK, "", 1},
@@ -185,6 +192,7 @@ func TestAuthzTenants(t *testing.T) {
 	for series, want := range map[string]float64{
 		`ratelimitd_authz_denied_total{reason="domain"}`:         5,
 		`ratelimitd_authz_denied_total{reason="peek_only"}`:      2,
+		`ratelimitd_authz_denied_total{reason="refund"}`:         1,
 		`ratelimitd_authz_denied_total{reason="unknown_caller"}`: 1,
 		`ratelimitd_authz_denied_total{reason="bad_token"}`:      1,
 		`ratelimitd_authz_denied_total{reason="no_credentials"}`: 0,
@@ -199,8 +207,8 @@ func TestAuthzTenants(t *testing.T) {
 			handled += v
 		}
 	}
-	if handled != 7 {
-		t.Errorf("gRPC metrics count %v PermissionDenied calls, want 7", handled)
+	if handled != 8 {
+		t.Errorf("gRPC metrics count %v PermissionDenied calls, want 8", handled)
 	}
 	if logs := tn.d.Logs(); strings.Contains(logs, "0123456789abcdefghi") {
 		t.Errorf("the logs show a token:\n%s", logs)
@@ -234,9 +242,9 @@ func TestAuthzEnvoy(t *testing.T) {
 		t.Fatalf("the dashboard peeking at shop: %v, %v", resp, err)
 	}
 	_, err = call("dashboard", envoyReq("shop", nil))
-	wantRefused(t, err, codes.PermissionDenied, `client "dashboard" may only peek in domain "shop"`)
+	wantRefused(t, err, codes.PermissionDenied, `client "dashboard" may not charge in domain "shop"`)
 	_, err = call("dashboard", envoyReq("shop", &two))
-	wantRefused(t, err, codes.PermissionDenied, "may only peek")
+	wantRefused(t, err, codes.PermissionDenied, "may not charge")
 	_, err = call("stranger", envoyReq("shop", &zero))
 	wantRefused(t, err, codes.Unauthenticated, "matches no client")
 }
@@ -296,7 +304,7 @@ func TestAuthzReload(t *testing.T) {
 		return err == nil
 	})
 	_, err = tn.v1(t, "shop", "", req("billing", user("alice")))
-	wantRefused(t, err, codes.PermissionDenied, `may only peek in domain "billing"`)
+	wantRefused(t, err, codes.PermissionDenied, `may not charge in domain "billing"`)
 
 	// A bad policy: rejected, counted, logged; the last good one serves.
 	tlstest.WriteFile(t, tn.authz, []byte(tenantsAuthz+"  - name: shop\n    match: [{dns: x}]\n    grants: [{domains: [x], access: everything}]\n"))
@@ -306,7 +314,7 @@ func TestAuthzReload(t *testing.T) {
 	for _, want := range []string{
 		"authorization policy reload failed",
 		`authz.yaml:15: clients[4].name: client \"shop\" is already named at line 3`,
-		`authz.yaml:17: clients[4].grants[0].access: \"everything\": want charge or peek`,
+		`authz.yaml:17: clients[4].grants[0].access: \"everything\": want check (or peek), charge or refund, or a list of them`,
 	} {
 		if !strings.Contains(tn.d.Logs(), want) {
 			t.Errorf("the logs do not say %s:\n%s", want, tn.d.Logs())
@@ -344,7 +352,7 @@ func TestAuthzBadFileAtStart(t *testing.T) {
 	tests := []struct {
 		name, policy, want string
 	}{
-		{"bad access", "clients:\n  - name: a\n    match: [{common_name: a}]\n    grants: [{domains: [a], access: write}]\n", `authz.yaml:4: clients[0].grants[0].access: "write": want charge or peek`},
+		{"bad access", "clients:\n  - name: a\n    match: [{common_name: a}]\n    grants: [{domains: [a], access: write}]\n", `authz.yaml:4: clients[0].grants[0].access: "write": want check (or peek), charge or refund, or a list of them`},
 		{"missing token file", "clients:\n  - name: a\n    match: [{tokens: none.tokens}]\n    grants: [{domains: [a], access: peek}]\n", "authz.yaml:3: clients[0].match[0].tokens: token file " + filepath.Join(dir, "none.tokens") + ": no such file or directory"},
 		{"no such file", "", "authz.yaml: no such file or directory"},
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
+	"github.com/ratelimitd/ratelimitd/internal/streamlimit"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/topdenied"
 	"github.com/ratelimitd/ratelimitd/internal/tracing"
@@ -178,11 +179,14 @@ type Config struct {
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
+	// ResponseDynamicMetadata makes Envoy v3 responses carry
+	// dynamic_metadata (envoyapi.WithDynamicMetadata).
+	ResponseDynamicMetadata bool
 	// AuthzPolicy is an authorization policy file (internal/authz): which
-	// callers, by client certificate or bearer token, may peek at or charge
-	// which domains. It and its token files are reloaded when they change
-	// and on ReloadAuthz. Empty: no authorization, every caller that can
-	// connect may peek at and charge every domain.
+	// callers, by client certificate or bearer token, may check, charge or
+	// refund in which domains. It and its token files are reloaded when they
+	// change and on ReloadAuthz. Empty: no authorization, every caller that
+	// can connect may check, charge and refund in every domain.
 	AuthzPolicy string
 	// Tracing configures OpenTelemetry traces (internal/tracing): off
 	// unless it or the standard OTEL_* environment turns them on.
@@ -204,23 +208,24 @@ type Config struct {
 
 // Daemon is a running ratelimitd.
 type Daemon struct {
-	cfg      Config
-	log      *slog.Logger
-	grpc     *grpc.Server
-	http     *http.Server
-	admin    *http.Server // nil without Config.AdminAddr
-	health   *health.Server
-	grpcLis  *connlimit.Listener
-	httpLis  *connlimit.Listener
-	adminLis *connlimit.Listener // nil without Config.AdminAddr
-	waiting  *recvlimit.Limiter  // gRPC calls waiting for their message
-	pacer    *readpace.Pacer     // paces the gRPC connections whose calls waiting were ended
-	bodies   *recvlimit.Limiter  // HTTP decision calls' bodies on their way
-	engine   *engine.Engine
-	quota    *rlqsapi.Server
-	store    storeBackend
-	stopJobs context.CancelFunc
-	served   chan error
+	cfg         Config
+	log         *slog.Logger
+	grpc        *grpc.Server
+	http        *http.Server
+	admin       *http.Server // nil without Config.AdminAddr
+	health      *health.Server
+	grpcLis     *connlimit.Listener
+	httpLis     *connlimit.Listener
+	adminLis    *connlimit.Listener  // nil without Config.AdminAddr
+	waiting     *recvlimit.Limiter   // gRPC calls waiting for their message
+	pacer       *readpace.Pacer      // paces the gRPC connections whose calls waiting were ended
+	bodies      *recvlimit.Limiter   // HTTP decision calls' bodies on their way
+	longStreams *streamlimit.Limiter // gRPC streams that last as long as their client wants
+	engine      *engine.Engine
+	quota       *rlqsapi.Server
+	store       storeBackend
+	stopJobs    context.CancelFunc
+	served      chan error
 
 	metrics     *metrics.Metrics
 	topDenied   *topdenied.Tracker
@@ -288,6 +293,7 @@ func Start(cfg Config) (*Daemon, error) {
 		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout, recvlimit.WithEnded(d.pacer.Strike))
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
+	d.longStreams = d.newLongStreams()
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
 	d.quota = d.newQuota()
 	d.grpc = d.grpcServer()
@@ -306,7 +312,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
-		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(),
+		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(), "response_dynamic_metadata", cfg.ResponseDynamicMetadata,
 		"tls", tlsMode(d.tls), "store", d.store.String(), "traces", d.tracingMode())
 	return d, nil
 }
@@ -328,6 +334,16 @@ func (d *Daemon) observe(ctx context.Context, req *engine.Request, resp *engine.
 	if d.tracer != nil {
 		d.tracer.Decided(ctx, req, resp)
 	}
+}
+
+// Check returns the error Start would fail with for cfg's settings alone
+// (fields that contradict each other, values out of range), naming the
+// flags at fault, before anything is opened; nil when there is none.
+// Start can still fail later: on the policy, the TLS files, the store or
+// an address.
+func (cfg Config) Check() error {
+	_, err := cfg.withDefaults()
+	return err
 }
 
 // withDefaults returns cfg with its zero values replaced by the defaults
@@ -358,10 +374,10 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
 	if cfg.QuotaDaemons < 0 {
-		return cfg, fmt.Errorf("quota daemons %d: want 1 or more", cfg.QuotaDaemons)
+		return cfg, fmt.Errorf("--quota-daemons %d: want 1 or more", cfg.QuotaDaemons)
 	}
 	if cfg.QuotaDaemons > 1 && cfg.Store == "redis" {
-		return cfg, fmt.Errorf("quota daemons %d with the redis store: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
+		return cfg, fmt.Errorf("--quota-daemons %d with --store redis: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
@@ -370,7 +386,7 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 		return cfg, err
 	}
 	if cfg.StateFile != "" && cfg.Store == "redis" {
-		return cfg, errors.New("a state file keeps the memory store's buckets; Redis keeps its own")
+		return cfg, errors.New("--state-file with --store redis: a state file keeps the memory store's buckets; Redis keeps its own")
 	}
 	if cfg.NearLimitRatio == 0 {
 		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
@@ -379,13 +395,13 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 		return cfg, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
 	}
 	if cfg.AuthzPolicy != "" && cfg.AdminAddr == "" {
-		return cfg, errors.New("an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
+		return cfg, errors.New("--authz-policy without --admin-addr: an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
 	}
 	if cfg.Limits, err = cfg.Limits.withDefaults(); err != nil {
 		return cfg, fmt.Errorf("limits: %w", err)
 	}
 	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
-		return cfg, errors.New("TLS needs a certificate and its key (a client CA alone is not enough)")
+		return cfg, errors.New("--tls-cert and --tls-key go together, and --tls-client-ca needs them (a client CA alone is not enough)")
 	}
 	return cfg, nil
 }
@@ -522,6 +538,12 @@ func (d *Daemon) abort() {
 // 19.0 -> 17.1 µs) as with --store redis (64 callers).
 const streamWorkers = 64
 
+// envoyOptions are the Envoy v3 API's options, for the gRPC and the HTTP
+// servers alike.
+func (d *Daemon) envoyOptions() []envoyapi.Option {
+	return []envoyapi.Option{envoyapi.WithHeaders(d.cfg.ResponseHeaders), envoyapi.WithDynamicMetadata(d.cfg.ResponseDynamicMetadata)}
+}
+
 // grpcServer returns the gRPC server with every service registered:
 // ratelimit.v1, Envoy's v3, health and reflection, behind the metrics
 // interceptors, authorization (with Config.AuthzPolicy) and
@@ -542,10 +564,11 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	}
 	g := grpc.NewServer(opts...)
 	grpcapi.Register(g, d.engine)
-	envoyapi.Register(g, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	envoyapi.Register(g, d.engine, d.envoyOptions()...)
 	d.quota.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
+	d.boundStreams(g)
 	return g
 }
 
@@ -577,7 +600,7 @@ func (d *Daemon) decisionRoutes(mux *http.ServeMux) {
 	api := httpapi.New(mux, httpapi.WithInterceptors(append([]grpc.UnaryServerInterceptor{d.refuseUnlessServing}, d.unaryInterceptors(httpapi.CheckDecoded)...)...),
 		httpapi.WithReadTimeout(d.cfg.Limits.MessageTimeout), httpapi.WithWaiting(d.bodies))
 	grpcapi.Register(api, d.engine)
-	envoyapi.Register(api, d.engine, envoyapi.WithHeaders(d.cfg.ResponseHeaders))
+	envoyapi.Register(api, d.engine, d.envoyOptions()...)
 }
 
 // adminRoutes adds the operator's surface: metrics, the policy, pprof and

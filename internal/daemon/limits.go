@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/hostcheck"
 	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
+	"github.com/ratelimitd/ratelimitd/internal/streamlimit"
 )
 
 // Limits bounds what a caller can make the daemon hold before its call is
@@ -27,7 +28,8 @@ type Limits struct {
 	// admin, metrics) holds open at once; with that many open, a new one closes the
 	// connection idle longest, or is closed itself when none is idle
 	// (internal/connlimit). A gRPC connection is busy while a call of it
-	// runs its handler, an HTTP one from a request's first byte to its
+	// runs its handler (a long-lived stream does not count:
+	// MaxLongStreams), an HTTP one from a request's first byte to its
 	// answer.
 	MaxConnections int
 	// MaxConcurrentStreams is how many calls one gRPC connection may have
@@ -46,13 +48,30 @@ type Limits struct {
 	// longest (400, its connection closed). The bytes buffered for bodies
 	// are at most this many times the body limit (httpapi's 4 MiB).
 	MaxWaitingBodies int
+	// MaxLongStreams, MaxLongStreamsPerCaller and MaxLongStreamsPerConn
+	// bound the gRPC streams that last as long as their client wants (the
+	// health service's Watch, Envoy's quota streams, reflection: every
+	// streaming method of the gRPC server) in all, per caller (a source address:
+	// internal/source) and per connection. A stream beyond its caller's or
+	// its connection's bound is refused (ResourceExhausted); with
+	// MaxLongStreams held, a new one ends the oldest of the caller holding
+	// the most, when that caller holds more than the new one's
+	// (internal/streamlimit). Such streams never make a connection busy
+	// (MaxConnections).
+	MaxLongStreams          int
+	MaxLongStreamsPerCaller int
+	MaxLongStreamsPerConn   int
 	// PacedReadRate is how many bytes a second the daemon reads, all
 	// together, from the gRPC connections that have shown themselves
 	// abusive: a connection one of whose calls was ended waiting for its
 	// message (MaxWaitingStreams, MessageTimeout) is read at most its equal
 	// share of this until PacedQuiet passes without another such call, and
 	// each new call on it costs readpace.StreamCost bytes of its share
-	// (internal/readpace). Other connections are read unpaced.
+	// (internal/readpace). So is every connection its source (an IPv4
+	// address, an IPv6 /64) opens meanwhile, from its first byte, and at
+	// most readpace.MaxPacedPerSource of a source's connections are paced
+	// at once (one more closes the one owing the most). Other connections
+	// are read unpaced.
 	PacedReadRate int
 	// MessageTimeout is how long a gRPC call's request message may take to
 	// arrive after its headers, and an HTTP request's body after its
@@ -87,18 +106,21 @@ const PacedQuiet = 30 * time.Second
 
 // DefaultLimits are the limits a zero Limits field takes.
 var DefaultLimits = Limits{
-	MaxConnections:       1024,
-	MaxConcurrentStreams: 100,
-	MaxWaitingStreams:    96,
-	MaxWaitingBodies:     16,
-	PacedReadRate:        8 << 20,
-	MessageTimeout:       10 * time.Second,
-	HeaderTimeout:        10 * time.Second,
-	IdleTimeout:          5 * time.Minute,
-	KeepaliveTime:        time.Minute,
-	KeepaliveTimeout:     20 * time.Second,
-	KeepaliveMinTime:     10 * time.Second,
-	MaxHeaderBytes:       64 << 10,
+	MaxConnections:          1024,
+	MaxConcurrentStreams:    100,
+	MaxWaitingStreams:       96,
+	MaxWaitingBodies:        16,
+	MaxLongStreams:          2048,
+	MaxLongStreamsPerCaller: 256,
+	MaxLongStreamsPerConn:   16,
+	PacedReadRate:           8 << 20,
+	MessageTimeout:          10 * time.Second,
+	HeaderTimeout:           10 * time.Second,
+	IdleTimeout:             5 * time.Minute,
+	KeepaliveTime:           time.Minute,
+	KeepaliveTimeout:        20 * time.Second,
+	KeepaliveMinTime:        10 * time.Second,
+	MaxHeaderBytes:          64 << 10,
 }
 
 // withDefaults returns l with its zero fields set from DefaultLimits, or
@@ -112,6 +134,9 @@ func (l Limits) withDefaults() (Limits, error) {
 		{"max connections", &l.MaxConnections, &d.MaxConnections},
 		{"max waiting streams", &l.MaxWaitingStreams, &d.MaxWaitingStreams},
 		{"max waiting bodies", &l.MaxWaitingBodies, &d.MaxWaitingBodies},
+		{"max long-lived streams", &l.MaxLongStreams, &d.MaxLongStreams},
+		{"max long-lived streams per caller", &l.MaxLongStreamsPerCaller, &d.MaxLongStreamsPerCaller},
+		{"max long-lived streams per connection", &l.MaxLongStreamsPerConn, &d.MaxLongStreamsPerConn},
 		{"paced read rate", &l.PacedReadRate, &d.PacedReadRate},
 		{"max header bytes", &l.MaxHeaderBytes, &d.MaxHeaderBytes},
 	}
@@ -170,9 +195,9 @@ func MaxMessageBytes(b engine.Bounds) int {
 // under an authorization policy), idle connections and keepalives.
 func (d *Daemon) grpcLimits() []grpc.ServerOption {
 	l := d.cfg.Limits
-	taps := []tap.ServerInHandle{d.pacer.Tap, d.waiting.Tap}
+	taps := []tap.ServerInHandle{d.pacer.Tap, d.longStreams.Tap, d.waiting.Tap}
 	if d.authz != nil {
-		taps = []tap.ServerInHandle{d.pacer.Tap, d.authz.Tap, d.waiting.Tap} // refuse before a place is taken
+		taps = []tap.ServerInHandle{d.pacer.Tap, d.authz.Tap, d.longStreams.Tap, d.waiting.Tap} // refuse before a place is taken
 	}
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
@@ -191,13 +216,36 @@ func (d *Daemon) grpcLimits() []grpc.ServerOption {
 
 // transportUnary and transportStream are the interceptors that run first
 // on every gRPC call: the message has arrived (recvlimit), the connection
-// is busy (connlimit).
+// is busy (connlimit; not for a long-lived stream), a long-lived stream
+// ended to make room says so (streamlimit).
 func (d *Daemon) transportUnary() []grpc.UnaryServerInterceptor {
 	return []grpc.UnaryServerInterceptor{d.waiting.UnaryServerInterceptor(), d.grpcLis.UnaryServerInterceptor()}
 }
 
 func (d *Daemon) transportStream() []grpc.StreamServerInterceptor {
-	return []grpc.StreamServerInterceptor{d.waiting.StreamServerInterceptor(), d.grpcLis.StreamServerInterceptor()}
+	return []grpc.StreamServerInterceptor{d.waiting.StreamServerInterceptor(), d.longStreams.StreamServerInterceptor(),
+		d.grpcLis.StreamServerInterceptor(d.longStreams.LongLived)}
+}
+
+// newLongStreams returns the bounds of the long-lived streams, of no
+// method yet (boundStreams adds them).
+func (d *Daemon) newLongStreams() *streamlimit.Limiter {
+	l := d.cfg.Limits
+	return streamlimit.New(streamlimit.Bounds{Max: l.MaxLongStreams, PerCaller: l.MaxLongStreamsPerCaller, PerConn: l.MaxLongStreamsPerConn})
+}
+
+// boundStreams makes every streaming method g serves long-lived (the
+// health service's Watch, Envoy's quota streams, reflection, and any a
+// later version registers): each lasts as long as its client wants. Call
+// it once every service is registered, before g serves.
+func (d *Daemon) boundStreams(g *grpc.Server) {
+	for service, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if m.IsClientStream || m.IsServerStream {
+				d.longStreams.Add("/" + service + "/" + m.Name)
+			}
+		}
+	}
 }
 
 // chainTaps runs taps in order; the first error refuses the stream.
@@ -289,6 +337,21 @@ func (d *Daemon) limitCollectors() []prometheus.Collector {
 			ended("evicted", func() uint64 { _, e := l.Ended(); return e }),
 		)
 	}
+	refused := func(bound string, n func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_long_streams_refused_total", ConstLabels: prometheus.Labels{"port": "grpc", "bound": bound},
+			Help: "Long-lived gRPC streams (health Watch, quota streams, reflection) refused by a bound: connection (--grpc-max-long-streams-per-conn), caller (--grpc-max-long-streams-per-caller), all (--grpc-max-long-streams, no caller holding more)."},
+			func() float64 { return float64(n()) })
+	}
+	ls := d.longStreams
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_long_streams", ConstLabels: prometheus.Labels{"port": "grpc"},
+			Help: "Long-lived gRPC streams held (health Watch, quota streams, reflection)."}, func() float64 { return float64(ls.Held()) }),
+		refused("connection", func() uint64 { n, _, _ := ls.Refused(); return n }),
+		refused("caller", func() uint64 { _, n, _ := ls.Refused(); return n }),
+		refused("all", func() uint64 { _, _, n := ls.Refused(); return n }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_long_streams_evicted_total", ConstLabels: prometheus.Labels{"port": "grpc"},
+			Help: "Long-lived gRPC streams ended to make room for a caller holding fewer, --grpc-max-long-streams being held."}, func() float64 { return float64(ls.Evicted()) }),
+	)
 	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_connections_paced", ConstLabels: prometheus.Labels{"port": "grpc"},
 		Help: fmt.Sprintf("gRPC connections read paced (--grpc-paced-read-rate), a call of theirs having been ended waiting for its message in the last %v.", PacedQuiet)},
 		func() float64 { return float64(d.pacer.Paced()) }))

@@ -39,7 +39,13 @@ type h2 struct {
 
 func dialH2(t *testing.T, addr string) *h2 {
 	t.Helper()
-	c, err := h2raw.Dial(addr, 5*time.Second)
+	return dialH2From(t, "", addr)
+}
+
+// dialH2From is dialH2 from the local address from (h2raw.DialFrom).
+func dialH2From(t *testing.T, from, addr string) *h2 {
+	t.Helper()
+	c, err := h2raw.DialFrom(from, addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +134,14 @@ func TestMessageNeverArriving(t *testing.T) {
 
 // TestWaitingStreamsBounded: with as many calls waiting for their message
 // as the limit allows, one more ends the call waiting longest, and its
-// connection is paced from then on (internal/readpace), another
-// connection's calls not.
+// connection is paced from then on (internal/readpace), and so is a new
+// connection from the same address; another caller's connection is not.
 func TestWaitingStreamsBounded(t *testing.T) {
 	d := daemontest.Start(t, "", func(c *daemon.Config) {
 		c.Limits.MaxWaitingStreams = 2
 		c.Limits.MessageTimeout = time.Hour
 	})
-	c := dialH2(t, d.GRPCAddr())
+	c := dialH2From(t, "127.0.0.2", d.GRPCAddr())
 	var ids []uint32
 	for range 3 {
 		id := c.open(v1Method)
@@ -155,6 +161,14 @@ func TestWaitingStreamsBounded(t *testing.T) {
 	}
 	if got := scrape(t, d)[`ratelimitd_connections_paced{port="grpc"}`]; got != 1 {
 		t.Errorf("%v connections paced after a call on another, want 1", got)
+	}
+	// The address whose call was ended connects again: paced from the start.
+	successor := rl.NewRateLimitServiceClient(dialFrom(t, d, "127.0.0.2"))
+	if _, err := successor.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
+		t.Fatalf("a call on a new connection of the paced address: %v", err)
+	}
+	if got := scrape(t, d)[`ratelimitd_connections_paced{port="grpc"}`]; got != 2 {
+		t.Errorf("%v connections paced after the paced address connected again, want 2", got)
 	}
 }
 

@@ -585,8 +585,8 @@ func TestStartErrors(t *testing.T) {
 		{"a request bound of 0", daemon.Config{Bounds: engine.Bounds{MaxDescriptors: 0, MaxEntries: 16, MaxKeyBytes: 256, MaxValueBytes: 1024}}, "max descriptors is 0"},
 		{"a negative request bound", daemon.Config{Bounds: engine.Bounds{MaxDescriptors: 64, MaxEntries: 16, MaxKeyBytes: 256, MaxValueBytes: -1}}, "max value bytes is -1"},
 		{"negative near-limit ratio", daemon.Config{NearLimitRatio: -0.1}, "near-limit ratio"},
-		{"TLS key without a certificate", daemon.Config{TLS: tlsconfig.Files{Key: files.Key}}, "certificate and its key"},
-		{"TLS client CA alone", daemon.Config{TLS: tlsconfig.Files{ClientCA: files.ClientCA}}, "certificate and its key"},
+		{"TLS key without a certificate", daemon.Config{TLS: tlsconfig.Files{Key: files.Key}}, "--tls-cert and --tls-key go together"},
+		{"TLS client CA alone", daemon.Config{TLS: tlsconfig.Files{ClientCA: files.ClientCA}}, "--tls-cert and --tls-key go together"},
 		{"TLS certificate that does not exist", daemon.Config{TLS: tlsconfig.Files{Cert: filepath.Join(dir, "none.crt"), Key: files.Key}}, "none.crt"},
 		{"policy that does not exist", daemon.Config{ConfigPath: filepath.Join(dir, "none.yaml")}, "none.yaml"},
 	}

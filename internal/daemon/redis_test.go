@@ -226,7 +226,7 @@ func TestShutdownWhileRedisHangs(t *testing.T) {
 func TestQuotaDaemonsWithRedis(t *testing.T) {
 	_, err := daemon.Start(daemon.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: "redis",
 		Redis: redisstore.Config{Addr: "127.0.0.1:1"}, QuotaDaemons: 2})
-	if err == nil || !strings.Contains(err.Error(), "quota daemons 2 with the redis store") {
+	if err == nil || !strings.Contains(err.Error(), "--quota-daemons 2 with --store redis") {
 		t.Fatalf("started with --quota-daemons 2 on redis: %v", err)
 	}
 }

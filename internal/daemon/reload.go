@@ -75,11 +75,11 @@ func (d *Daemon) reloadTLS() {
 	d.warnCertificate()
 }
 
-// warnPolicy logs a warning for each domain of p without rules, which
-// admits every request.
+// warnPolicy logs a warning for each domain of p without a limit that can
+// deny (no rules, or only unlimited ones), which admits every request.
 func (d *Daemon) warnPolicy(p *config.Policy) {
 	for _, dom := range p.Domains() {
-		if !dom.HasRules() {
+		if !dom.HasLimits() {
 			d.log.Warn("policy domain has no rate limits: it admits every request", "domain", dom.Name, "source", dom.Source)
 		}
 	}

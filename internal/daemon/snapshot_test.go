@@ -414,6 +414,39 @@ func TestStateFileOneDaemon(t *testing.T) {
 	}
 }
 
+// TestStateFileDirectoryProblems: a state file whose directory is missing
+// or not writable is refused naming the flag, the file and the directory,
+// not blamed on another daemon.
+func TestStateFileDirectoryProblems(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "buckets.snap")
+	for _, tc := range []struct {
+		name, stateFile string
+		want            []string
+	}{
+		{"missing directory", missing, []string{"--state-file " + missing, "the directory " + filepath.Dir(missing) + " does not exist"}},
+		// sysfs refuses new files even to root, as an unwritable volume does.
+		{"unwritable directory", "/sys/buckets.snap", []string{"--state-file /sys/buckets.snap", "the directory /sys is not writable by this process"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := daemon.Start(daemon.Config{
+				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", StateFile: tc.stateFile,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			})
+			if err == nil {
+				t.Fatal("started")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q does not say %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "state file of its own") {
+				t.Errorf("%q blames another daemon", err)
+			}
+		})
+	}
+}
+
 // TestStateFileKeepsSharedBuckets: a share_threshold rule's bucket, which
 // every value of its wildcard charges, drained before a graceful stop is
 // still drained after it (its key has an odd number of parts; the restore

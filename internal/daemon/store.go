@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,12 +118,29 @@ func newMemoryBackend(cfg Config) (*memoryBackend, error) {
 		}
 		lock, err := snapshot.Lock(cfg.StateFile)
 		if err != nil {
-			return nil, fmt.Errorf("--state-file: %w (each daemon needs a state file of its own)", err)
+			return nil, stateFileError(cfg.StateFile, err)
 		}
 		b.lock = lock
 		b.snapshots = newSnapshots(b.Store, cfg.StateFile, cfg.SnapshotInterval, cfg.Logger)
 	}
 	return b, nil
+}
+
+// stateFileError says why the state file at path could not be locked, in
+// the operator's terms: taken by another daemon, a directory that does not
+// exist, or one this process may not write in.
+func stateFileError(path string, err error) error {
+	dir := filepath.Dir(path)
+	switch {
+	case errors.Is(err, snapshot.ErrLocked):
+		return fmt.Errorf("--state-file: %w (each daemon needs a state file of its own)", err)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--state-file %s: the directory %s does not exist (create it, or mount the state volume there)", path, dir)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("--state-file %s: the directory %s is not writable by this process (uid %d): the daemon writes the file and %s beside it (%v)",
+			path, dir, os.Getuid(), filepath.Base(path)+".lock", err)
+	}
+	return fmt.Errorf("--state-file %s: %w", path, err)
 }
 
 func (b *memoryBackend) run(ctx context.Context) {

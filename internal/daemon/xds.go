@@ -25,17 +25,17 @@ import (
 func (cfg Config) checkXDS() error {
 	if cfg.XDS.Server == "" {
 		if cfg.StartWithoutPolicy {
-			return errors.New("starting without a policy is for a policy over xDS (no xDS server given)")
+			return errors.New("--xds-start-without-policy without --xds-server: starting without a policy is for a policy over xDS")
 		}
 		return nil
 	}
 	switch {
 	case cfg.ConfigPath != "":
-		return errors.New("the policy comes from policy files or from xDS, not both")
+		return errors.New("--config and --xds-server: the policy comes from policy files or from xDS, not both")
 	case cfg.StateFile != "":
 		// The state file's buckets are kept only for limits of the policy
 		// at start, and an xDS policy is not there yet.
-		return errors.New("a state file cannot be used with a policy over xDS")
+		return errors.New("--state-file and --xds-server: a state file cannot be used with a policy over xDS")
 	}
 	return nil
 }

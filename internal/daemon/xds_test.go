@@ -176,9 +176,9 @@ func TestXDSRefusedCombinations(t *testing.T) {
 		cfg  daemon.Config
 		want string
 	}{
-		{daemon.Config{XDS: x, ConfigPath: "/etc/p.yaml"}, "not both"},
-		{daemon.Config{XDS: x, StateFile: "/tmp/s"}, "state file"},
-		{daemon.Config{StartWithoutPolicy: true}, "no xDS server"},
+		{daemon.Config{XDS: x, ConfigPath: "/etc/p.yaml"}, "--config and --xds-server"},
+		{daemon.Config{XDS: x, StateFile: "/tmp/s"}, "--state-file and --xds-server"},
+		{daemon.Config{StartWithoutPolicy: true}, "--xds-start-without-policy without --xds-server"},
 	} {
 		tc.cfg.GRPCAddr, tc.cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 		if _, err := daemon.Start(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {

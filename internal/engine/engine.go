@@ -22,7 +22,12 @@
 //   - OpOverdraft: an overdraft charge on every limit, whatever the policy
 //     says of overdraft.
 //   - OpRefund: Cost units given back (store.Refund), never past the
-//     bucket's rest state (a full bucket, an empty window).
+//     bucket's rest state (a full bucket, an empty window). A request in
+//     which a descriptor asks a refund of a rule that takes none
+//     (refunds: false, config.Rule.NoRefunds) is refused as a whole with a
+//     *RefusedError, whatever the cost, and nothing of it is applied: a
+//     caller that may charge a limit and give the charge back could
+//     otherwise charge it without end.
 //   - OpAdmit: an admission on every limit, whatever the policy says of
 //     overdraft.
 //
@@ -42,6 +47,10 @@
 //  4. A shadow_mode rule (and global shadow mode) never denies the request,
 //     but its overdraft charges and refunds are applied like any other:
 //     shadow mode means "never hold a request back", not "do not count".
+//  5. Quotas (quota_mode rules) deny the request only together: only when
+//     every one of them is spent (see Response.Code); a spent quota's
+//     admissions are not applied when the request is admitted, as a
+//     shadow rule's denied ones are not.
 //
 // The decision of an overdraft charge reports its bucket after the charge:
 // Denied, with the wait until a charge of 1 would be admitted, when the
@@ -56,11 +65,13 @@
 // including it, in request order (upstream pipelines one INCRBY per
 // descriptor). The bucket is charged their summed cost, by the rules above
 // (all or nothing: a request denied is charged nothing, and its
-// descriptors that fitted report the bucket uncharged); with quota_mode, a
-// request admitted by the quotas with room is charged their costs, not
-// those of the quotas over their limit. They must ask the same operation
-// of the bucket (both charges, both refunds, …); a request in which they
-// ask different ones is invalid.
+// descriptors that fitted report the bucket uncharged). Quotas are the
+// exception: descriptors that name one bucket match one rule, and when it
+// is a quota_mode rule their charge is one quota's, which the store's rule
+// admits or spends whole — they are decided together on their summed cost
+// (upstream lets the first through while it has room). They must ask the
+// same operation of the bucket (both charges, both refunds, …); a request
+// in which they ask different ones is invalid.
 package engine
 
 import (
@@ -176,11 +187,11 @@ func (e *Engine) Policy() *config.Policy { return e.policy.Load() }
 func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 
 // ShouldRateLimit decides req and writes the answer into resp, reusing
-// resp.Statuses' storage. It returns an *InvalidError for a malformed
-// request, or the store's error if the store failed (then nothing is known
-// to have been charged, except that a request with quota descriptors may
-// have had its overdraft charges and refunds applied before a retry
-// failed).
+// resp.Statuses' and resp.Scopes' storage. It returns an *InvalidError for
+// a malformed request, a *RefusedError for a refund of a rule that takes
+// none (nothing applied), or the store's error if the store failed (then
+// nothing is known to have been charged). A request is settled in one call
+// of the store (one Redis round trip), quotas included.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Response) error {
 	var start time.Duration
 	if e.observer != nil {
@@ -195,15 +206,9 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	if err := w.plan(e.policy.Load(), req, e.shadow, e.overdraftByDefault); err != nil {
 		return err
 	}
-	for len(w.charges) > 0 {
+	if len(w.charges) > 0 {
 		if err := e.store.Apply(ctx, w.charges, w.decisions); err != nil {
 			return err
-		}
-		for _, a := range w.applied {
-			w.decisions[a.charge] = a.decision
-		}
-		if w.quotas == 0 || !w.retryOnOtherQuota() {
-			break
 		}
 	}
 	e.respond(w, req, resp)
@@ -230,9 +235,12 @@ type work struct {
 	running []int64 // probeRepeats' running costs, per charge
 	lastUse []int   // probeRepeats' last use, per charge
 
-	quotas  int             // descriptors in a quota_mode rule (not in shadow mode)
-	failed  []bool          // per descriptor, after a quota retry: over its limit
-	applied []appliedCharge // overdraft charges and refunds a retry must not apply again
+	// Quotas (see Response.Code): the descriptors in a quota_mode rule
+	// that is not in shadow mode; those of them a requests_per_unit: 0
+	// limit denies outright; whether one has room without a bucket (its
+	// limits unlimited or replaced), so that the quotas cannot deny.
+	quotas, quotasOutright int
+	quotaOpen              bool
 }
 
 // role is how a descriptor's decision counts toward its request's,
@@ -287,13 +295,6 @@ func (u *use) deniedOutright() bool {
 	return !u.replaced && u.limit.DenyAll && (u.kind == store.Check || u.kind != store.Refund && u.cost > 0)
 }
 
-// appliedCharge is the decision of a charge that the store applied for
-// good (an overdraft charge or a refund) before a quota retry.
-type appliedCharge struct {
-	charge   int
-	decision algorithms.Decision
-}
-
 var workPool = sync.Pool{New: func() any { return new(work) }}
 
 func (w *work) release() {
@@ -309,7 +310,7 @@ func (w *work) release() {
 	w.keys, w.keyEnds = w.keys[:0], w.keyEnds[:0]
 	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
 	w.rules, w.roles, w.limits = w.rules[:0], w.roles[:0], w.limits[:0]
-	w.quotas, w.failed, w.applied = 0, w.failed[:0], w.applied[:0]
+	w.quotas, w.quotasOutright, w.quotaOpen = 0, 0, false
 	w.repeats = false
 	workPool.Put(w)
 }
@@ -337,6 +338,9 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 			if rule = dom.Match(d.Entries); rule != nil {
 				limits = rule.Limits
 			}
+			if rule != nil && rule.NoRefunds && d.Op == OpRefund {
+				return &RefusedError{Field: fmt.Sprintf("descriptors[%d]", i), Problem: fmt.Sprintf("asks a refund of rule %s, which takes no refunds (refunds: false in its policy)", rule.StatKey)}
+			}
 		}
 		w.rules = append(w.rules, rule)
 		w.roles = append(w.roles, roleOf(rule))
@@ -352,41 +356,55 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 	}
 
 	denied := false
-	quotasDenied := 0 // quota descriptors a deny-all limit denies outright
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
 		r := w.roles[i]
 		shadowCharge := shadowAll || r == shadow
+		// Each quota is a store quota of its own (store.Charge.Quota),
+		// numbered by its descriptor.
+		var quotaID uint32
 		if r == quota && !shadowAll {
-			w.quotas++
+			quotaID = uint32(i) + 1
 		}
-		quotaDenied := false
+		outright, charged := false, false
 		for _, l := range w.limits[i] {
 			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1, probe: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
 			if u.deniedOutright() && !shadowCharge {
-				if r == quota {
-					quotaDenied = true
+				if quotaID != 0 {
+					outright = true
 				} else {
 					denied = true
 				}
 			}
 			if !u.replaced && !l.Unlimited && !l.DenyAll {
-				c, err := w.charge(req.Domain, d.Entries, w.rules[i], &u, shadowCharge)
+				c, err := w.charge(req.Domain, d.Entries, w.rules[i], &u, shadowCharge, quotaID)
 				if err != nil {
 					return err
 				}
-				u.charge = c
+				u.charge, charged = c, true
 			}
 			w.uses = append(w.uses, u)
 		}
-		if quotaDenied {
-			quotasDenied++
+		if r == quota {
+			w.quotas++
+		}
+		if quotaID != 0 {
+			switch {
+			case outright:
+				w.quotasOutright++
+				w.unquota(i) // spent whatever its buckets say
+			case !charged:
+				w.quotaOpen = true // room without a bucket
+			}
 		}
 	}
-	if w.quotas > 0 && quotasDenied == w.quotas {
+	if w.quotas > 0 && w.quotasOutright == w.quotas {
 		denied = true // no quota can admit the request
+	}
+	if w.quotaOpen {
+		w.unquota(-1) // the quotas cannot deny the request
 	}
 	// Keys are final only now: appending may have moved w.keys. A request
 	// that a deny-all limit denies outright admits nothing: its other
@@ -414,7 +432,10 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 // the bucket the costs of the uses up to it, in request order, and decides
 // the use; the last use is decided by the bucket's charge, of every use's
 // cost. A check needs none: it charges nothing, so every check of a bucket
-// sees the same.
+// sees the same. Nor does a bucket that only quotas name (a quota's
+// charge): the store's quota rule admits or spends a charge whole, so
+// such descriptors are decided together on their summed cost (see the
+// package doc).
 func (w *work) probeRepeats() {
 	n := len(w.charges)
 	w.running, w.lastUse = slices.Grow(w.running[:0], n)[:n], slices.Grow(w.lastUse[:0], n)[:n]
@@ -432,7 +453,7 @@ func (w *work) probeRepeats() {
 		total := addCost(w.running[u.charge], u.cost)
 		w.running[u.charge] = total
 		c := w.charges[u.charge]
-		if i == w.lastUse[u.charge] || c.Kind == store.Check {
+		if i == w.lastUse[u.charge] || c.Kind == store.Check || c.Quota != 0 {
 			continue
 		}
 		if c.Cost != 0 { // not a request denied outright (its admits are peeks)
@@ -444,6 +465,21 @@ func (w *work) probeRepeats() {
 	}
 }
 
+// unquota makes the charges of descriptor i's quota (every quota's, for
+// i < 0) shadow charges, which deny nothing and give the other quotas no
+// room: a quota that a requests_per_unit: 0 limit denies outright is spent
+// whatever its buckets say, and when one quota has room without a bucket
+// the quotas cannot deny the request. As any quota's, their Admits are
+// charged if the request is admitted and they fit.
+func (w *work) unquota(i int) {
+	for j := range w.charges {
+		c := &w.charges[j]
+		if c.Quota != 0 && (i < 0 || c.Quota == uint32(i)+1) {
+			c.Quota, c.Shadow = 0, true
+		}
+	}
+}
+
 // kindOf returns how a descriptor asking op at cost charges limit l.
 func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.Kind {
 	k := op.kind()
@@ -451,95 +487,6 @@ func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.K
 		return store.Overdraft
 	}
 	return k
-}
-
-// retryOnOtherQuota is called after the store denied or admitted the
-// planned charges of a request with quota descriptors. It reports whether
-// to apply them again, having marked as shadow charges (which deny
-// nothing) the charges of every quota descriptor that is over its limit:
-// when the store denied the request, only quota descriptors are over their
-// limit, and at least one quota descriptor is not. Each retry marks at
-// least one more descriptor, so there are at most as many as there are
-// quota descriptors. A store that admits the retry has charged the request
-// with every other descriptor and at least one quota within its limits.
-// A store that denies it (a bucket filled in between) may be retried in
-// turn, until no quota is left. Overdraft charges and refunds, which the
-// first Apply applied for good, are retried as shadow checks, which store
-// nothing, and keep their first decisions (w.applied).
-func (w *work) retryOnOtherQuota() bool {
-	w.failed = slices.Grow(w.failed[:0], len(w.rules))[:len(w.rules)]
-	clear(w.failed)
-	vetoed := false
-	for _, u := range w.uses {
-		switch {
-		case u.replaced:
-		case u.limit.DenyAll:
-			w.failed[u.descriptor] = w.failed[u.descriptor] || u.deniedOutright()
-		case u.charge >= 0 && w.decision(&u).Code != algorithms.Allowed:
-			w.failed[u.descriptor] = true
-			// A probe never vetoes: the charge of its bucket's last use does.
-			vetoed = vetoed || u.probe < 0 && !w.charges[u.charge].Shadow
-		}
-	}
-	if !vetoed {
-		return false // admitted (or denied outright, with nothing charged)
-	}
-	open := false
-	for i, r := range w.roles {
-		switch {
-		case w.failed[i] && r == ordinary:
-			return false // a descriptor that is not a quota denies the request
-		case r == quota && !w.failed[i]:
-			open = true
-		}
-	}
-	if !open {
-		return false // every quota is spent
-	}
-	for i := range w.uses {
-		u := &w.uses[i]
-		if u.charge >= 0 && w.failed[u.descriptor] && !(w.repeats && w.shareRoom(u)) {
-			w.charges[u.charge].Shadow = true
-		}
-	}
-	w.decisions = slices.Grow(w.decisions, len(w.charges)-len(w.decisions))[:len(w.charges)]
-	for i := range w.charges {
-		if c := &w.charges[i]; c.Kind == store.Overdraft || c.Kind == store.Refund {
-			w.applied = append(w.applied, appliedCharge{charge: i, decision: w.decisions[i]})
-			c.Kind, c.Shadow = store.Check, true
-		}
-	}
-	return true
-}
-
-// shareRoom is retryOnOtherQuota's rule for an admission on a bucket that
-// several descriptors name, u's among them, when u's descriptor is over its
-// limit (on the running total: see probeRepeats): the bucket is charged
-// the costs of the descriptors with room, which fit, rather than nothing,
-// and u is decided by a probe of its running total. It reports false,
-// changing nothing, when no descriptor with room names the bucket.
-func (w *work) shareRoom(u *use) bool {
-	if w.charges[u.charge].Kind != store.Admit {
-		return false
-	}
-	var room int64
-	found := false
-	for i := range w.uses {
-		if v := &w.uses[i]; v.charge == u.charge && !w.failed[v.descriptor] {
-			room, found = addCost(room, v.cost), true
-		}
-	}
-	if !found {
-		return false
-	}
-	if u.probe < 0 { // the bucket's last use: its running total is the whole
-		p := w.charges[u.charge]
-		p.Cost, p.Shadow, p.Probe = w.running[u.charge], true, true
-		w.charges = append(w.charges, p)
-		u.probe = len(w.charges) - 1
-	}
-	w.charges[u.charge].Cost = room
-	return true
 }
 
 // addCost returns a + b for costs a, b ≥ 0, at most math.MaxInt64.
@@ -573,12 +520,14 @@ func Cost(requestHits uint64, descriptorHits *uint64) int64 {
 }
 
 // charge adds u's charge on the bucket of (domain, entries, u.limit) and
-// returns its index; rule is the rule matched (nil for an inline limit).
-// Two descriptors naming the same bucket share one charge of their summed
-// cost, so the store charges each bucket once (probeRepeats decides each
-// on the running total); when they ask different kinds of charge of it,
-// the request is invalid.
-func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, u *use, shadow bool) (int, error) {
+// returns its index; rule is the rule matched (nil for an inline limit),
+// quota the charge's store.Charge.Quota. Two descriptors naming the same
+// bucket share one charge of their summed cost, so the store charges each
+// bucket once (probeRepeats decides each on the running total); when they
+// ask different kinds of charge of it, the request is invalid. A shared
+// charge is a quota's only if both descriptors are quotas (then the
+// first's): an ordinary descriptor's denial denies.
+func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, u *use, shadow bool, quota uint32) (int, error) {
 	start := 0
 	if n := len(w.keyEnds); n > 0 {
 		start = w.keyEnds[n-1]
@@ -599,12 +548,15 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 				return 0, w.conflict(i, u)
 			}
 			c.Cost = addCost(c.Cost, u.cost)
+			if quota == 0 && !shadow {
+				c.Quota = 0
+			}
 			return i, nil
 		}
 		prev = end
 	}
 	w.keyEnds = append(w.keyEnds, len(w.keys))
-	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &u.limit.Rate, Cost: u.cost, Kind: u.kind, Shadow: shadow})
+	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &u.limit.Rate, Cost: u.cost, Kind: u.kind, Shadow: shadow, Quota: quota})
 	return len(w.charges) - 1, nil
 }
 
@@ -625,7 +577,7 @@ func (w *work) conflict(i int, u *use) error {
 // respond builds resp from the decisions.
 func (e *Engine) respond(w *work, req *Request, resp *Response) {
 	resp.Code, resp.RetryAfter, resp.Never, resp.Shadowed = algorithms.Allowed, 0, false, false
-	resp.Statuses = resp.Statuses[:0]
+	resp.Statuses, resp.Scopes = resp.Statuses[:0], resp.Scopes[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
@@ -663,28 +615,9 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 			st.Delay = max(st.Delay, d.Delay)
 		}
 	}
-	quotas, quotasOver, quotasNever := 0, 0, 0
-	var quotaRetry time.Duration // the shortest wait until one quota admits
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if st.Shadow {
-			continue
-		}
-		if w.roles[i] == quota {
-			quotas++
-			switch st.Code {
-			case algorithms.OverCapacity:
-				quotasOver++
-				quotasNever++
-			case algorithms.Denied:
-				if quotasOver == quotasNever || st.RetryAfter < quotaRetry {
-					quotaRetry = st.RetryAfter
-				}
-				quotasOver++
-			}
-			continue
-		}
-		if st.Code == algorithms.Allowed {
+		if st.Shadow || w.roles[i] == quota || st.Code == algorithms.Allowed {
 			continue
 		}
 		resp.Code = algorithms.Denied
@@ -693,18 +626,73 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 		}
 		resp.RetryAfter = max(resp.RetryAfter, st.RetryAfter)
 	}
-	if quotas > 0 && quotasOver == quotas {
-		resp.Code = algorithms.Denied
-		if quotasNever == quotas {
-			resp.Never = true
-		}
-		resp.RetryAfter = max(resp.RetryAfter, quotaRetry)
+	if w.quotas > 0 {
+		e.respondQuotas(w, req, resp)
 	}
 	if resp.Never {
 		resp.RetryAfter = 0
 	}
 	if e.shadow && resp.Code != algorithms.Allowed {
 		resp.Code, resp.RetryAfter, resp.Never, resp.Shadowed = algorithms.Allowed, 0, false, true
+	}
+}
+
+// respondQuotas decides the request's quotas by the store's rule
+// (store.QuotasDeny over the decisions the store reported, so that the
+// answer is the one the store settled) and names their scopes.
+func (e *Engine) respondQuotas(w *work, req *Request, resp *Response) {
+	spent := w.quotasOutright == w.quotas || store.QuotasDeny(w.charges, w.decisions)
+	if e.shadow {
+		// Every charge was a shadow charge: whether the quotas would
+		// have denied, for Response.Shadowed, is read from the statuses.
+		spent = true
+		for i := range resp.Statuses {
+			if w.roles[i] == quota && resp.Statuses[i].Code == algorithms.Allowed {
+				spent = false
+			}
+		}
+	}
+	if spent {
+		// Every quota is spent: retry when the first has room again.
+		var retry time.Duration
+		over, never := 0, 0
+		for i := range resp.Statuses {
+			st := &resp.Statuses[i]
+			if w.roles[i] != quota || st.Shadow {
+				continue
+			}
+			switch st.Code {
+			case algorithms.OverCapacity:
+				never++
+			case algorithms.Denied:
+				if over == 0 || st.RetryAfter < retry {
+					retry = st.RetryAfter
+				}
+				over++
+			}
+		}
+		resp.Code = algorithms.Denied
+		if over == 0 && never > 0 {
+			resp.Never = true
+		}
+		resp.RetryAfter = max(resp.RetryAfter, retry)
+	}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if w.roles[i] != quota {
+			continue
+		}
+		entries := req.Descriptors[i].Entries
+		entries = entries[:min(len(entries), ScopeEntries)]
+		g := slices.IndexFunc(resp.Scopes, func(s Scope) bool { return slices.Equal(s.Entries, entries) })
+		if g < 0 {
+			resp.Scopes = append(resp.Scopes, Scope{Entries: entries})
+			g = len(resp.Scopes) - 1
+		}
+		st.Scope = g + 1
+		if st.Code == algorithms.Allowed {
+			resp.Scopes[g].Room = true
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,6 +31,9 @@ descriptors:
     quota_mode: true
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    quota_mode: true
+    rate_limit: {unlimited: true}
 `
 
 // TestQuotaMode: quota descriptors deny a request only when all of them
@@ -60,6 +64,9 @@ func TestQuotaMode(t *testing.T) {
 			[]status{{algorithms.Denied, 0}, {algorithms.Denied, 0}, {algorithms.Allowed, 1}}},
 		{"a single quota decides alone", []string{"plan"}, algorithms.Denied, time.Minute, false,
 			[]status{{algorithms.Denied, 0}}},
+		// An unlimited quota always has room.
+		{"an unlimited quota beside a spent one", []string{"free", "plan"}, algorithms.Allowed, 0, false,
+			[]status{{algorithms.Allowed, UnlimitedRemaining}, {algorithms.Denied, 0}}},
 		// A deny-all quota is a spent quota that never refills.
 		{"deny-all quota beside one with room", []string{"spent", "global"}, algorithms.Denied, 0, true,
 			[]status{{algorithms.OverCapacity, 0}, {algorithms.Allowed, 1}}},
@@ -100,55 +107,125 @@ func TestQuotaMode(t *testing.T) {
 	}
 }
 
-// hookStore is the memory store, running after once, after its first
-// Apply returns: another request arriving between the engine's two store
-// calls.
-type hookStore struct {
+// countingStore is the memory store, counting its Apply calls.
+type countingStore struct {
 	*memory.Store
-	after func()
 	calls int
 }
 
-func (h *hookStore) Apply(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
-	err := h.Store.Apply(ctx, charges, decisions)
-	if h.calls++; h.calls == 1 {
-		h.after()
-	}
-	return err
+func (c *countingStore) Apply(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
+	c.calls++
+	return c.Store.Apply(ctx, charges, decisions)
 }
 
-// TestQuotaModeRace: the quota that had room is spent by another request
-// between the engine's two store calls. The request is then denied, as
-// every quota is spent, and charged nowhere.
-func TestQuotaModeRace(t *testing.T) {
-	p, err := config.Parse("q.yaml", []byte(quotaPolicy))
+// aiGatewayPolicy is what Envoy AI Gateway's translator makes of a
+// QuotaPolicy on backend default/openai, model gpt-4 (a premium tenant's
+// bucket rule, a per-tenant shadow rule, the default bucket), and of
+// another on default/backup, model gpt-4o (its default bucket alone), in
+// budgets small enough to spend in a test.
+const aiGatewayPolicy = `
+domain: ai-gateway-quota
+descriptors:
+  - key: backend_name
+    value: default/openai
+    descriptors:
+      - key: model_name_override
+        value: gpt-4
+        descriptors:
+          - key: rule-0-x-tenant-id|premium-match-0
+            value: rule-0-x-tenant-id|premium-match-0
+            quota_mode: true
+            rate_limit: {unit: hour, requests_per_unit: 5}
+          - key: rule-1-x-tenant-id-match-0
+            quota_mode: true
+            shadow_mode: true
+            rate_limit: {unit: hour, requests_per_unit: 1}
+          - key: rule-2-match--1
+            value: rule-2-match--1
+            quota_mode: true
+            rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: backend_name
+    value: default/backup
+    descriptors:
+      - key: model_name_override
+        value: gpt-4o
+        quota_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+// TestQuotaScopes plays the request-path descriptors Envoy sends for
+// AI Gateway's QuotaPolicy (one per bucket: backend, model, rule) and
+// holds the answers to what its docs promise: a request is allowed while
+// one related bucket has room (Shared mode), 429 once every one is spent,
+// a shadow rule never denies (nor lets a request through); scopes name a
+// backend's model and say which still has room. Each request is one store
+// call.
+func TestQuotaScopes(t *testing.T) {
+	const (
+		premium = "rule-0-x-tenant-id|premium-match-0"
+		tenant  = "rule-1-x-tenant-id-match-0"
+		dflt    = "rule-2-match--1"
+	)
+	openai := func(rule, value string) Descriptor {
+		return Descriptor{Entries: entries("backend_name", "default/openai", "model_name_override", "gpt-4", rule, value)}
+	}
+	backup := Descriptor{Entries: entries("backend_name", "default/backup", "model_name_override", "gpt-4o")}
+	premiumReq := []Descriptor{openai(premium, premium), openai(tenant, "premium-tenant"), openai(dflt, dflt)}
+	acmeReq := []Descriptor{openai(tenant, "acme"), openai(dflt, dflt)}
+	type scope struct {
+		name string
+		room bool
+	}
+	steps := []struct {
+		name   string
+		req    []Descriptor
+		want   algorithms.Code
+		codes  []algorithms.Code
+		scopes []scope
+	}{
+		{"premium: every bucket has room", premiumReq, algorithms.Allowed,
+			[]algorithms.Code{algorithms.Allowed, algorithms.Allowed, algorithms.Allowed}, []scope{{"default/openai gpt-4", true}}},
+		// The tenant's shadow bucket is spent: reported, never denying.
+		{"premium: the default bucket's last unit", premiumReq, algorithms.Allowed,
+			[]algorithms.Code{algorithms.Allowed, algorithms.Denied, algorithms.Allowed}, []scope{{"default/openai gpt-4", true}}},
+		// The default bucket is spent; the premium tenant's own has room.
+		{"premium: on its own bucket", premiumReq, algorithms.Allowed,
+			[]algorithms.Code{algorithms.Allowed, algorithms.Denied, algorithms.Denied}, []scope{{"default/openai gpt-4", true}}},
+		// Another tenant has only the spent default bucket (its shadow
+		// rule has room, and lets nothing through).
+		{"acme: every related bucket spent", acmeReq, algorithms.Denied,
+			[]algorithms.Code{algorithms.Allowed, algorithms.Denied}, []scope{{"default/openai gpt-4", false}}},
+		// A route that fails over to default/backup: its model has room.
+		{"acme with a backup: admitted on the backup", append(acmeReq[:2:2], backup), algorithms.Allowed,
+			[]algorithms.Code{algorithms.Allowed, algorithms.Denied, algorithms.Allowed},
+			[]scope{{"default/openai gpt-4", false}, {"default/backup gpt-4o", true}}},
+		{"acme with a spent backup", append(acmeReq[:2:2], backup), algorithms.Denied,
+			[]algorithms.Code{algorithms.Denied, algorithms.Denied, algorithms.Denied},
+			[]scope{{"default/openai gpt-4", false}, {"default/backup gpt-4o", false}}},
+	}
+	p, err := config.Parse("q.yaml", []byte(aiGatewayPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &hookStore{Store: memory.New(clock.NewFake(t0))}
+	s := &countingStore{Store: memory.New(clock.NewFake(t0))}
 	e := New(p, s)
-	alice := func(keys ...string) *Request {
-		r := &Request{Domain: "q"}
-		for _, k := range keys {
-			r.Descriptors = append(r.Descriptors, Descriptor{Entries: entries(k, "alice")})
+	for _, st := range steps {
+		s.calls = 0
+		r := decide(t, e, &Request{Domain: "ai-gateway-quota", Descriptors: st.req})
+		if r.Code != st.want || s.calls != 1 {
+			t.Errorf("%s: %v after %d store calls, want %v after 1", st.name, r.Code, s.calls, st.want)
 		}
-		return r
-	}
-	s.after = func() {}
-	decide(t, e, alice("bonus")) // bonus spent
-	s.calls = 0
-	s.after = func() {
-		spend := alice("plan")
-		spend.Hits = 2
-		if r := decide(t, e, spend); r.Code != algorithms.Allowed {
-			t.Errorf("spending plan: %v", r.Code)
+		for i, c := range st.codes {
+			if r.Statuses[i].Code != c {
+				t.Errorf("%s: descriptor %d %v, want %v", st.name, i, r.Statuses[i].Code, c)
+			}
 		}
-	}
-	r := decide(t, e, alice("plan", "bonus", "global"))
-	if r.Code != algorithms.Denied || r.RetryAfter != time.Second || s.calls != 3 {
-		t.Errorf("got %v retry %v after %d store calls, want denied, retry 1s, 3 calls", r.Code, r.RetryAfter, s.calls)
-	}
-	if got := r.Statuses[2].Remaining; got != 3 {
-		t.Errorf("global remaining %d, want 3 (charged nowhere)", got)
+		var got []scope
+		for _, sc := range r.Scopes {
+			got = append(got, scope{sc.Entries[0].Value + " " + sc.Entries[1].Value, sc.Room})
+		}
+		if !slices.Equal(got, st.scopes) {
+			t.Errorf("%s: scopes %v, want %v", st.name, got, st.scopes)
+		}
 	}
 }

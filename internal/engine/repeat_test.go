@@ -129,10 +129,12 @@ func sameBucket(t *testing.T, e *Engine, costs ...int64) *Response {
 }
 
 // TestSameQuotaTwice: two quota_mode descriptors naming one bucket, as two
-// QuotaPolicies on one backend and model make Envoy send: the request
-// passes while the first has room on the running total, as upstream
-// answers (every quota must be over for OVER_LIMIT), and is charged the
-// quota with room.
+// QuotaPolicies on one backend and model make Envoy send, are one quota
+// charge of their summed cost (the store's quota rule admits or spends a
+// charge whole): decided together, not on the running total as upstream
+// decides them — 9 of 10 used and two quotas of 1 are denied, where
+// upstream lets the first through. Both statuses say so, and nothing is
+// charged for nothing.
 func TestSameQuotaTwice(t *testing.T) {
 	e := newEngine(t, `
 domain: d
@@ -144,16 +146,13 @@ descriptors:
 	sameBucket(t, e, 9)
 	r := sameBucket(t, e, 1, 1)
 	got := fmt.Sprintf("%v: %v %d, %v %d", r.Code, r.Statuses[0].Code, r.Statuses[0].Remaining, r.Statuses[1].Code, r.Statuses[1].Remaining)
-	if want := "allowed: allowed 0, denied 1"; got != want {
+	if want := "denied: denied 1, denied 1"; got != want {
 		t.Errorf("9 of 10 used, two quotas of 1: %s, want %s", got, want)
 	}
-	// The quota with room is charged; the one over it is not (a quota over
-	// its limit is not charged: see the engine's doc).
-	if got := sameBucket(t, e, 0).Statuses[0].Remaining; got != 0 {
-		t.Errorf("after it, %d remaining, want 0 (the first quota's 1 charged)", got)
+	if got := sameBucket(t, e, 0).Statuses[0].Remaining; got != 1 {
+		t.Errorf("after it, %d remaining, want 1 (nothing charged)", got)
 	}
-	r = sameBucket(t, e, 2, 1)
-	if r.Code != algorithms.Denied || r.Statuses[0].Code != algorithms.Denied || r.Statuses[1].Code != algorithms.Denied {
-		t.Errorf("no quota has room: %+v", r)
+	if r := sameBucket(t, e, 1); r.Code != algorithms.Allowed || r.Statuses[0].Remaining != 0 {
+		t.Errorf("one quota of 1 with 1 left: %+v", r)
 	}
 }

@@ -106,18 +106,22 @@ type Response struct {
 	// applied whatever Code says (see the package doc), and an overdraft
 	// charge that leaves its bucket in debt is itself a denial.
 	//
-	// Descriptors of quota_mode rules (config.Rule.QuotaMode) are the
-	// exception, as in envoyproxy/ratelimit: they deny the request only
-	// when every one of them is over its limit. When some are and others
-	// are not, the request is admitted: the quotas over their limit report
-	// Denied (or OverCapacity) in their statuses and are not charged (as a
-	// shadow rule's denied bucket is not), the rest is charged. To decide
-	// so atomically, the engine applies the charges once with every quota
-	// able to deny and, if only quotas denied and one had room, again with
-	// the spent ones unable to: one more store call (a Redis round trip)
-	// per request that meets a spent quota. When every quota is spent,
-	// RetryAfter is the shortest wait until one of them has room (Never
-	// when none ever will), or longer if another descriptor denies too.
+	// Descriptors of quota_mode rules (config.Rule.QuotaMode; not in
+	// shadow mode) are quotas, the exception: they deny the request only
+	// when every one of them is spent — over its limit (any of its limits
+	// not Allowed) — the way Envoy AI Gateway's QuotaPolicy promises (429
+	// once every related bucket is spent). When some are spent and others
+	// are not, the request is admitted: the spent quotas report Denied (or
+	// OverCapacity) in their statuses and are not charged (as a shadow
+	// rule's denied bucket is not), the rest is charged. The store settles
+	// this in the one call that settles the request (store.Settle's rule
+	// 5), so it is atomic. A quota whose limits are unlimited or replaced
+	// has room; one that a requests_per_unit: 0 limit denies is spent. A
+	// shadow_mode quota is a shadow rule: it never denies and gives the
+	// other quotas no room. When every quota is spent, RetryAfter is the
+	// shortest wait until one of them has room (Never when none ever will),
+	// or longer if another descriptor denies too. Scopes group the quotas;
+	// they name what has room and do not change the decision.
 	Code algorithms.Code
 	// RetryAfter, when Denied, is the longest RetryAfter of the denying
 	// non-shadow statuses: after it the same request would be admitted if
@@ -133,6 +137,31 @@ type Response struct {
 	Shadowed bool
 	// Statuses holds one status per descriptor, in request order.
 	Statuses []Status
+	// Scopes are the scopes of the request's quotas (see Scope), in the
+	// order of their first descriptor in the request; empty when it has
+	// none. A quota's Status.Scope says which is its.
+	Scopes []Scope
+}
+
+// ScopeEntries is how many of a quota descriptor's first entries name its
+// scope.
+const ScopeEntries = 2
+
+// Scope is a group of a request's quotas: the quota descriptors whose
+// first ScopeEntries entries (all of them, for a shorter descriptor) are
+// the same, keys and values. Envoy AI Gateway's QuotaPolicy descriptors
+// start with backend_name and model_name_override, so its scopes are a
+// backend's models: a model's default bucket and its bucket rules are one
+// scope, each backend and model of a route another. Scopes do not change
+// the decision (the request is denied when every quota of every scope is
+// spent); they say which still have room, for a router that fails over
+// to one that does.
+type Scope struct {
+	// Entries name the scope: its descriptors' first entries. They are
+	// the request's own (a part of its first descriptor in the scope).
+	Entries []config.Entry
+	// Room: a quota of the scope has room (its status is Allowed).
+	Room bool
 }
 
 // Status is the decision for one descriptor.
@@ -170,6 +199,10 @@ type Status struct {
 	// set for unmatched descriptors too. Metrics count hits with it, as
 	// Envoy's service does.
 	Cost int64
+	// Scope, for a quota (a descriptor of a quota_mode rule not in shadow
+	// mode), is 1 + the index of its scope in Response.Scopes; 0 for any
+	// other descriptor.
+	Scope int
 	// Kind is how the deciding limit's bucket was charged (store.Admit for
 	// a charge that must fit, or a peek; store.Overdraft, store.Check,
 	// store.Refund); for a descriptor without a deciding limit, what its
@@ -251,6 +284,18 @@ type InvalidError struct {
 }
 
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Problem }
+
+// RefusedError reports a well-formed request that the policy refuses
+// outright, whatever the buckets hold: a descriptor asking a refund of a
+// rule that takes none (config.Rule.NoRefunds). Nothing of the request is
+// applied. Field names the descriptor as InvalidError's does; every API
+// answers it PermissionDenied (internal/grpcstatus).
+type RefusedError struct {
+	Field   string
+	Problem string
+}
+
+func (e *RefusedError) Error() string { return e.Field + ": " + e.Problem }
 
 func invalid(field, format string, args ...any) *InvalidError {
 	return &InvalidError{Field: field, Problem: fmt.Sprintf(format, args...)}

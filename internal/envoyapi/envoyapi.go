@@ -81,7 +81,8 @@
 // no Retry-After is sent for it. A leaky_bucket_queue admits requests as
 // leaky_bucket does: v3 has no field for the delay that would space them.
 //
-// Response headers are optional: see Headers.
+// Response headers are optional: see Headers. So is dynamic_metadata, as
+// upstream's: see WithDynamicMetadata.
 package envoyapi
 
 import (
@@ -109,8 +110,9 @@ import (
 // engine.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine  *engine.Engine
-	headers Headers
+	engine   *engine.Engine
+	headers  Headers
+	metadata bool // WithDynamicMetadata
 }
 
 // Option configures a Server.
@@ -231,6 +233,9 @@ func (s *Server) response(in *rlsv3.RateLimitRequest, r *engine.Response) *rlsv3
 		out.Statuses[i] = descriptorStatus(&r.Statuses[i], in.GetDescriptors()[i].GetLimit())
 	}
 	out.ResponseHeadersToAdd = s.headers.headers(r, out)
+	if s.metadata {
+		out.DynamicMetadata = dynamicMetadata(in, r, out.Statuses)
+	}
 	return out
 }
 

@@ -159,7 +159,25 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 		if st.Delay > 0 {
 			ds.Delay = durationpb.New(st.Delay)
 		}
+		if st.Rule != nil {
+			ds.Metadata = st.Rule.Metadata
+		}
+		if st.Scope > 0 {
+			scope := uint32(st.Scope)
+			ds.Scope = &scope
+		}
 		out.Statuses[i] = ds
+	}
+	out.Metadata = r.Metadata()
+	if len(r.Scopes) > 0 {
+		out.Quotas = &ratelimitv1.Quotas{}
+		for g, sc := range r.Scopes {
+			qs := &ratelimitv1.QuotaScope{Room: sc.Room, Metadata: r.ScopeMetadata(g)}
+			for _, e := range sc.Entries {
+				qs.Entries = append(qs.Entries, &ratelimitv1.Entry{Key: e.Key, Value: e.Value})
+			}
+			out.Quotas.Scopes = append(out.Quotas.Scopes, qs)
+		}
 	}
 	return out
 }

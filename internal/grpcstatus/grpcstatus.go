@@ -19,6 +19,10 @@ import (
 //
 //   - InvalidArgument, with the problem as the message, for a malformed
 //     request (an *engine.InvalidError anywhere in err's chain);
+//   - PermissionDenied, with the problem as the message, for a request the
+//     policy refuses outright (an *engine.RefusedError: a refund of a rule
+//     with refunds: false), as the authorization policy refuses a refund
+//     its grants do not allow;
 //   - the context's code (Canceled or DeadlineExceeded) when the call was
 //     cancelled or ran out of time;
 //   - Unavailable, "rate limit store: …", for anything else: the store
@@ -26,12 +30,17 @@ import (
 //
 // Of(nil) is nil.
 func Of(err error) error {
-	var inv *engine.InvalidError
+	var (
+		inv     *engine.InvalidError
+		refused *engine.RefusedError
+	)
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, inv.Error())
+	case errors.As(err, &refused):
+		return status.Error(codes.PermissionDenied, refused.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:

@@ -15,6 +15,7 @@ import (
 
 func TestOf(t *testing.T) {
 	invalid := &engine.InvalidError{Field: "domain", Problem: "must not be empty"}
+	refused := &engine.RefusedError{Field: "descriptors[0]", Problem: "asks a refund of rule d.k, which takes no refunds"}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -23,6 +24,7 @@ func TestOf(t *testing.T) {
 	}{
 		{"invalid request", invalid, codes.InvalidArgument, invalid.Error()},
 		{"invalid request, wrapped", fmt.Errorf("translating: %w", invalid), codes.InvalidArgument, invalid.Error()},
+		{"a refund the policy refuses", refused, codes.PermissionDenied, refused.Error()},
 		{"cancelled", context.Canceled, codes.Canceled, context.Canceled.Error()},
 		{"timed out, wrapped", fmt.Errorf("redis: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "redis: context deadline exceeded"},
 		{"store failure", errors.New("connection refused"), codes.Unavailable, "rate limit store: connection refused"},

@@ -31,8 +31,17 @@ type Conn struct {
 
 // Dial connects to addr, sends the client preface and empty SETTINGS, and
 // reads the server's SETTINGS (within wait).
-func Dial(addr string, wait time.Duration) (*Conn, error) {
-	nc, err := net.Dial("tcp", addr)
+func Dial(addr string, wait time.Duration) (*Conn, error) { return DialFrom("", addr, wait) }
+
+// DialFrom is Dial from the local IP address from (empty: any). On Linux
+// any address of 127.0.0.0/8 reaches a listener on 127.0.0.1: a test can
+// be many sources at once.
+func DialFrom(from, addr string, wait time.Duration) (*Conn, error) {
+	var d net.Dialer
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +103,20 @@ func (c *Conn) Open(method string, extra ...string) (uint32, error) {
 func (c *Conn) SendPart(id uint32, size, part int) error {
 	b := make([]byte, 5+part)
 	binary.BigEndian.PutUint32(b[1:5], uint32(size))
+	return c.writeData(id, b)
+}
+
+// Send sends, on stream id, one whole gRPC message (its prefix and msg),
+// in DATA frames of at most 16 KiB, without ending the stream.
+func (c *Conn) Send(id uint32, msg []byte) error {
+	b := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(msg)))
+	return c.writeData(id, append(b, msg...))
+}
+
+// writeData sends b on stream id in DATA frames of at most 16 KiB, without
+// ending the stream.
+func (c *Conn) writeData(id uint32, b []byte) error {
 	for len(b) > 0 {
 		n := min(len(b), 16<<10)
 		if err := c.Fr.WriteData(id, false, b[:n]); err != nil {

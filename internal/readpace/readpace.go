@@ -18,6 +18,22 @@
 // StreamCost bytes besides the bytes of its frames, so that a sender that
 // opens stream after stream with little data in each is paced too.
 //
+// A strike paces the connection's source too (internal/source: its IPv4
+// address, or its IPv6 /64): a connection that source opens within Quiet
+// of the strike is paced from its first Read, as the struck one is, until
+// Quiet has passed since that strike. A sender whose paced connection is
+// struck cannot shed its pace by opening a new one; a client sharing its
+// address (behind one NAT) has its new connections paced meanwhile, and
+// read at their share of Rate, not refused. At most MaxSources sources
+// are remembered at once: a strike of another source, that many being
+// remembered and none expired, paces its connection only. A source has at
+// most MaxPacedPerSource connections paced at once: when one more of its
+// connections is to be paced, the one of them that owes the most (whose
+// reads are paid for latest) is closed. A sender that abandons paced
+// connections for new ones, which would each linger until it has paid
+// what it owes (a closed connection is noticed only when it is read),
+// thus holds that many at most.
+//
 // A connection is paced until Quiet has passed since its last strike:
 // a client whose one stream was ended recovers after Quiet, reading paced
 // meanwhile at its share of Rate. (A paced connection leaves the count
@@ -34,6 +50,7 @@ package readpace
 import (
 	"context"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +59,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/source"
 )
 
 const (
@@ -51,6 +69,11 @@ const (
 	// StreamCost is what a new stream costs a paced connection, in bytes
 	// of its pace.
 	StreamCost = 4 << 10
+	// MaxSources is how many struck sources a Pacer remembers at once.
+	MaxSources = 4096
+	// MaxPacedPerSource is how many connections of one source are paced
+	// at once.
+	MaxPacedPerSource = 16
 )
 
 // Pacer paces the reads of the connections of its listeners that were
@@ -64,15 +87,17 @@ type Pacer struct {
 
 	paced atomic.Int64 // connections paced now
 
-	mu    sync.Mutex
-	conns map[net.Addr]*Conn // open, by remote address (the very value RemoteAddr returns)
+	mu      sync.Mutex
+	conns   map[net.Addr]*Conn                  // open, by remote address (the very value RemoteAddr returns)
+	sources map[netip.Prefix]int64              // struck sources: until when (clock time) their new connections are paced
+	pacedBy map[netip.Prefix]map[*Conn]struct{} // the paced connections, by source
 }
 
 // New returns a Pacer reading the paced connections at most rate bytes a
 // second altogether (at least 1), each of them for quiet after its last
 // strike.
 func New(rate int64, quiet time.Duration) *Pacer {
-	return &Pacer{rate: max(rate, 1), quiet: quiet, clock: clock.NewMonotonic(), sleep: sleep, conns: map[net.Addr]*Conn{}}
+	return &Pacer{rate: max(rate, 1), quiet: quiet, clock: clock.NewMonotonic(), sleep: sleep, conns: map[net.Addr]*Conn{}, sources: map[netip.Prefix]int64{}, pacedBy: map[netip.Prefix]map[*Conn]struct{}{}}
 }
 
 // sleep waits d, or until cancel is closed.
@@ -101,10 +126,14 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{Conn: nc, p: l.p, closed: make(chan struct{})}
+	c := &Conn{Conn: nc, p: l.p, src: source.Of(nc.RemoteAddr()), closed: make(chan struct{})}
 	l.p.mu.Lock()
 	l.p.conns[nc.RemoteAddr()] = c
+	until := l.p.sources[c.src]
 	l.p.mu.Unlock()
+	if until != 0 {
+		c.pace(until)
+	}
 	return c, nil
 }
 
@@ -112,10 +141,11 @@ func (l *listener) Accept() (net.Conn, error) {
 type Conn struct {
 	net.Conn
 	p     *Pacer
+	src   netip.Prefix
 	until atomic.Int64 // while paced, the time (clock.Clock's) its pacing ends; 0 when not paced
+	tat   atomic.Int64 // when what it has read so far is paid for (clock time); changed under mu
 
-	mu     sync.Mutex    // for the fields below and the changes of until
-	tat    int64         // when what it has read so far is paid for (clock time)
+	mu     sync.Mutex    // for the changes of until and tat
 	closed chan struct{} // closed by Close
 }
 
@@ -137,7 +167,7 @@ func (c *Conn) pacedRead(b []byte) (int, error) {
 		c.mu.Unlock()
 		return c.Conn.Read(b)
 	}
-	wait := time.Duration(c.tat - now)
+	wait := time.Duration(c.tat.Load() - now)
 	c.mu.Unlock()
 	if wait > 0 {
 		c.p.sleep(wait, c.closed)
@@ -160,13 +190,20 @@ func (c *Conn) charge(n int64) {
 		return
 	}
 	now := c.p.clock.Now()
-	c.tat = max(c.tat, now) + n*int64(time.Second)*max(c.p.paced.Load(), 1)/c.p.rate
+	c.tat.Store(max(c.tat.Load(), now) + n*int64(time.Second)*max(c.p.paced.Load(), 1)/c.p.rate)
 }
 
 // unpace stops pacing c. Under c.mu.
 func (c *Conn) unpace() {
 	if c.until.Swap(0) != 0 {
 		c.p.paced.Add(-1)
+		c.p.mu.Lock()
+		if set := c.p.pacedBy[c.src]; set != nil {
+			if delete(set, c); len(set) == 0 {
+				delete(c.p.pacedBy, c.src)
+			}
+		}
+		c.p.mu.Unlock()
 	}
 }
 
@@ -197,24 +234,93 @@ func (p *Pacer) conn(addr net.Addr) *Conn {
 
 // Strike paces the connection whose remote address is addr (the very
 // value its RemoteAddr returns, as grpc-go's peer.Addr is) for Quiet from
-// now. It does nothing for an address none of p's open connections has.
+// now, and the connections its source opens meanwhile. It does nothing
+// for an address none of p's open connections has.
 func (p *Pacer) Strike(addr net.Addr) {
 	c := p.conn(addr)
 	if c == nil {
 		return
 	}
+	until := p.clock.Now() + int64(p.quiet)
+	p.strikeSource(c.src, until)
+	c.pace(until)
+}
+
+// strikeSource remembers that the source's new connections are paced until
+// until, making room among MaxSources by forgetting the expired.
+func (p *Pacer) strikeSource(src netip.Prefix, until int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.sources[src]; !ok && len(p.sources) >= MaxSources {
+		now := p.clock.Now()
+		for s, u := range p.sources {
+			if u <= now {
+				delete(p.sources, s)
+			}
+		}
+		if len(p.sources) >= MaxSources {
+			return
+		}
+	}
+	p.sources[src] = until
+}
+
+// pace paces c until until (clock time), unless it is closed or paced
+// longer already; when that makes more than MaxPacedPerSource of its
+// source's connections paced, it closes the one of them that owes the
+// most.
+func (c *Conn) pace(until int64) {
+	if victim := c.startPace(until); victim != nil {
+		victim.Close()
+	}
+}
+
+// startPace is pace but for the closing: it returns the connection to close.
+func (c *Conn) startPace(until int64) (victim *Conn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {
 	case <-c.closed:
-		return
+		return nil
 	default:
 	}
-	now := p.clock.Now()
-	if c.until.Swap(now+int64(p.quiet)) == 0 {
-		p.paced.Add(1)
-		c.tat = now
+	now := c.p.clock.Now()
+	if until <= now {
+		return nil
 	}
+	old := c.until.Load()
+	if old > until {
+		return nil
+	}
+	c.until.Store(until)
+	if old != 0 {
+		return nil
+	}
+	c.tat.Store(now)
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	set := c.p.pacedBy[c.src]
+	if set == nil {
+		set = map[*Conn]struct{}{}
+		c.p.pacedBy[c.src] = set
+	}
+	set[c] = struct{}{}
+	if len(set) > MaxPacedPerSource {
+		for o := range set {
+			if o != c && (victim == nil || o.tat.Load() > victim.tat.Load()) {
+				victim = o
+			}
+		}
+		// The victim stops counting now, before c counts, so that Paced
+		// never reads more than MaxPacedPerSource of one source; closing it
+		// finds it unpaced already. Meanwhile it is not chosen twice.
+		delete(set, victim)
+		if victim.until.Swap(0) != 0 {
+			c.p.paced.Add(-1)
+		}
+	}
+	c.p.paced.Add(1)
+	return victim
 }
 
 // Tap is a tap.ServerInHandle: a new stream costs its connection

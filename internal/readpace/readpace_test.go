@@ -36,13 +36,21 @@ func fakePacer(t *testing.T) (p *Pacer, fake *clock.Fake, slept func() time.Dura
 // listener p wraps, and the client's end.
 func pipe(t *testing.T, p *Pacer) (server *Conn, client net.Conn) {
 	t.Helper()
+	return pipeFrom(t, p, "127.0.0.1")
+}
+
+// pipeFrom is pipe with the client's end on the local address from (any
+// of 127.0.0.0/8 reaches a listener on 127.0.0.1: a source of its own).
+func pipeFrom(t *testing.T, p *Pacer, from string) (server *Conn, client net.Conn) {
+	t.Helper()
 	nl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := p.Wrap(nl)
 	t.Cleanup(func() { l.Close() })
-	client, err = net.Dial("tcp", nl.Addr().String())
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	client, err = d.Dial("tcp", nl.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,5 +221,81 @@ func TestCloseEndsPacedRead(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
 		t.Fatal("Close did not end the paced Read's wait")
+	}
+}
+
+// TestSuccessorPaced: a strike paces the connections its source opens
+// until Quiet has passed since it, from their first read; another
+// source's connections are not paced, nor the source's after Quiet.
+func TestSuccessorPaced(t *testing.T) {
+	p, fake, slept := fakePacer(t)
+	struck, _ := pipeFrom(t, p, "127.0.0.2")
+	p.Strike(struck.RemoteAddr())
+	struck.Close() // the sender leaves it for a new one
+
+	other, clientOther := pipeFrom(t, p, "127.0.0.3")
+	send(clientOther, 1<<20)
+	readAll(t, other, 1<<20)
+	if slept() != 0 || p.Paced() != 0 {
+		t.Fatalf("another source's connection: slept %v, %d paced; want unpaced", slept(), p.Paced())
+	}
+
+	successor, client := pipeFrom(t, p, "127.0.0.2")
+	if p.Paced() != 1 {
+		t.Fatalf("%d paced after the struck source connected again, want 1", p.Paced())
+	}
+	const n = 256 << 10
+	send(client, n)
+	if largest := readAll(t, successor, n); largest > Chunk {
+		t.Errorf("the successor read %d bytes at once, more than Chunk (%d)", largest, Chunk)
+	}
+	if got, lo, hi := slept(), paid(n-Chunk, rate), paid(n, rate); got < lo || got > hi {
+		t.Errorf("the successor: %d bytes slept %v, want between %v and %v", n, got, lo, hi)
+	}
+
+	fake.Advance(30 * time.Second)
+	later, clientLater := pipeFrom(t, p, "127.0.0.2")
+	before := slept()
+	send(clientLater, n)
+	readAll(t, later, n)
+	if slept() != before {
+		t.Errorf("a connection of the source Quiet after the strike slept %v, want unpaced", slept()-before)
+	}
+}
+
+// TestPacedPerSourceBounded: a source has at most MaxPacedPerSource
+// connections paced; one more closes the one of them that owes the most.
+func TestPacedPerSourceBounded(t *testing.T) {
+	p, _, _ := fakePacer(t)
+	first, _ := pipeFrom(t, p, "127.0.0.2")
+	p.Strike(first.RemoteAddr())
+	clients := map[*Conn]net.Conn{}
+	for range MaxPacedPerSource - 1 {
+		c, client := pipeFrom(t, p, "127.0.0.2")
+		clients[c] = client
+	}
+	if p.Paced() != MaxPacedPerSource {
+		t.Fatalf("%d paced, want %d", p.Paced(), MaxPacedPerSource)
+	}
+	var owing *Conn
+	for c := range clients {
+		owing = c
+		break
+	}
+	if _, err := p.Tap(peer.NewContext(context.Background(), &peer.Peer{Addr: owing.RemoteAddr()}), nil); err != nil {
+		t.Fatal(err)
+	} // it owes a stream's cost, the others nothing
+	pipeFrom(t, p, "127.0.0.2")
+	if p.Paced() != MaxPacedPerSource {
+		t.Errorf("%d paced after one more connection of the source, want %d", p.Paced(), MaxPacedPerSource)
+	}
+	clients[owing].SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound on a hang
+	if _, err := clients[owing].Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the connection owing the most: read %v, want EOF (closed)", err)
+	}
+	for c, client := range clients {
+		if c != owing && c.until.Load() == 0 {
+			t.Errorf("connection %v no longer paced", client.LocalAddr())
+		}
 	}
 }

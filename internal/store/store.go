@@ -80,6 +80,13 @@ type Charge struct {
 	// denial counts as any charge's, so one that must not deny the request
 	// is Shadow too.
 	Probe bool
+	// Quota, when not 0, makes the charge one of a quota's: the charges of
+	// a request with the same Quota are one quota descriptor's (its
+	// limits' buckets), and a quota's denial does not deny the request by
+	// itself — the request is denied by its quotas only when every one of
+	// them is over its limit (Settle states the rule). 0: an ordinary
+	// charge. Ignored on a Shadow charge, which never denies.
+	Quota uint32
 }
 
 // Decide decides c alone against its bucket's state s at now, as its Kind
@@ -146,6 +153,16 @@ type Store interface {
 //  4. A shadow Admit or Check never denies the request; a denied shadow
 //     Admit is reported as denied and not applied. A shadow Overdraft or
 //     Refund is applied as any other.
+//  5. Quotas: the non-shadow charges with the same Quota (not 0) are one
+//     quota. A quota has room when none of its charges is denied (in the
+//     sense of 2), and is spent otherwise. A spent quota does not deny the
+//     request by itself: the request's quotas deny it only when it has at
+//     least one quota and every one is spent. When the request is
+//     admitted, a spent quota's charges are treated as shadow charges are
+//     (a denied Admit not applied), the others as any charge. So a request
+//     with quotas q1…qn and ordinary charges is admitted iff no ordinary
+//     charge denies and some qi has room; one quota alone decides as an
+//     ordinary charge would.
 //
 // states[i] is charges[i]'s bucket state on entry and, on return, the state
 // to store for it; charges[i].Applied(decisions[i], admitted) says whether
@@ -159,6 +176,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 	before = append(before, states...)
 
 	admitted = true
+	quotas := false
 	for i := range charges {
 		c := &charges[i]
 		next, d := c.Decide(states[i], now)
@@ -166,9 +184,16 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 		if d.Code == algorithms.Allowed || c.Kind == Overdraft {
 			states[i] = next
 		}
-		if d.Code != algorithms.Allowed && !c.Shadow {
+		switch {
+		case c.Shadow:
+		case c.Quota != 0:
+			quotas = true
+		case d.Code != algorithms.Allowed:
 			admitted = false
 		}
+	}
+	if admitted && quotas {
+		admitted = !QuotasDeny(charges, decisions)
 	}
 	if admitted {
 		return true
@@ -184,4 +209,41 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 		}
 	}
 	return false
+}
+
+// QuotasDeny reports whether the quotas of a request whose charges were
+// decided decisions deny it (Settle's rule 5): whether it has a quota
+// (a non-shadow charge with Quota not 0) and every quota has a denied
+// charge. A decision counts as a denial when its Code is not Allowed. The
+// decisions Settle reports for a denied request give the same answer as
+// the ones it decided (an admitted Admit reported as a peek is Allowed).
+func QuotasDeny(charges []Charge, decisions []algorithms.Decision) bool {
+	// A quota has room when none of its charges is denied: find one.
+	// Quotas are few (one per descriptor), so a quadratic scan that
+	// allocates nothing is cheaper than a set.
+	has := false
+	for i := range charges {
+		q := charges[i].Quota
+		if q == 0 || charges[i].Shadow {
+			continue
+		}
+		has = true
+		first, room := true, true
+		for j := range charges {
+			if charges[j].Quota != q || charges[j].Shadow {
+				continue
+			}
+			if j < i {
+				first = false // decided with its quota's first charge
+				break
+			}
+			if decisions[j].Code != algorithms.Allowed {
+				room = false
+			}
+		}
+		if first && room {
+			return false
+		}
+	}
+	return has
 }

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -226,5 +227,110 @@ func TestKindString(t *testing.T) {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
+	}
+}
+
+// TestSettleModel holds Settle to a model of its rule written apart from it:
+// each charge decided alone, then the request admitted iff no ordinary
+// non-shadow charge is denied and, when it has quotas, one quota has every
+// charge allowed (quotas as sets of charges); each state stored and each
+// decision reported as the rule says. Random requests of up to six charges
+// on random states, every kind, some shadow, quotas of one to three
+// charges.
+func TestSettleModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(30, 1243))
+	var limits []algorithms.Limit
+	for _, alg := range algorithms.Algorithms() {
+		burst := int64(0)
+		if alg == algorithms.TokenBucket || alg == algorithms.LeakyBucket || alg == algorithms.LeakyBucketQueue {
+			burst = 4
+		}
+		l, err := algorithms.NewLimit(alg, 3, time.Minute, burst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits = append(limits, l)
+	}
+	kinds := []store.Kind{store.Admit, store.Admit, store.Check, store.Overdraft, store.Refund}
+	admittedSeen, deniedByQuotas := 0, 0
+	for n := range 20000 {
+		count := 1 + rng.IntN(6)
+		charges := make([]store.Charge, count)
+		states := make([]algorithms.State, count)
+		for i := range charges {
+			l := &limits[rng.IntN(len(limits))]
+			charges[i] = store.Charge{Key: []byte{byte(i)}, Limit: l, Cost: rng.Int64N(6), Kind: kinds[rng.IntN(len(kinds))],
+				Shadow: rng.IntN(6) == 0}
+			if rng.IntN(3) > 0 {
+				charges[i].Quota = 1 + uint32(rng.IntN(3))
+			}
+			states[i], _ = l.Overdraft(algorithms.State{}, now-rng.Int64N(int64(time.Minute)), rng.Int64N(6))
+		}
+		before := append([]algorithms.State(nil), states...)
+
+		// The model.
+		alone := make([]algorithms.Decision, count)
+		next := make([]algorithms.State, count)
+		for i := range charges {
+			next[i], alone[i] = charges[i].Decide(before[i], now)
+		}
+		ordinaryDenied := false
+		quotaRoom := map[uint32]bool{} // quota → every charge allowed
+		for i, c := range charges {
+			denied := alone[i].Code != algorithms.Allowed
+			switch {
+			case c.Shadow:
+			case c.Quota == 0:
+				ordinaryDenied = ordinaryDenied || denied
+			default:
+				room, seen := quotaRoom[c.Quota]
+				quotaRoom[c.Quota] = (room || !seen) && !denied
+			}
+		}
+		someRoom := len(quotaRoom) == 0
+		for _, room := range quotaRoom {
+			someRoom = someRoom || room
+		}
+		wantAdmitted := !ordinaryDenied && someRoom
+		if !ordinaryDenied && !someRoom {
+			deniedByQuotas++
+		}
+		if wantAdmitted {
+			admittedSeen++
+		}
+
+		decisions := make([]algorithms.Decision, count)
+		admitted := store.Settle(charges, states, now, decisions)
+		if admitted != wantAdmitted {
+			t.Fatalf("request %d %+v: admitted %v, want %v", n, charges, admitted, wantAdmitted)
+		}
+		if got := store.QuotasDeny(charges, decisions); got != (len(quotaRoom) > 0 && !someRoom) {
+			t.Fatalf("request %d: QuotasDeny %v over the reported decisions, want %v", n, got, !someRoom)
+		}
+		for i, c := range charges {
+			wantState, wantDecision := before[i], alone[i]
+			switch {
+			case c.Cost <= 0 && c.Kind != store.Check:
+			case c.Kind == store.Overdraft || c.Kind == store.Refund:
+				wantState = next[i]
+			case c.Kind == store.Admit && alone[i].Code == algorithms.Allowed:
+				if wantAdmitted {
+					wantState = next[i]
+				} else {
+					_, wantDecision = c.Limit.Decide(before[i], now, 0)
+				}
+			}
+			stored := before[i]
+			if c.Applied(decisions[i], admitted) {
+				stored = states[i]
+			}
+			if stored != wantState || decisions[i] != wantDecision {
+				t.Fatalf("request %d, charge %d (%v of %d, quota %d, shadow %v): stored %+v decided %+v, want %+v and %+v",
+					n, i, c.Kind, c.Cost, c.Quota, c.Shadow, stored, decisions[i], wantState, wantDecision)
+			}
+		}
+	}
+	if admittedSeen < 2000 || deniedByQuotas < 500 {
+		t.Fatalf("the random requests cover too little: %d admitted, %d denied by their quotas", admittedSeen, deniedByQuotas)
 	}
 }

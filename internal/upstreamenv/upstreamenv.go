@@ -16,9 +16,13 @@
 //     Translate returns an error naming the variable.
 //
 // A value upstream could not parse (a bad boolean, number or duration) is
-// refused too, naming the variable. The command line wins over the
-// environment: cmd/ratelimitd sets the translated flags before it parses
-// its arguments.
+// refused too, naming the variable. A value that parses is passed to its
+// flag as it is, never dropped for the flag's default: cmd/ratelimitd sets
+// each flag with flag.FlagSet.Set, so the flag's own check refuses what it
+// refuses on the command line (REDIS_TIMEOUT=0s as --redis-timeout=0s,
+// say), and the error names the variable beside the flag. The command line
+// wins over the environment: cmd/ratelimitd sets the translated flags
+// before it parses its arguments.
 package upstreamenv
 
 import (
@@ -122,6 +126,16 @@ func (r *reader) duration(name string) time.Duration {
 		r.fail(fmt.Errorf("%s=%q: want a duration such as 3s", name, s))
 	}
 	return d
+}
+
+// durationFlag sets the flag called flag to the duration of the variable
+// called name (upstream's default when it is unset), whatever it is: a
+// value the flag refuses (0, a negative duration) is refused when the flag
+// is set, naming the variable, not replaced by the flag's default.
+func (r *reader) durationFlag(flag, name string) {
+	if r.str(name) != "" {
+		r.flag(flag, r.duration(name).String(), name)
+	}
 }
 
 func (r *reader) fail(err error) {
@@ -268,14 +282,10 @@ func (r *reader) xds() {
 	if h := r.str("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"); h != "" {
 		r.flag("xds-headers", h, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
 	}
-	if d := r.duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"); d > 0 {
-		r.flag("xds-backoff-initial", d.String(), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
-	}
-	if d := r.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL"); d > 0 {
-		r.flag("xds-backoff-max", d.String(), "XDS_CLIENT_BACKOFF_MAX_INTERVAL")
-	}
-	if n := r.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); n > 0 {
-		r.flag("xds-max-message-bytes", strconv.FormatInt(n, 10), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+	r.durationFlag("xds-backoff-initial", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+	r.durationFlag("xds-backoff-max", "XDS_CLIENT_BACKOFF_MAX_INTERVAL")
+	if r.str("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") != "" {
+		r.flag("xds-max-message-bytes", strconv.FormatInt(r.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"), 10), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
 	}
 	for _, v := range []string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"} {
 		r.ignoreIfSet(v, "ratelimitd waits CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL after a broken stream, doubling up to XDS_CLIENT_BACKOFF_MAX_INTERVAL, each wait drawn from its upper half")
@@ -375,9 +385,7 @@ func (r *reader) store() {
 			r.ignoreIfSet(v, "REDIS_TLS is not true")
 		}
 	}
-	if d := r.duration("REDIS_TIMEOUT"); d > 0 {
-		r.flag("redis-timeout", d.String(), "REDIS_TIMEOUT")
-	}
+	r.durationFlag("redis-timeout", "REDIS_TIMEOUT")
 	if p := r.str("CACHE_KEY_PREFIX"); p != "" {
 		r.flag("redis-key-prefix", p, "CACHE_KEY_PREFIX")
 	}
@@ -420,6 +428,9 @@ func (r *reader) decisions() {
 	if r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
 		r.flag("response-headers", "legacy", "LIMIT_RESPONSE_HEADERS_ENABLED")
 	}
+	if r.boolean("RESPONSE_DYNAMIC_METADATA") {
+		r.flag("response-dynamic-metadata", "true", "RESPONSE_DYNAMIC_METADATA")
+	}
 	for _, v := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
 		r.ignoreIfSet(v, "ratelimitd's legacy headers have upstream's default names")
 	}
@@ -441,7 +452,6 @@ func (r *reader) ignored() {
 	for _, v := range []string{"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"} {
 		r.ignoreIfSet(v, "ratelimitd does not age connections out")
 	}
-	r.ignoreIfTrue("RESPONSE_DYNAMIC_METADATA", "ratelimitd sends no dynamic metadata")
 	for _, v := range []string{"TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID"} {
 		r.ignoreIfSet(v, "set OTEL_RESOURCE_ATTRIBUTES (service.namespace=..., service.instance.id=...) instead")
 	}

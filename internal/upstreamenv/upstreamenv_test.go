@@ -297,3 +297,41 @@ func TestRedisSentinel(t *testing.T) {
 		t.Errorf("REDIS_URL without the master's name: %v, want an error naming REDIS_URL", err)
 	}
 }
+
+// TestValuesReachTheirFlags: a variable's value that parses goes to its
+// flag as it is — zero, negative or huge — never dropped for the flag's
+// default; the flag's own check decides (cmd/ratelimitd's
+// TestUpstreamEnvRefusesWhatFlagsRefuse).
+func TestValuesReachTheirFlags(t *testing.T) {
+	xds := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}
+	for _, tt := range []struct {
+		name, value string
+		more        map[string]string
+		flag, want  string
+	}{
+		{"REDIS_TIMEOUT", "0s", nil, "redis-timeout", "0s"},
+		{"REDIS_TIMEOUT", "-1s", nil, "redis-timeout", "-1s"},
+		{"REDIS_TIMEOUT", "0", nil, "redis-timeout", "0s"},
+		{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0s", xds, "xds-backoff-initial", "0s"},
+		{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "-3s", xds, "xds-backoff-initial", "-3s"},
+		{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "0", xds, "xds-backoff-max", "0s"},
+		{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "100000000000000", xds, "xds-max-message-bytes", "100000000000000"},
+		{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "-1", xds, "xds-max-message-bytes", "-1"},
+		{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", xds, "xds-max-message-bytes", "0"},
+	} {
+		e := base()
+		for k, v := range tt.more {
+			e[k] = v
+		}
+		e[tt.name] = tt.value
+		tr, err := upstreamenv.Translate(env(e))
+		if err != nil {
+			t.Errorf("%s=%s: %v", tt.name, tt.value, err)
+			continue
+		}
+		i := slices.IndexFunc(tr.Flags, func(f upstreamenv.Flag) bool { return f.Name == tt.flag })
+		if i < 0 || tr.Flags[i].Value != tt.want || tr.Flags[i].From != tt.name {
+			t.Errorf("%s=%s: flags %+v, want --%s=%s from %s", tt.name, tt.value, tr.Flags, tt.flag, tt.want, tt.name)
+		}
+	}
+}

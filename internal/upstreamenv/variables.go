@@ -114,7 +114,7 @@ var Variables = []Variable{
 	{"MEMCACHE_TLS_CACERT", "", Ignored},
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", Ignored},
 	{"SHADOW_MODE", "false", Honoured},
-	{"RESPONSE_DYNAMIC_METADATA", "false", Ignored},
+	{"RESPONSE_DYNAMIC_METADATA", "false", Honoured},
 	{"MERGE_DOMAIN_CONFIG", "false", Refused},
 	{"TRACING_ENABLED", "false", Honoured},
 	{"TRACING_SERVICE_NAME", "RateLimit", Honoured},

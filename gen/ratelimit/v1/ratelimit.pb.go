@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -518,7 +519,16 @@ type ShouldRateLimitResponse struct {
 	// nothing else arrived. Unset when a descriptor is OVER_CAPACITY.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// One status per request descriptor, in request order.
-	Statuses      []*DescriptorStatus `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	Statuses []*DescriptorStatus `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	// The request's quotas, set when it has some: descriptors of quota_mode
+	// rules not in shadow mode.
+	Quotas *Quotas `protobuf:"bytes,4,opt,name=quotas,proto3" json:"quotas,omitempty"`
+	// The metadata of the rules of the descriptors that passed (CODE_OK, a
+	// shadow rule's always; unlimited ones not), merged in request order as
+	// envoyproxy/ratelimit merges it into Envoy's dynamic metadata: a key
+	// already present keeps its value, two objects under one key are merged
+	// key by key. Unset when none has metadata.
+	Metadata      *structpb.Struct `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -574,6 +584,138 @@ func (x *ShouldRateLimitResponse) GetStatuses() []*DescriptorStatus {
 	return nil
 }
 
+func (x *ShouldRateLimitResponse) GetQuotas() *Quotas {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+func (x *ShouldRateLimitResponse) GetMetadata() *structpb.Struct {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// Quotas are a request's quotas.
+type Quotas struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scopes of the quotas: quotas whose first two entries are the
+	// same, keys and values, are one scope (for Envoy AI Gateway's
+	// QuotaPolicy, a backend's model). In the order of their first
+	// descriptor; a quota's status names its scope (DescriptorStatus.scope).
+	// Scopes do not change the decision — a request is OVER_LIMIT by its
+	// quotas once every quota of every scope is spent — they say where
+	// there is room still, for a router that fails over.
+	Scopes        []*QuotaScope `protobuf:"bytes,1,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quotas) Reset() {
+	*x = Quotas{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quotas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quotas) ProtoMessage() {}
+
+func (x *Quotas) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quotas.ProtoReflect.Descriptor instead.
+func (*Quotas) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Quotas) GetScopes() []*QuotaScope {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+// QuotaScope is one scope of a request's quotas.
+type QuotaScope struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entries naming the scope: its quotas' first two entries (one, for
+	// a descriptor of one entry).
+	Entries []*Entry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// A quota of the scope has room: its status is CODE_OK.
+	Room bool `protobuf:"varint,2,opt,name=room,proto3" json:"room,omitempty"`
+	// The metadata of the scope's quotas with room, merged as the
+	// response's metadata is. Unset when they have none.
+	Metadata      *structpb.Struct `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaScope) Reset() {
+	*x = QuotaScope{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaScope) ProtoMessage() {}
+
+func (x *QuotaScope) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaScope.ProtoReflect.Descriptor instead.
+func (*QuotaScope) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *QuotaScope) GetEntries() []*Entry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *QuotaScope) GetRoom() bool {
+	if x != nil {
+		return x.Room
+	}
+	return false
+}
+
+func (x *QuotaScope) GetMetadata() *structpb.Struct {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 // DescriptorStatus is the decision for one descriptor.
 type DescriptorStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -603,14 +745,20 @@ type DescriptorStatus struct {
 	// operation, with OPERATION_CHARGE reported as OPERATION_OVERDRAFT when
 	// the limit took it as an overdraft charge (OPERATION_ADMIT is reported
 	// as OPERATION_CHARGE).
-	Operation     Operation `protobuf:"varint,9,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
+	Operation Operation `protobuf:"varint,9,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
+	// The matched rule's metadata (the policy's metadata:), whatever the
+	// code. Unset when it has none.
+	Metadata *structpb.Struct `protobuf:"bytes,10,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// For a quota: 1 + the index of its scope in quotas.scopes; unset for
+	// any other descriptor.
+	Scope         *uint32 `protobuf:"varint,11,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescriptorStatus) Reset() {
 	*x = DescriptorStatus{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +770,7 @@ func (x *DescriptorStatus) String() string {
 func (*DescriptorStatus) ProtoMessage() {}
 
 func (x *DescriptorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +783,7 @@ func (x *DescriptorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescriptorStatus.ProtoReflect.Descriptor instead.
 func (*DescriptorStatus) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DescriptorStatus) GetCode() Code {
@@ -701,6 +849,20 @@ func (x *DescriptorStatus) GetOperation() Operation {
 	return Operation_OPERATION_UNSPECIFIED
 }
 
+func (x *DescriptorStatus) GetMetadata() *structpb.Struct {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *DescriptorStatus) GetScope() uint32 {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return 0
+}
+
 // Rule describes the limit that decided a descriptor.
 type Rule struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -718,7 +880,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +892,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +905,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Rule) GetName() string {
@@ -792,7 +954,7 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\x80\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x80\x01\n" +
 	"\x16ShouldRateLimitRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
@@ -812,12 +974,21 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\brequests\x18\x02 \x01(\rR\brequests\x121\n" +
 	"\x06period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
 	"\x05burst\x18\x04 \x01(\rR\x05burst\x12\x12\n" +
-	"\x04name\x18\x05 \x01(\tR\x04name\"\xc8\x01\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\"\xab\x02\n" +
 	"\x17ShouldRateLimitResponse\x125\n" +
 	"\foverall_code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\voverallCode\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12:\n" +
-	"\bstatuses\x18\x03 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\"\x92\x03\n" +
+	"\bstatuses\x18\x03 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\x12,\n" +
+	"\x06quotas\x18\x04 \x01(\v2\x14.ratelimit.v1.QuotasR\x06quotas\x123\n" +
+	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\":\n" +
+	"\x06Quotas\x120\n" +
+	"\x06scopes\x18\x01 \x03(\v2\x18.ratelimit.v1.QuotaScopeR\x06scopes\"\x84\x01\n" +
+	"\n" +
+	"QuotaScope\x12-\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\bR\x04room\x123\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xec\x03\n" +
 	"\x10DescriptorStatus\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\bR\amatched\x12&\n" +
@@ -829,7 +1000,11 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"retryAfter\x12/\n" +
 	"\x05delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
 	"\x06shadow\x18\b \x01(\bR\x06shadow\x125\n" +
-	"\toperation\x18\t \x01(\x0e2\x17.ratelimit.v1.OperationR\toperation\"\xd4\x01\n" +
+	"\toperation\x18\t \x01(\x0e2\x17.ratelimit.v1.OperationR\toperation\x123\n" +
+	"\bmetadata\x18\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x19\n" +
+	"\x05scope\x18\v \x01(\rH\x00R\x05scope\x88\x01\x01B\b\n" +
+	"\x06_scope\"\xd4\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x1a\n" +
@@ -872,7 +1047,7 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Operation)(0),                  // 0: ratelimit.v1.Operation
 	(Algorithm)(0),                  // 1: ratelimit.v1.Algorithm
@@ -882,9 +1057,12 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*Entry)(nil),                   // 5: ratelimit.v1.Entry
 	(*Limit)(nil),                   // 6: ratelimit.v1.Limit
 	(*ShouldRateLimitResponse)(nil), // 7: ratelimit.v1.ShouldRateLimitResponse
-	(*DescriptorStatus)(nil),        // 8: ratelimit.v1.DescriptorStatus
-	(*Rule)(nil),                    // 9: ratelimit.v1.Rule
-	(*durationpb.Duration)(nil),     // 10: google.protobuf.Duration
+	(*Quotas)(nil),                  // 8: ratelimit.v1.Quotas
+	(*QuotaScope)(nil),              // 9: ratelimit.v1.QuotaScope
+	(*DescriptorStatus)(nil),        // 10: ratelimit.v1.DescriptorStatus
+	(*Rule)(nil),                    // 11: ratelimit.v1.Rule
+	(*durationpb.Duration)(nil),     // 12: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 13: google.protobuf.Struct
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	4,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
@@ -892,25 +1070,31 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	6,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.Limit
 	0,  // 3: ratelimit.v1.Descriptor.operation:type_name -> ratelimit.v1.Operation
 	1,  // 4: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	10, // 5: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
+	12, // 5: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
 	2,  // 6: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
-	10, // 7: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
-	8,  // 8: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	2,  // 9: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
-	9,  // 10: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
-	10, // 11: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	10, // 12: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	10, // 13: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
-	0,  // 14: ratelimit.v1.DescriptorStatus.operation:type_name -> ratelimit.v1.Operation
-	1,  // 15: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
-	10, // 16: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
-	3,  // 17: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	7,  // 18: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 7: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
+	10, // 8: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	8,  // 9: ratelimit.v1.ShouldRateLimitResponse.quotas:type_name -> ratelimit.v1.Quotas
+	13, // 10: ratelimit.v1.ShouldRateLimitResponse.metadata:type_name -> google.protobuf.Struct
+	9,  // 11: ratelimit.v1.Quotas.scopes:type_name -> ratelimit.v1.QuotaScope
+	5,  // 12: ratelimit.v1.QuotaScope.entries:type_name -> ratelimit.v1.Entry
+	13, // 13: ratelimit.v1.QuotaScope.metadata:type_name -> google.protobuf.Struct
+	2,  // 14: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
+	11, // 15: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
+	12, // 16: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	12, // 17: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	12, // 18: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
+	0,  // 19: ratelimit.v1.DescriptorStatus.operation:type_name -> ratelimit.v1.Operation
+	13, // 20: ratelimit.v1.DescriptorStatus.metadata:type_name -> google.protobuf.Struct
+	1,  // 21: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
+	12, // 22: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
+	3,  // 23: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	7,  // 24: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	24, // [24:25] is the sub-list for method output_type
+	23, // [23:24] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -919,13 +1103,14 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		return
 	}
 	file_ratelimit_v1_ratelimit_proto_msgTypes[1].OneofWrappers = []any{}
+	file_ratelimit_v1_ratelimit_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

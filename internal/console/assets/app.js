@@ -40,6 +40,42 @@ function show(tab) {
   history.replaceState(null, "", "#" + tab);
 }
 
+// ---- names and durations, the same on every tab ----
+// ruleName is a rule's name for people: the names its limits have
+// (rate_limit.name), else its descriptor path (the stat key without the
+// domain, as the metrics' rule label). statKey may carry the domain.
+let ruleNames = new Map();
+function indexRuleNames() {
+  ruleNames = new Map();
+  const walk = (domain, ds) => {
+    for (const d of ds || []) {
+      const names = (d.rate_limits || []).map(l => l.name).filter(Boolean);
+      if (d.stat_key && names.length) ruleNames.set(`${domain}\n${rulePath(domain, d.stat_key)}`, names.join(", "));
+      walk(domain, d.descriptors);
+    }
+  };
+  for (const dom of policy.domains) walk(dom.domain, dom.descriptors);
+}
+function rulePath(domain, statKey) {
+  return statKey.startsWith(domain + ".") ? statKey.slice(domain.length + 1) : statKey;
+}
+function ruleName(domain, statKey) {
+  const path = rulePath(domain, statKey);
+  return ruleNames.get(`${domain}\n${path}`) || path;
+}
+// ruleCell shows a rule's name, its descriptor path on hover.
+function ruleCell(domain, statKey) {
+  return el("span", { title: rulePath(domain, statKey) }, ruleName(domain, statKey));
+}
+// human is a duration in nanoseconds for people: three significant digits
+// in the largest unit it fills ("1.01 s", "250 ms", "1 min").
+function human(ns) {
+  const units = [[86400e9, "d"], [3600e9, "h"], [60e9, "min"], [1e9, "s"], [1e6, "ms"], [1e3, "µs"]];
+  if (ns === 0) return "0 s";
+  for (const [u, name] of units) if (ns >= u) return `${+(ns / u).toPrecision(3)} ${name}`;
+  return `${ns} ns`;
+}
+
 // ---- policies ----
 let policy = null;
 function limitBadges(l) {
@@ -110,6 +146,7 @@ async function loadPolicy() {
   // Redraw the tree (closing what was opened) only for a new policy.
   if (policy.loaded_at !== policyStamp) {
     policyStamp = policy.loaded_at;
+    indexRuleNames();
     renderPolicy();
     fillRuleChoices();
   }
@@ -166,7 +203,7 @@ async function loadLive() {
     : "Waiting for the second sample…";
   const body = $("#live-rules tbody");
   body.replaceChildren(...v.rules.map(r => el("tr", {},
-    el("td", {}, r.domain), el("td", {}, el("code", {}, r.rule)),
+    el("td", {}, r.domain), el("td", {}, ruleCell(r.domain, r.rule)),
     el("td", { class: "num" }, fmt(r.now.admitted)), el("td", { class: "num" }, fmt(r.now.denied)),
     el("td", { class: "num" }, fmt(r.now.shadow_denied)), el("td", {}, lineChart(r.series, 180, 28, false)))));
 }
@@ -196,12 +233,11 @@ async function loadQuota() {
     body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No client asks for quota.")));
     return;
   }
-  const secs = ns => `${ns / 1e9} s`;
   const rows = [];
   for (const b of v.buckets) {
     const id = Object.keys(b.bucket_id).sort().map(k => `${k}=${b.bucket_id[k]}`).join(", ");
     rows.push(el("tr", { class: "quota-bucket" },
-      el("td", { colspan: 7 }, el("code", {}, `${b.domain}: ${id}`), ` ${b.rule} · ${b.requests} per ${secs(b.period)}`,
+      el("td", { colspan: 7 }, el("code", {}, `${b.domain}: ${id}`), " ", ruleCell(b.domain, b.rule), ` · ${b.requests} per ${human(b.period)}`,
         b.shared ? el("span", { class: "muted" }, ` · shared with other daemons: ${b.shared.grant} granted here; ` +
           (b.shared.other_clients === 0 ? "no clients elsewhere" :
             `${b.shared.other_clients} client${b.shared.other_clients === 1 ? "" : "s"} elsewhere ask${b.shared.other_clients === 1 ? "s" : ""} ${b.shared.other_demand}`)) : "")));
@@ -209,7 +245,7 @@ async function loadQuota() {
       el("td", {}, ""), el("td", {}, `#${c.client} `, el("span", { class: "muted" }, b.peers[c.client] || "gone")),
       el("td", { class: "num" }, c.demand), el("td", { class: "num" }, c.share),
       el("td", { class: "num" }, c.committed), el("td", { class: "num" }, c.burst),
-      el("td", { class: "num" }, secs(c.interval))));
+      el("td", { class: "num" }, human(c.interval))));
   }
   body.replaceChildren(...rows);
 }
@@ -229,7 +265,7 @@ async function inspect(ev) {
     el("td", {}, b.matched ? (b.rule || "") : el("span", { class: "muted" }, "no rule matches")),
     el("td", {}, b.unlimited ? "unlimited" : (b.limit ? `${b.algorithm ? b.algorithm + " · " : ""}${b.limit}` : "")),
     el("td", { class: "num" }, b.matched && !b.unlimited ? (b.debt ? `0 (in debt: ${b.debt} owed)` : b.remaining) : ""),
-    el("td", {}, b.matched && !b.unlimited ? b.reset_after : ""))));
+    el("td", {}, b.matched && !b.unlimited ? human(b.reset_after_ns) : ""))));
 }
 
 // ---- simulate ----
@@ -240,7 +276,7 @@ function fillRuleChoices() {
   const walk = (domain, ds) => {
     for (const d of ds || []) {
       if (d.rate_limits && d.rate_limits.some(l => !l.unlimited && !l.deny_all)) {
-        sel.append(el("option", { value: JSON.stringify([domain, d.stat_key]) }, `rule ${d.stat_key}`));
+        sel.append(el("option", { value: JSON.stringify([domain, d.stat_key]) }, `rule ${ruleName(domain, d.stat_key)}`));
       }
       walk(domain, d.descriptors);
     }

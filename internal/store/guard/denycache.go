@@ -59,11 +59,12 @@ func (c *denyCache) denial(ch *store.Charge, now int64) (denial, bool) {
 
 // cachedCost returns the cost under which a denial of ch is remembered:
 // its cost for an admit, 1 for a check; false for a charge whose denial is
-// never remembered nor answered from the cache (a shadow charge, a peek,
-// an overdraft charge or a refund).
+// never remembered nor answered from the cache (a shadow charge, a quota's,
+// whose denial denies only with every other quota's, a peek, an overdraft
+// charge or a refund).
 func cachedCost(ch *store.Charge) (int64, bool) {
 	switch {
-	case ch.Shadow:
+	case ch.Shadow, ch.Quota != 0:
 		return 0, false
 	case ch.Kind == store.Check:
 		return 1, true

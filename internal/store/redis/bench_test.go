@@ -22,8 +22,10 @@ import (
 // BenchmarkApply compares the memory store with Redis (on Redis TIME, as
 // in production) on requests of one fixed-window charge, one token-bucket
 // charge, one token-bucket check (store.Check: it must cost no more than
-// a charge), and three charges (fixed window, sliding window, token
-// bucket), each on one of 1024 keys per descriptor, from benchCallers
+// a charge), three charges (fixed window, sliding window, token bucket),
+// and three charges of which two are quotas (store.Charge.Quota), one of
+// them spent (one per hour, spent by the first request on its key), each
+// on one of 1024 keys per descriptor, from benchCallers
 // parallel callers. The limits are ordinary ones that the traffic never exhausts. For Redis it
 // reports:
 //
@@ -38,15 +40,18 @@ func BenchmarkApply(b *testing.B) {
 	fixed := mustLimit(b, algorithms.FixedWindow, 1_000_000, time.Minute, 0)
 	sliding := mustLimit(b, algorithms.SlidingWindow, 1_000_000, time.Second, 0)
 	token := mustLimit(b, algorithms.TokenBucket, 1_000_000, time.Second, 0)
+	spent := mustLimit(b, algorithms.FixedWindow, 1, time.Hour, 0)
 	cases := []struct {
 		name   string
 		limits []*algorithms.Limit
 		kind   store.Kind
+		quotas []uint32
 	}{
-		{"fixed", []*algorithms.Limit{fixed}, store.Admit},
-		{"token", []*algorithms.Limit{token}, store.Admit},
-		{"token check", []*algorithms.Limit{token}, store.Check},
-		{"3 charges", []*algorithms.Limit{fixed, sliding, token}, store.Admit},
+		{"fixed", []*algorithms.Limit{fixed}, store.Admit, nil},
+		{"token", []*algorithms.Limit{token}, store.Admit, nil},
+		{"token check", []*algorithms.Limit{token}, store.Check, nil},
+		{"3 charges", []*algorithms.Limit{fixed, sliding, token}, store.Admit, nil},
+		{"2 quotas, one spent", []*algorithms.Limit{fixed, spent, token}, store.Admit, []uint32{1, 2, 0}},
 	}
 	for _, tc := range cases {
 		stores := []struct {
@@ -75,6 +80,9 @@ func BenchmarkApply(b *testing.B) {
 					for pb.Next() {
 						for j := range charges {
 							charges[j] = store.Charge{Domain: "bench", Key: engineKey("bench", fmt.Sprint(j), fmt.Sprint(i%1024)), Limit: tc.limits[j], Cost: 1, Kind: tc.kind}
+							if tc.quotas != nil {
+								charges[j].Quota = tc.quotas[j]
+							}
 						}
 						if err := st.s.Apply(context.Background(), charges, d); err != nil {
 							b.Error(err)

@@ -12,8 +12,9 @@
 // With the hash tag, a request is one script on one node, atomic. With
 // Config.SpreadKeys on a cluster, a request whose buckets are in several
 // slots is settled per slot: each slot's share is atomic, the request is
-// admitted only if every share admitted, and the shares charged are undone
-// (best effort) when another denied or failed.
+// admitted only if every share admitted and its quotas (store.Settle's rule
+// 5, decided over every share's decisions) do not deny it, and the shares
+// charged are undone (best effort) when another denied or failed.
 //
 // Apply returns an error when Redis fails, answers after Config.Timeout,
 // or refuses the daemon for its configuration (a *guard.ConfigError: an
@@ -436,7 +437,12 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 				return err
 			}
 		}
-		return nil
+		// The shares do not decide the request's quotas (settle.lua's try
+		// mode): its quotas may span slots. Decided here, over them all.
+		if !store.QuotasDeny(charges, decisions) {
+			return nil
+		}
+		denied = true
 	}
 
 	// Undo the shares that were charged, on a deadline of the undo's own:

@@ -66,18 +66,41 @@ func settleHead(now [2]string, expire, try bool, requests int) []any {
 }
 
 // appendRequest appends settle.lua's arguments for the request of
-// charges[i], i in idx: their number, then each charge as one string (see
-// settle.lua), taken from specs.
+// charges[i], i in idx: their number (followed, when one of them is a
+// quota's, by each one's store.Charge.Quota: see settle.lua), then each
+// charge as one string (see settle.lua), taken from specs.
 func appendRequest(args []any, specs *chargeSpecs, charges []store.Charge, idx []int) []any {
-	if len(idx) < len(counts) {
+	switch {
+	case hasQuota(charges, idx):
+		b := strconv.AppendInt(make([]byte, 0, 8+4*len(idx)), int64(len(idx)), 10)
+		for _, i := range idx {
+			q := charges[i].Quota
+			if charges[i].Shadow {
+				q = 0
+			}
+			b = strconv.AppendUint(append(b, ' '), uint64(q), 10)
+		}
+		args = append(args, string(b))
+	case len(idx) < len(counts):
 		args = append(args, counts[len(idx)])
-	} else {
+	default:
 		args = append(args, strconv.Itoa(len(idx)))
 	}
 	for _, i := range idx {
 		args = append(args, specs.of(&charges[i]))
 	}
 	return args
+}
+
+// hasQuota reports whether a charge among charges[i], i in idx, is a
+// quota's (store.Charge.Quota, not a shadow charge).
+func hasQuota(charges []store.Charge, idx []int) bool {
+	for _, i := range idx {
+		if charges[i].Quota != 0 && !charges[i].Shadow {
+			return true
+		}
+	}
+	return false
 }
 
 // counts are the request sizes as settle.lua takes them, made once.

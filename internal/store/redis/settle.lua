@@ -13,7 +13,11 @@
 --          several (see below; then there is one request); "0": whole
 --          requests
 -- then per request, its number of keys, and one charge per key, for its
--- keys in KEYS in order. A charge is one string of space-separated fields
+-- keys in KEYS in order. When some of its charges are quotas'
+-- (store.Charge.Quota), the number of keys is followed, in the same
+-- string, by one number per key: the charge's quota, 0 for an ordinary or
+-- shadow charge ("3 1 2 0": the first two keys are two quotas, the third
+-- an ordinary charge). A charge is one string of space-separated fields
 -- (a request's charges on the same limit and cost are the same string,
 -- parsed once per script call):
 --
@@ -33,9 +37,13 @@
 -- Each charge is decided on fast.lua's path when its limit and state fit
 -- it, and on decide.lua's bignums otherwise: the same decision either way.
 -- Each charged bucket's state is written as state.lua's put writes it.
--- A request is committed (admitted) iff no non-shadow charge is denied;
--- its admits are written only then, its overdraft charges and refunds
--- always (store.Settle's combining rule), its checks never.
+-- A request is committed (admitted) iff no non-shadow charge that is not a
+-- quota's is denied and, when it has quotas, one of them has room (none of
+-- its charges denied); its admits are written only then (those that were
+-- allowed), its overdraft charges and refunds always (store.Settle's
+-- combining rule), its checks never. In try mode, quotas deny nothing: the
+-- store decides them over every slot's decisions, and undoes the shares
+-- when they deny.
 --
 -- Reply: one flat array. Per request, committed (1 when the charges were
 -- written, else 0), then per key its decision: on fast.lua's path five
@@ -113,6 +121,34 @@ end
 -- nil), a probe never.
 local function written(kind, nt, committed, probe)
   return nt ~= nil and (committed or kind ~= ADMIT) and not probe
+end
+
+-- quotasDeny is store.QuotasDeny over a request's count charges: q[i] is
+-- charge i's quota (0: none; a shadow charge's is 0), codes[i] its
+-- decision's code. The request's quotas deny it iff it has one and each
+-- has a denied charge.
+local function quotasDeny(q, codes, count)
+  local denied, any = {}, false
+  for i = 1, count do
+    local n = q[i]
+    if n ~= 0 then
+      any = true
+      if codes[i] ~= ALLOWED then
+        denied[n] = true
+      elseif not denied[n] then
+        denied[n] = false
+      end
+    end
+  end
+  if not any then
+    return false
+  end
+  for _, d in pairs(denied) do
+    if not d then
+      return false
+    end
+  end
+  return true
 end
 
 -- peeked reports whether Settle reports a charge of a denied request as a
@@ -221,8 +257,9 @@ local fSp, fT, fN, fM, fKept, fIn, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn
 
 -- settleManyFast settles a request of count charges when all of them fit
 -- the fast path, as settle's general path does but without a table per
--- charge; it returns false, writing nothing, when one does not fit.
-local function settleManyFast(k, a, count)
+-- charge; it returns false, writing nothing, when one does not fit. q is
+-- the request's quotas (nil for none).
+local function settleManyFast(k, a, count, q)
   local commit = true
   for i = 1, count do
     local sp = spec(a + i)
@@ -236,9 +273,12 @@ local function settleManyFast(k, a, count)
     local code
     code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastApply(sp, t, n, m)
     fSp[i], fT[i], fN[i], fM[i], fKept[i], fIn[i], fCode[i] = sp, t, n, m, kept, inWindow, code
-    if code ~= ALLOWED and not sp.shadow then
+    if code ~= ALLOWED and not sp.shadow and not (q and q[i] ~= 0) then
       commit = false
     end
+  end
+  if commit and q then
+    commit = not quotasDeny(q, fCode, count)
   end
   size = size + 1
   reply[size] = commit and 1 or 0
@@ -259,26 +299,31 @@ local function settleManyFast(k, a, count)
 end
 
 -- settle settles one request: its count keys after KEYS[k], their charges
--- after ARGV[a]. It appends the request's reply to reply.
-local function settle(k, a, count)
+-- after ARGV[a], q its quotas (nil for none; one quota alone decides as
+-- an ordinary charge, so a request of one charge has none). It appends the
+-- request's reply to reply.
+local function settle(k, a, count, q)
   if not try then
     if count == 1 then
       local sp = spec(a + 1)
       if sp.fast and settleOneFast(KEYS[k + 1], sp) then
         return
       end
-    elseif settleManyFast(k, a, count) then
+    elseif settleManyFast(k, a, count, q) then
       return
     end
   end
-  local charges, olds = {}, {}
+  local charges, olds, codes = {}, {}, {}
   local commit = true
   for i = 1, count do
     local c, old = charge(KEYS[k + i], a + i)
-    charges[i], olds[i] = c, old
-    if c.code ~= ALLOWED and not c.shadow then
+    charges[i], olds[i], codes[i] = c, old, c.code
+    if c.code ~= ALLOWED and not c.shadow and not (q and q[i] ~= 0) then
       commit = false
     end
+  end
+  if commit and q and not try then
+    commit = not quotasDeny(q, codes, count)
   end
 
   -- peeks appends every decision, with the admitted charges replaced by
@@ -322,17 +367,26 @@ local function settle(k, a, count)
 end
 
 -- counts are the requests' sizes by their strings, parsed once per call
--- (tonumber reads a decimal string with strtod).
-local counts = {}
+-- (tonumber reads a decimal string with strtod); quotas the quotas of
+-- those strings that carry them.
+local counts, quotas = {}, {}
 local a, k, last = 4, 0, #ARGV
 while a < last do
   local cs = ARGV[a + 1]
   local count = counts[cs]
   if not count then
     count = tonumber(cs)
+    if not count then
+      local q = {}
+      for n in string.gmatch(cs, "%d+") do
+        q[#q + 1] = tonumber(n)
+      end
+      count = table.remove(q, 1)
+      quotas[cs] = q
+    end
     counts[cs] = count
   end
-  settle(k, a + 1, count)
+  settle(k, a + 1, count, quotas[cs])
   a, k = a + 1 + count, k + count
 end
 return reply

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	}
 	t.Run("EdgeCases", func(t *testing.T) { EdgeCases(t, newStore) })
 	t.Run("AllOrNothing", func(t *testing.T) { AllOrNothing(t, newStore) })
+	t.Run("Quotas", func(t *testing.T) { Quotas(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
 	t.Run("RandomTimelines", func(t *testing.T) { RandomTimelines(t, newStore, opts.RandomRequests) })
 	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines) })
@@ -255,6 +256,133 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 	}
 }
 
+// Quotas: a request's quotas (store.Charge.Quota) deny it only when every
+// one of them is spent, a quota being spent when one of its charges is
+// denied; an admitted request charges its quotas with room and not the
+// spent ones; a denied one charges no admission (Settle's rule 5).
+func Quotas(t *testing.T, newStore Factory) {
+	two := MustLimit(t, algorithms.FixedWindow, 2, time.Minute, 0)
+	five := MustLimit(t, algorithms.TokenBucket, 5, time.Minute, 0)
+	charge := func(key string, l *algorithms.Limit, cost int64, quota uint32) store.Charge {
+		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost, Quota: quota}
+	}
+	over := func(c store.Charge) store.Charge { c.Kind = store.Overdraft; return c }
+	check := func(c store.Charge) store.Charge { c.Kind = store.Check; return c }
+	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
+	C, D, O := algorithms.Allowed, algorithms.Denied, algorithms.OverCapacity
+	keys := []string{"tenant", "default", "other", "global"}
+	tests := []struct {
+		name      string
+		before    []store.Charge // applied first, one request each
+		charges   []store.Charge
+		wantCodes []algorithms.Code
+		after     []int64 // remaining of tenant, default, other, global (fixed windows of two) afterwards
+	}{{
+		name:      "every quota with room: all charged",
+		charges:   []store.Charge{charge("tenant", two, 1, 1), charge("default", two, 1, 2), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{C, C, C},
+		after:     []int64{1, 1, 2, 1},
+	}, {
+		name:      "one quota spent: admitted, the spent one not charged",
+		before:    []store.Charge{charge("default", two, 2, 0)},
+		charges:   []store.Charge{charge("tenant", two, 1, 1), charge("default", two, 1, 2), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{C, D, C},
+		after:     []int64{1, 0, 2, 1},
+	}, {
+		name:      "every quota spent: denied, nothing charged",
+		before:    []store.Charge{charge("default", two, 2, 0), charge("tenant", two, 2, 0)},
+		charges:   []store.Charge{charge("tenant", two, 1, 1), charge("default", two, 1, 2), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{D, D, C},
+		after:     []int64{0, 0, 2, 2},
+	}, {
+		name:      "an ordinary denial denies whatever the quotas say",
+		before:    []store.Charge{charge("global", two, 2, 0)},
+		charges:   []store.Charge{charge("tenant", two, 1, 1), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{C, D},
+		after:     []int64{2, 2, 2, 0},
+	}, {
+		name:      "a quota of two buckets is spent when one of them is",
+		before:    []store.Charge{charge("other", two, 2, 0), charge("default", two, 2, 0)},
+		charges:   []store.Charge{charge("tenant", two, 1, 1), charge("other", two, 1, 1), charge("default", two, 1, 2)},
+		wantCodes: []algorithms.Code{C, D, D},
+		after:     []int64{2, 0, 0, 2},
+	}, {
+		name:      "a quota of two buckets with room in both admits beside a spent one",
+		before:    []store.Charge{charge("default", two, 2, 0)},
+		charges:   []store.Charge{charge("tenant", two, 1, 1), charge("other", two, 1, 1), charge("default", two, 1, 2)},
+		wantCodes: []algorithms.Code{C, C, D},
+		after:     []int64{1, 0, 1, 2},
+	}, {
+		name:      "a shadow quota neither denies nor has room for the others",
+		before:    []store.Charge{charge("default", two, 2, 0)},
+		charges:   []store.Charge{shadow(charge("tenant", two, 1, 1)), charge("default", two, 1, 2), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{C, D, C},
+		after:     []int64{2, 0, 2, 2},
+	}, {
+		name:      "one quota alone decides as an ordinary charge",
+		before:    []store.Charge{charge("tenant", two, 2, 0)},
+		charges:   []store.Charge{charge("tenant", two, 1, 7), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{D, C},
+		after:     []int64{0, 2, 2, 2},
+	}, {
+		name:      "a quota over capacity is spent; the other admits",
+		charges:   []store.Charge{charge("tenant", two, 3, 1), charge("default", two, 1, 2)},
+		wantCodes: []algorithms.Code{O, C},
+		after:     []int64{2, 1, 2, 2},
+	}, {
+		name:      "checks: one quota with room admits",
+		before:    []store.Charge{charge("default", two, 2, 0)},
+		charges:   []store.Charge{check(charge("tenant", two, 0, 1)), check(charge("default", two, 0, 2)), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{C, D, C},
+		after:     []int64{2, 0, 2, 1},
+	}, {
+		name:      "checks: every quota spent denies",
+		before:    []store.Charge{charge("default", two, 2, 0), charge("tenant", two, 2, 0)},
+		charges:   []store.Charge{check(charge("tenant", two, 0, 1)), check(charge("default", two, 0, 2)), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{D, D, C},
+		after:     []int64{0, 0, 2, 2},
+	}, {
+		name: "overdraft quotas land in full; the request is denied when both are left in debt",
+		charges: []store.Charge{over(charge("tenant", five, 6, 1)), over(charge("default", five, 7, 2)),
+			charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{D, D, C},
+		after:     []int64{0, 0, 2, 2},
+	}, {
+		name:      "an overdraft quota left in debt beside one that is not: admitted",
+		charges:   []store.Charge{over(charge("tenant", five, 6, 1)), over(charge("default", five, 2, 2)), charge("global", two, 1, 0)},
+		wantCodes: []algorithms.Code{D, C, C},
+		after:     []int64{0, 3, 2, 1},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t, clock.NewFake(T0))
+			for _, c := range tt.before {
+				Apply(t, s, c)
+			}
+			got := Apply(t, s, tt.charges...)
+			for i := range got {
+				if got[i].Code != tt.wantCodes[i] {
+					t.Errorf("charge %d (%s): got %v, want %v", i, tt.charges[i].Key, got[i].Code, tt.wantCodes[i])
+				}
+			}
+			for i, k := range keys {
+				l := two
+				if k == "tenant" || k == "default" {
+					for _, c := range tt.charges {
+						if string(c.Key) == k {
+							l = c.Limit
+						}
+					}
+				}
+				peek := Apply(t, s, store.Charge{Domain: Domain, Key: []byte(k), Limit: l})
+				if peek[0].Remaining != tt.after[i] {
+					t.Errorf("afterwards %s has %d remaining, want %d", k, peek[0].Remaining, tt.after[i])
+				}
+			}
+		})
+	}
+}
+
 // Keys: buckets are told apart by every byte of their keys, braces and
 // zero bytes included, and one key's charges never touch another's.
 func Keys(t *testing.T, newStore Factory) {
@@ -303,6 +431,8 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 // costs from 0 to past capacity and MaxInt64, some shadow; now and then a
 // probe of one of its buckets) and random times: steps of a
 // nanosecond to years, near the epoch and near MaxTime, and steps back.
+// Half the charges are quotas' (store.Charge.Quota 1 or 2), so that
+// requests hold quotas of one or two buckets beside ordinary charges.
 func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
@@ -443,6 +573,9 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 			kind = store.Refund
 		}
 		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Kind: kind, Shadow: rng.IntN(8) == 0}
+		if rng.IntN(2) == 0 {
+			charges[i].Quota = 1 + uint32(rng.IntN(2)) // quotas of one or two buckets
+		}
 	}
 	if rng.IntN(4) == 0 {
 		// A probe of one of the request's buckets, as the engine makes for
