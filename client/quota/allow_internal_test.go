@@ -72,3 +72,30 @@ func BenchmarkAllowDenied(b *testing.B) {
 		bk.Allow(ctx)
 	}
 }
+
+// TestAbandon: an abandon_action drops the assignment and stops the
+// bucket's reports, as Envoy erases the bucket; its next Allow is decided
+// by the fallback and reports it at once.
+func TestAbandon(t *testing.T) {
+	b := newBucket()
+	now := b.c.now()
+	b.apply(tokenBucket(1, 1, time.Hour, time.Hour), now)
+	if !b.Allow(context.Background()) || b.Allow(context.Background()) {
+		t.Fatal("the assignment (1 token) was not applied")
+	}
+	b.abandon()
+	if b.subscribed.Load() {
+		t.Fatal("an abandoned bucket is still reported")
+	}
+	if !b.Allow(context.Background()) {
+		t.Fatal("an abandoned bucket's request was not decided by the fallback (allow)")
+	}
+	select {
+	case <-b.c.fresh:
+	default:
+		t.Fatal("an abandoned bucket's next request was not reported at once")
+	}
+	if !b.subscribed.Load() {
+		t.Fatal("an abandoned bucket's next request did not subscribe it again")
+	}
+}

@@ -80,6 +80,7 @@ type Client struct {
 	explicit bool         // set by an option: the policy's does not replace it
 	ask      func(ctx context.Context, bucket []string) bool
 	start    time.Time // monotonic origin of now
+	clock    func() int64
 	dialOpts []grpc.DialOption
 
 	mu      sync.Mutex
@@ -156,8 +157,14 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
-// now is monotonic nanoseconds since the client started.
-func (c *Client) now() int64 { return int64(time.Since(c.start)) }
+// now is monotonic nanoseconds since the client started (or the tests'
+// clock).
+func (c *Client) now() int64 {
+	if c.clock != nil {
+		return c.clock()
+	}
+	return int64(time.Since(c.start))
+}
 
 // Bucket returns the bucket named by key/value pairs (key1, value1, key2,
 // value2, ...; an odd last key has the value ""), the same Bucket for the
@@ -371,8 +378,13 @@ func (b *Bucket) apply(q *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssign
 	b.assigned.Store(a)
 }
 
-// abandon drops the bucket's assignment: the fallback applies.
-func (b *Bucket) abandon() { b.assigned.Store(nil) }
+// abandon drops the bucket's assignment and stops reporting it, as Envoy
+// erases an abandoned bucket: the fallback applies, and the next Allow
+// reports the bucket at once, as a new one's.
+func (b *Bucket) abandon() {
+	b.assigned.Store(nil)
+	b.subscribed.Store(false)
+}
 
 // Assignment describes the assignment in force, for tests and logs: the
 // token bucket's max tokens, tokens per fill and fill interval, or the
@@ -500,6 +512,7 @@ func (c *Client) report(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClie
 	var usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	for _, b := range c.buckets {
 		if !b.subscribed.Load() {
+			delete(last, b) // abandoned: reported anew, as a new bucket
 			continue
 		}
 		at, seen := last[b]
