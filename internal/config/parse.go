@@ -566,6 +566,7 @@ func (p *parser) rule(m map[string]*yaml.Node, path string, e Entry, up level, n
 		}
 	}
 	if len(limits) > 0 {
+		nameBuckets(limits)
 		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed, Metadata: metadata, NoRefunds: noRefunds}
 		if here.shared != nil {
 			n.rule.Shared = make([]string, here.depth)
