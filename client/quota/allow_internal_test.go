@@ -22,7 +22,7 @@ func tokenBucket(maxTokens, per uint32, fill, ttl time.Duration) *rlqsv3.RateLim
 
 func newBucket() *Bucket {
 	c := &Client{start: time.Now(), fresh: make(chan struct{}, 1)}
-	b := &Bucket{c: c}
+	b := &Bucket{c: c, first: make(chan struct{})}
 	b.subscribed.Store(true)
 	return b
 }
@@ -70,5 +70,32 @@ func BenchmarkAllowDenied(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		bk.Allow(ctx)
+	}
+}
+
+// TestAbandon: an abandon_action drops the assignment and stops the
+// bucket's reports, as Envoy erases the bucket; its next Allow is decided
+// by the fallback and reports it at once.
+func TestAbandon(t *testing.T) {
+	b := newBucket()
+	now := b.c.now()
+	b.apply(tokenBucket(1, 1, time.Hour, time.Hour), now)
+	if !b.Allow(context.Background()) || b.Allow(context.Background()) {
+		t.Fatal("the assignment (1 token) was not applied")
+	}
+	b.abandon()
+	if b.subscribed.Load() {
+		t.Fatal("an abandoned bucket is still reported")
+	}
+	if !b.Allow(context.Background()) {
+		t.Fatal("an abandoned bucket's request was not decided by the fallback (allow)")
+	}
+	select {
+	case <-b.c.fresh:
+	default:
+		t.Fatal("an abandoned bucket's next request was not reported at once")
+	}
+	if !b.subscribed.Load() {
+		t.Fatal("an abandoned bucket's next request did not subscribe it again")
 	}
 }

@@ -80,6 +80,7 @@ type Client struct {
 	explicit bool         // set by an option: the policy's does not replace it
 	ask      func(ctx context.Context, bucket []string) bool
 	start    time.Time // monotonic origin of now
+	clock    func() int64
 	dialOpts []grpc.DialOption
 
 	mu      sync.Mutex
@@ -156,8 +157,14 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
-// now is monotonic nanoseconds since the client started.
-func (c *Client) now() int64 { return int64(time.Since(c.start)) }
+// now is monotonic nanoseconds since the client started (or the tests'
+// clock).
+func (c *Client) now() int64 {
+	if c.clock != nil {
+		return c.clock()
+	}
+	return int64(time.Since(c.start))
+}
 
 // Bucket returns the bucket named by key/value pairs (key1, value1, key2,
 // value2, ...; an odd last key has the value ""), the same Bucket for the
@@ -180,7 +187,7 @@ func (c *Client) Bucket(pairs ...string) *Bucket {
 	for _, k := range sortedKeys(id) {
 		sorted = append(sorted, k, id[k])
 	}
-	b := &Bucket{c: c, id: id, pairs: sorted}
+	b := &Bucket{c: c, id: id, pairs: sorted, first: make(chan struct{})}
 	c.buckets[key] = b
 	return b
 }
@@ -236,11 +243,15 @@ type Bucket struct {
 	tat             atomic.Int64
 	subscribed      atomic.Bool
 	allowed, denied atomic.Uint64
+
+	first     chan struct{} // closed when the first assignment arrives
+	firstOnce sync.Once
 }
 
 // assignment is what the server said, ready for Allow.
 type assignment struct {
 	rule                     typev3.RateLimitStrategy_BlanketRule // with every == 0
+	strategy                 string                               // TOKEN_BUCKET or REQUESTS_PER_TIME_UNIT, with every > 0
 	every                    int64                                // ns per token; 0 for a blanket rule
 	burst                    int64                                // max tokens
 	until                    int64                                // expiry, client nanoseconds
@@ -338,7 +349,7 @@ func (b *Bucket) apply(q *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssign
 			per = uint64(tb.GetTokensPerFill().GetValue())
 		}
 		fill := tb.GetFillInterval().AsDuration()
-		a.maxTokens, a.tokensPerFill, a.fill = tb.GetMaxTokens(), uint32(per), fill
+		a.strategy, a.maxTokens, a.tokensPerFill, a.fill = "TOKEN_BUCKET", tb.GetMaxTokens(), uint32(per), fill
 		a.burst = int64(tb.GetMaxTokens())
 		if per == 0 || fill <= 0 {
 			a.burst = 0 // never refills: only what it holds
@@ -355,7 +366,7 @@ func (b *Bucket) apply(q *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssign
 			break
 		}
 		a.every = max(1, int64(unit)/int64(min(r.GetRequestsPerTimeUnit(), math.MaxInt64)))
-		a.burst = 1
+		a.strategy, a.burst = "REQUESTS_PER_TIME_UNIT", 1
 	default:
 		a.rule = s.GetBlanketRule()
 	}
@@ -369,14 +380,21 @@ func (b *Bucket) apply(q *rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssign
 		b.tat.Store(now) // full, as Envoy starts an assignment
 	}
 	b.assigned.Store(a)
+	b.firstOnce.Do(func() { close(b.first) })
 }
 
-// abandon drops the bucket's assignment: the fallback applies.
-func (b *Bucket) abandon() { b.assigned.Store(nil) }
+// abandon drops the bucket's assignment and stops reporting it, as Envoy
+// erases an abandoned bucket: the fallback applies, and the next Allow
+// reports the bucket at once, as a new one's.
+func (b *Bucket) abandon() {
+	b.assigned.Store(nil)
+	b.subscribed.Store(false)
+}
 
-// Assignment describes the assignment in force, for tests and logs: the
-// token bucket's max tokens, tokens per fill and fill interval, or the
-// blanket rule; ok is false when none is in force.
+// Assignment describes the assignment in force, for tests and logs: its
+// rule — the blanket rule (ALLOW_ALL, DENY_ALL), TOKEN_BUCKET with the
+// token bucket's max tokens, tokens per fill and fill interval, or
+// REQUESTS_PER_TIME_UNIT; ok is false when none is in force.
 func (b *Bucket) Assignment() (maxTokens, tokensPerFill uint32, fill time.Duration, rule string, ok bool) {
 	a := b.assigned.Load()
 	if a == nil || b.c.now() >= a.until {
@@ -385,7 +403,28 @@ func (b *Bucket) Assignment() (maxTokens, tokensPerFill uint32, fill time.Durati
 	if a.every == 0 {
 		return 0, 0, 0, a.rule.String(), true
 	}
-	return a.maxTokens, a.tokensPerFill, a.fill, "", true
+	return a.maxTokens, a.tokensPerFill, a.fill, a.strategy, true
+}
+
+// Wait reports the bucket at once if no request has, and waits until its
+// first assignment arrives: nil then (at once if one arrived before), or
+// ctx's error if ctx ends first. Until then Allow applies the fallback, so
+// a service that must not admit by fallback waits, with a deadline, before
+// it serves:
+//
+//	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+//	defer cancel()
+//	if err := checkout.Wait(ctx); err != nil { ... } // no assignment in 2 s
+func (b *Bucket) Wait(ctx context.Context) error {
+	if !b.subscribed.Load() && b.subscribed.CompareAndSwap(false, true) {
+		b.c.reportNow()
+	}
+	select {
+	case <-b.first:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Client) anySubscribed() bool {
@@ -500,6 +539,7 @@ func (c *Client) report(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClie
 	var usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	for _, b := range c.buckets {
 		if !b.subscribed.Load() {
+			delete(last, b) // abandoned: reported anew, as a new bucket
 			continue
 		}
 		at, seen := last[b]

@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"regexp"
@@ -36,8 +37,8 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 
 // TestAssignedAndEnforced: the first request, allowed by the fallback,
 // subscribes the bucket and is reported at once; the assignment for that
-// demand (1 request in an interval of 1s: 60/min, a burst of 1, one token
-// per second) is then enforced locally, starting full: one admitted, the
+// demand (1 request in an interval of 1s: 60/min, a burst of 1, 60 tokens
+// per minute) is then enforced locally, starting full: one admitted, the
 // next denied.
 func TestAssignedAndEnforced(t *testing.T) {
 	d := daemontest.Start(t, policy)
@@ -52,14 +53,60 @@ func TestAssignedAndEnforced(t *testing.T) {
 	}
 	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
 	maxTokens, per, fill, _, _ := b.Assignment()
-	if maxTokens != 1 || per != 1 || fill != time.Second {
-		t.Fatalf("assignment: %d tokens, %d per %v; want 1, 1 per 1s", maxTokens, per, fill)
+	if maxTokens != 1 || per != 60 || fill != time.Minute {
+		t.Fatalf("assignment: %d tokens, %d per %v; want 1, 60 per 1m0s", maxTokens, per, fill)
 	}
 	if !b.Allow(context.Background()) || b.Allow(context.Background()) {
 		t.Fatal("a full bucket of 1 did not admit exactly 1 of 2 at once")
 	}
 	if q.Bucket("route", "checkout") != b {
 		t.Fatal("the same pairs gave another Bucket")
+	}
+}
+
+// TestWaitForTheFirstAssignment: Wait reports a bucket no request has
+// touched and returns once its assignment is in force, so that no request
+// is decided by the fallback; the assignment names its rule; a context that
+// ends first ends the wait with its error.
+func TestWaitForTheFirstAssignment(t *testing.T) {
+	d := daemontest.Start(t, policy)
+	q, err := quota.New(d.GRPCAddr(), "shop", quota.WithFallback(quota.DenyAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	b := q.Bucket("route", "checkout")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.Wait(ctx); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	maxTokens, per, fill, rule, ok := b.Assignment()
+	if !ok || rule != "TOKEN_BUCKET" || maxTokens < 1 || per < 1 || fill != time.Minute {
+		t.Fatalf("after Wait: %d tokens, %d per %v, rule %q, in force %v; want a TOKEN_BUCKET filled every 1m0s", maxTokens, per, fill, rule, ok)
+	}
+	if !b.Allow(context.Background()) {
+		t.Fatal("the first request after Wait was denied: decided by the fallback (deny all), not the assignment")
+	}
+	if err := b.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait once assigned: %v", err)
+	}
+
+	// A server that never answers: the deadline ends the wait.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	silent, err := quota.New(l.Addr().String(), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	if err := silent.Bucket("route", "checkout").Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on a server that never answers: %v, want context.DeadlineExceeded", err)
 	}
 }
 
@@ -148,12 +195,13 @@ func (p *proxy) cut() {
 }
 
 // TestStreamBreaks: when the stream breaks, the last assignment stays in
-// force until its time to live runs out (1.5 report intervals after it was
-// received), then the fallback applies (here: deny all).
+// force until its time to live runs out (1.5 report intervals rounded up
+// to whole seconds after it was received: 2s), then the fallback applies
+// (here: deny all).
 func TestStreamBreaks(t *testing.T) {
 	d := daemontest.Start(t, policy)
 	p := newProxy(t, d.GRPCAddr())
-	const interval = time.Second // renewed every second, for 1.5s: at least 0.5s left at the cut
+	const interval = time.Second // renewed every second, for 2s: at least 1s left at the cut
 	q, err := quota.New(p.lis.Addr().String(), "shop", quota.WithInterval(interval), quota.WithFallback(quota.DenyAll))
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +212,7 @@ func TestStreamBreaks(t *testing.T) {
 	if b.Allow(ctx) {
 		t.Fatal("the first request was allowed with the fallback deny all")
 	}
-	// The second report says the interval: the TTL is then 1.5 × 1s.
+	// The second report says the interval: the TTL is then 1.5 × 1s, 2s.
 	waitFor(t, func() bool { return reports(t, d) >= 2 }, "the second report")
 	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
 	p.cut()

@@ -122,12 +122,19 @@ Flags, by topic (docs/operations.md has the manual):
 	if wantsUpstreamEnv(args) {
 		upstream, upstreamErr = applyUpstreamEnv(fs)
 	}
+	var ignoredArgs []string
+	if startedAsUpstream() {
+		args, ignoredArgs = upstreamArgs(fs, args)
+	}
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return 0
+	}
+	if upstreamErr == nil {
+		upstreamErr = missingPolicyDir(fs, upstream)
 	}
 	if upstreamErr != nil { // reported once --help and --version are answered
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", upstreamErr)
@@ -189,6 +196,9 @@ Flags, by topic (docs/operations.md has the manual):
 	for _, w := range upstream.Warnings {
 		cfg.Logger.Warn("envoyproxy/ratelimit setting ignored: " + w)
 	}
+	if len(ignoredArgs) > 0 {
+		cfg.Logger.Warn(ignoredArgsWarning(ignoredArgs))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -227,8 +237,8 @@ Flags, by topic (docs/operations.md has the manual):
 // and for check-config alike.
 func addPolicyBoundFlags(fs *flag.FlagSet, l *config.PolicyBounds) {
 	*l = config.DefaultPolicyBounds
-	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together, in `bytes`; larger ones are rejected before they are read")
-	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together)")
+	fs.Int64Var(&l.MaxBytes, "max-policy-bytes", l.MaxBytes, "largest policy file, and all files of a --config directory together (or the resources of one --xds-server response), in `bytes`; larger ones are rejected before they are read (or decoded)")
+	fs.IntVar(&l.MaxDescriptors, "max-policy-descriptors", l.MaxDescriptors, "most descriptors of the policy (each use of a YAML alias counted, all files of a directory together; over xDS, counted before the response is decoded)")
 }
 
 // checkPolicyBounds refuses a policy bound below 1, naming its flag.

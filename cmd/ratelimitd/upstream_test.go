@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -145,5 +148,122 @@ func TestUpstreamEnvRefusesWhatFlagsRefuse(t *testing.T) {
 				t.Errorf("%s=%s: exit %d, stderr:\n%s\nwant exit 2 and\n%s", tt.variable, tt.value, code, stderr.String(), want)
 			}
 		})
+	}
+}
+
+// TestRatelimitNameIgnoresUnknownArgs: started as ratelimit with Envoy AI
+// Gateway's argument (and others upstream would ignore), the binary
+// starts, reads the flags it knows, and names what it ignored in one
+// warning, without the ignored values.
+func TestRatelimitNameIgnoresUnknownArgs(t *testing.T) {
+	t.Parallel()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ratelimit := filepath.Join(dir, "ratelimit")
+	if err := os.Link(bin, ratelimit); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "runtime", "config")
+	if err := os.MkdirAll(policy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(policy, "shop.yaml"), []byte("domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(ratelimit, "--quotaRateLimitServiceAddr=ai-gateway-secret:1063", "--grpc-addr", "127.0.0.1:0",
+		"-v", "--http-addr=127.0.0.1:0", "--store", "memory", "extra")
+	cmd.Env = []string{"RUNTIME_ROOT=" + dir, "RUNTIME_SUBDIRECTORY=runtime", "USE_STATSD=false", "LOG_LEVEL=info", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:1"}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for sc := bufio.NewScanner(stderr); sc.Scan(); {
+			lines <- sc.Text()
+		}
+	}()
+	var logs, warnings []string
+	deadline := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				break wait
+			}
+			logs = append(logs, line)
+			if strings.Contains(line, "command-line arguments ignored") {
+				warnings = append(warnings, line)
+			}
+			if serving.MatchString(line) {
+				break wait
+			}
+		case <-deadline:
+			break wait
+		}
+	}
+	all := strings.Join(logs, "\n")
+	if !serving.MatchString(all) {
+		t.Fatalf("ratelimit with AI Gateway's argument did not start:\n%s", all)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "--quotaRateLimitServiceAddr, -v, 1 other argument") {
+		t.Errorf("warnings %q, want one naming --quotaRateLimitServiceAddr, -v and 1 other argument", warnings)
+	}
+	if strings.Contains(all, "ai-gateway-secret") {
+		t.Errorf("an ignored argument's value is in the logs:\n%s", all)
+	}
+}
+
+func TestUpstreamArgs(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("grpc-addr", "", "")
+	fs.Bool("pprof", false, "")
+	for _, tc := range []struct {
+		args          []string
+		kept, ignored string
+	}{
+		{[]string{"--quotaRateLimitServiceAddr=x:1"}, "", "--quotaRateLimitServiceAddr"},
+		{[]string{"--grpc-addr", "a:1", "--pprof", "--other", "v"}, "--grpc-addr a:1 --pprof", "--other, 1 other argument"},
+		{[]string{"-grpc-addr=a:1", "-pprof=false", "pos1", "pos2"}, "-grpc-addr=a:1 -pprof=false", "2 other arguments"},
+		{[]string{"--help"}, "--help", ""},
+		{[]string{"--pprof", "--", "--grpc-addr", "a:1"}, "--pprof", "2 other arguments"},
+		{[]string{"-", "--grpc-addr"}, "--grpc-addr", "1 other argument"},
+	} {
+		kept, ignored := upstreamArgs(fs, tc.args)
+		if strings.Join(kept, " ") != tc.kept || strings.Join(ignored, ", ") != tc.ignored {
+			t.Errorf("upstreamArgs(%q) = %q, %q; want %q, %q", tc.args, kept, ignored, tc.kept, tc.ignored)
+		}
+	}
+}
+
+// TestUpstreamEnvMissingPolicyDir: upstream's environment naming a policy
+// directory that does not exist is refused naming the variables it is
+// joined from, their values and upstream's defaults; a --config on the
+// command line wins over them.
+func TestUpstreamEnvMissingPolicyDir(t *testing.T) {
+	t.Setenv("REDIS_SOCKET_TYPE", "tcp")
+	t.Setenv("REDIS_URL", "127.0.0.1:1")
+	t.Setenv("USE_STATSD", "false")
+	root := filepath.Join(t.TempDir(), "nope")
+	t.Setenv("RUNTIME_ROOT", root)
+	t.Setenv("RUNTIME_SUBDIRECTORY", "ratelimit")
+	var stdout, stderr strings.Builder
+	want := "ratelimitd: envoyproxy/ratelimit's environment: the policy directory " + filepath.Join(root, "ratelimit", "config") +
+		` does not exist; it is joined from RUNTIME_ROOT="` + root + `", RUNTIME_SUBDIRECTORY="ratelimit", RUNTIME_APPDIRECTORY unset (upstream's default "config")` + "\n"
+	if code := run([]string{"--upstream-env"}, &stdout, &stderr); code != 2 || stderr.String() != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant 2 and\n%s", code, stderr.String(), want)
+	}
+	stderr.Reset()
+	if code := run([]string{"--upstream-env", "--config", "p.yaml", "stray"}, &stdout, &stderr); code != 2 || strings.Contains(stderr.String(), "RUNTIME_ROOT") {
+		t.Errorf("with --config: exit %d, stderr %s; want the command line's --config to win", code, stderr.String())
 	}
 }

@@ -6,8 +6,10 @@ import "time"
 // a bucket at rest (full, or empty of hits) for every algorithm, so a store
 // keeps no entry for a bucket at rest and starts a new one from State{}.
 //
-// A State belongs to the Limit that produced it; applying it to a different
-// Limit gives unspecified (but never panicking) answers.
+// A State is read by the Limit that produced it, or by a changed Limit of
+// the same period and kind of state, which keeps what was used (see "A
+// changed limit" in the package doc); applying it to any other Limit gives
+// unspecified (but never panicking) answers.
 type State struct {
 	// restAt is when the bucket is back at rest if nothing else arrives,
 	// in the same nanoseconds as now; 0 for the zero State.
@@ -18,7 +20,9 @@ type State struct {
 	// n is the fraction of t over Requests for the buckets, the current
 	// window's count for the windows.
 	n uint32
-	// m is the previous window's count for sliding_window, else 0.
+	// m is the previous window's count for sliding_window, 0 for
+	// fixed_window, and for the buckets the Requests of the Limit that
+	// wrote the state (0 in a state written before states recorded it).
 	m uint32
 }
 
@@ -110,6 +114,9 @@ func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
 	case SlidingWindow:
 		return l.slidingWindow(s, now, cost)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			return l.gcraChanged(s, now, cost, changedDecide)
+		}
 		return l.gcra(s, now, cost)
 	}
 	if cost > 0 {

@@ -22,7 +22,7 @@
 //	                    leave P/L apart                                               the caller waits Delay
 //
 // Every State is 24 bytes. The windows keep a window start and one count
-// (fixed) or two (sliding); the buckets keep one exact time.
+// (fixed) or two (sliding); the buckets keep one exact time and their rate.
 //
 // # Exact arithmetic
 //
@@ -141,10 +141,35 @@
 // its counts (and, for sliding_window, the previous count at full weight).
 // A now outside [0, MaxTime] is taken as the nearer end of that range.
 //
-// # States of another Limit
+// # A changed limit
 //
-// A State belongs to the Limit that produced it. When a rule changes (a
-// policy reload), applying an old State to the new Limit gives answers that
-// are unspecified but never panic, and Remaining stays within
-// [0, Capacity].
+// A reload may put a bucket under a changed limit of the same period: other
+// requests or burst, or another of token_bucket, leaky_bucket and
+// leaky_bucket_queue (the stores keep the bucket: internal/engine's keys
+// name a limit by its kind of state and period). The new limit keeps what
+// was used:
+//
+//   - fixed_window: the window's count. Raised from 10 to 40 with 22
+//     counted, 18 are left in the window; lowered to 5, the count denies
+//     until the window ends, as debt does.
+//   - sliding_window: both windows' counts, weighed as always.
+//   - token_bucket, leaky_bucket, leaky_bucket_queue: the level, the
+//     requests charged and not yet drained (the tokens missing; the queue).
+//     The burst is a capacity: a changed burst changes what is left, not
+//     what was used. A changed rate changes how fast the level drains: a
+//     state records the Requests it was written at (states written before
+//     they did are taken as the deciding limit's), and keeps draining at
+//     that rate until a decision writes it — an admission, an overdraft
+//     charge, a refund — which converts it at that moment, exactly (a
+//     backlog d at m per P is d·m/R at R per P, in 128 bits, at most
+//     MaxSpan). A decision that writes nothing (a peek, a check, a denial)
+//     reports the bucket at its old rate with the new capacity, so its
+//     RetryAfter and ResetAfter come true if nothing else arrives: raised
+//     from 10 to 40 per hour with 22 used, 18 are left, the next one
+//     refills 360s later (not 90s) until a charge is admitted.
+//
+// A changed period, or a change between a window and a bucket algorithm or
+// between the two windows, makes a new bucket: the keys differ. A State
+// applied to a Limit of another period or kind gives answers that are
+// unspecified but never panic, and Remaining stays within [0, Capacity].
 package algorithms

@@ -13,7 +13,8 @@ import (
 // Notation: R = Requests, P = Period, I = P/R the emission interval, C =
 // Capacity·I the capacity span. Times are rationals ns + frac/R with
 // 0 ≤ frac < R. The state holds the theoretical arrival time TAT = s.t +
-// s.n/R: the time at which the bucket is back at rest. The backlog at now is
+// s.n/R: the time at which the bucket is back at rest, and the R it was
+// written with (s.m; see backlog for a state written at another rate). The backlog at now is
 // d = max(TAT-now, 0), the time the bucket still needs to be back at rest;
 // d/I is the leaky bucket's level and Capacity - d/I the token bucket's
 // tokens.
@@ -23,16 +24,7 @@ import (
 // C - cost·I: after d + cost·I - C, rounded up to whole nanoseconds.
 func (l *Limit) gcra(s State, now, cost int64) (State, Decision) {
 	r := l.requests
-	frac := int64(s.n)
-	if frac >= r { // a State of another Limit; keep the fraction proper
-		frac = r - 1
-	}
-	// The backlog d = dNs + dFrac/R. If s.t < now, TAT < now whatever the
-	// fraction, and the bucket is at rest.
-	var dNs, dFrac int64
-	if s.t >= now {
-		dNs, dFrac = s.t-now, frac
-	}
+	dNs, dFrac := l.backlog(s, now)
 
 	if cost <= 0 || cost > l.capacity {
 		d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
@@ -45,7 +37,9 @@ func (l *Limit) gcra(s State, now, cost int64) (State, Decision) {
 	// k = cost·I, and a = C - k ≥ 0, the most backlog that admits cost.
 	kNs, kFrac := l.intervalNs, l.intervalFrac
 	if cost != 1 {
-		kNs, kFrac = l.times(cost)
+		// Saturated only for the limit of a changed rate (at), whose
+		// capacity span may be capped at MaxSpan.
+		kNs, kFrac = l.TimesSaturated(cost)
 	}
 	aNs, aFrac := l.spanNs-kNs, l.spanFrac-kFrac
 	if aFrac < 0 {
@@ -78,7 +72,7 @@ func (l *Limit) gcra(s State, now, cost int64) (State, Decision) {
 	}
 	tat := now + dNs
 	reset := ceilNs(dNs, dFrac)
-	return State{restAt: now + reset, t: tat, n: uint32(dFrac)}, Decision{
+	return State{restAt: now + reset, t: tat, n: uint32(dFrac), m: uint32(r)}, Decision{
 		Code:       Allowed,
 		Remaining:  l.gcraRemaining(dNs, dFrac),
 		ResetAfter: time.Duration(reset),

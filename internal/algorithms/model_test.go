@@ -17,6 +17,11 @@ type model interface {
 	check(now int64) Decision
 	overdraft(now, cost int64) Decision
 	refund(now, units int64) Decision
+	// changeTo puts the bucket under the limit l, of the same period (a
+	// reload): it keeps what was used — a window's counts, a bucket's
+	// level — and a bucket goes on draining at its old rate until a
+	// decision writes it (an admission, an overdraft charge, a refund).
+	changeTo(l Limit)
 }
 
 // apply is o (decide for opAdmit) on m at now.
@@ -43,9 +48,9 @@ func maxMissing(l Limit) *big.Rat {
 func newModel(l Limit) model {
 	switch l.Algorithm() {
 	case TokenBucket, LeakyBucketQueue:
-		return &tokenModel{l: l, tokens: big.NewRat(l.capacity, 1)}
+		return &tokenModel{l: l, rate: l.requests, tokens: big.NewRat(l.capacity, 1)}
 	case LeakyBucket:
-		return &levelModel{l: l, level: new(big.Rat)}
+		return &levelModel{l: l, rate: l.requests, level: new(big.Rat)}
 	case FixedWindow:
 		return &windowModel{l: l, counts: map[int64]int64{}}
 	default:
@@ -71,7 +76,7 @@ func ratCeil(r *big.Rat) int64 { return -ratFloor(new(big.Rat).Neg(r)) }
 
 // time returns x·P/R rounded up: the time x tokens take to refill.
 func (m *tokenModel) time(x *big.Rat) time.Duration {
-	t := new(big.Rat).Mul(x, big.NewRat(m.l.period, m.l.requests))
+	t := new(big.Rat).Mul(x, big.NewRat(m.l.period, m.rate))
 	return time.Duration(ratCeil(t))
 }
 
@@ -81,6 +86,7 @@ func (m *tokenModel) time(x *big.Rat) time.Duration {
 // its capacity again before the charge.
 type tokenModel struct {
 	l      Limit
+	rate   int64 // requests per period the bucket refills at (see changeTo)
 	tokens *big.Rat
 	last   int64
 	seen   bool
@@ -96,6 +102,7 @@ func (m *tokenModel) decide(now, cost int64) Decision {
 		d.Code = OverCapacity
 	case cost <= 0:
 	case m.tokens.Cmp(big.NewRat(cost, 1)) >= 0:
+		m.write()
 		if m.l.Algorithm() == LeakyBucketQueue {
 			d.Delay = m.time(missing())
 		}
@@ -136,6 +143,7 @@ func (m *tokenModel) overdraft(now, cost int64) Decision {
 		}
 		return d
 	}
+	m.write()
 	var delay time.Duration
 	c := big.NewRat(cost, 1)
 	if m.l.Algorithm() == LeakyBucketQueue && m.tokens.Cmp(c) >= 0 {
@@ -155,6 +163,7 @@ func (m *tokenModel) overdraft(now, cost int64) Decision {
 func (m *tokenModel) refund(now, units int64) Decision {
 	m.advance(now)
 	if units > 0 {
+		m.write()
 		m.tokens.Add(m.tokens, big.NewRat(units, 1))
 		if full := big.NewRat(m.l.capacity, 1); m.tokens.Cmp(full) > 0 {
 			m.tokens = full
@@ -165,10 +174,25 @@ func (m *tokenModel) refund(now, units int64) Decision {
 	return d
 }
 
+// write is a decision's writing the bucket: from now on it refills at its
+// limit's rate, and what it misses is within the limit's bound on debt.
+func (m *tokenModel) write() {
+	m.rate = m.l.requests
+	if least := new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), maxMissing(m.l)); m.tokens.Cmp(least) < 0 {
+		m.tokens = least
+	}
+}
+
+// changeTo keeps the tokens missing: the tokens change with the capacity.
+func (m *tokenModel) changeTo(l Limit) {
+	m.tokens.Add(m.tokens, big.NewRat(l.capacity-m.l.capacity, 1))
+	m.l = l
+}
+
 func (m *tokenModel) advance(now int64) {
 	if m.seen && now > m.last {
 		refill := big.NewRat(now-m.last, 1)
-		refill.Mul(refill, big.NewRat(m.l.requests, m.l.period))
+		refill.Mul(refill, big.NewRat(m.rate, m.l.period))
 		m.tokens.Add(m.tokens, refill)
 		if full := big.NewRat(m.l.capacity, 1); m.tokens.Cmp(full) > 0 {
 			m.tokens = full
@@ -181,15 +205,27 @@ func (m *tokenModel) advance(now int64) {
 // R per P; a charge is admitted iff level + cost fits the capacity.
 type levelModel struct {
 	l     Limit
+	rate  int64 // requests per period the level drains at (see changeTo)
 	level *big.Rat
 	last  int64
 	seen  bool
 }
 
+// write is tokenModel.write for the level.
+func (m *levelModel) write() {
+	m.rate = m.l.requests
+	if most := maxMissing(m.l); m.level.Cmp(most) > 0 {
+		m.level = most
+	}
+}
+
+// changeTo keeps the level.
+func (m *levelModel) changeTo(l Limit) { m.l = l }
+
 func (m *levelModel) advance(now int64) {
 	if m.seen && now > m.last {
 		drain := big.NewRat(now-m.last, 1)
-		drain.Mul(drain, big.NewRat(m.l.requests, m.l.period))
+		drain.Mul(drain, big.NewRat(m.rate, m.l.period))
 		m.level.Sub(m.level, drain)
 		if m.level.Sign() < 0 {
 			m.level.SetInt64(0)
@@ -199,7 +235,7 @@ func (m *levelModel) advance(now int64) {
 }
 
 func (m *levelModel) drainTime(x *big.Rat) time.Duration {
-	return time.Duration(ratCeil(new(big.Rat).Mul(x, big.NewRat(m.l.period, m.l.requests))))
+	return time.Duration(ratCeil(new(big.Rat).Mul(x, big.NewRat(m.l.period, m.rate))))
 }
 
 // report is the decision reporting the level as it is: denied, with the
@@ -223,7 +259,12 @@ func (m *levelModel) check(now int64) Decision {
 // the capacity afterwards.
 func (m *levelModel) overdraft(now, cost int64) Decision {
 	m.advance(now)
+	var delay time.Duration
 	if cost > 0 {
+		m.write()
+		if m.l.Algorithm() == LeakyBucketQueue && new(big.Rat).Add(m.level, big.NewRat(cost, 1)).Cmp(big.NewRat(m.l.capacity, 1)) <= 0 {
+			delay = m.drainTime(m.level) // after a change from leaky_bucket
+		}
 		m.level.Add(m.level, big.NewRat(cost, 1))
 		if most := maxMissing(m.l); m.level.Cmp(most) > 0 {
 			m.level = most
@@ -231,7 +272,7 @@ func (m *levelModel) overdraft(now, cost int64) Decision {
 	}
 	d := m.report()
 	if m.level.Cmp(big.NewRat(m.l.capacity, 1)) <= 0 {
-		d.Code, d.RetryAfter = Allowed, 0
+		d.Code, d.RetryAfter, d.Delay = Allowed, 0, delay
 	}
 	return d
 }
@@ -239,6 +280,7 @@ func (m *levelModel) overdraft(now, cost int64) Decision {
 func (m *levelModel) refund(now, units int64) Decision {
 	m.advance(now)
 	if units > 0 {
+		m.write()
 		m.level.Sub(m.level, big.NewRat(units, 1))
 		if m.level.Sign() < 0 {
 			m.level.SetInt64(0)
@@ -260,6 +302,10 @@ func (m *levelModel) decide(now, cost int64) Decision {
 		d.Code = OverCapacity
 	case cost <= 0:
 	case new(big.Rat).Add(m.level, big.NewRat(cost, 1)).Cmp(big.NewRat(m.l.capacity, 1)) <= 0:
+		m.write()
+		if m.l.Algorithm() == LeakyBucketQueue { // after a change from leaky_bucket
+			d.Delay = drainTime(m.level)
+		}
 		m.level.Add(m.level, big.NewRat(cost, 1))
 		d.Remaining, d.ResetAfter = ratFloor(room()), drainTime(m.level)
 	default:
@@ -279,6 +325,9 @@ type windowModel struct {
 	counts  map[int64]int64
 	sliding bool
 }
+
+// changeTo keeps the counts.
+func (m *windowModel) changeTo(l Limit) { m.l = l }
 
 // decide reports only Code and Remaining: the tests check RetryAfter and
 // ResetAfter by waiting them out instead. So do check, overdraft and

@@ -27,7 +27,8 @@ func TestSlidingWindow(t *testing.T) { runCases(t, algorithms.SlidingWindow) }
 // runCases decides, for each of algs, every algotest case for it: one
 // subtest per case (per algorithm and case when algs are more than one),
 // its steps in order from State{}, each through CheckedOp (CheckedDecide
-// for an admit), each decision compared with the step's Want.
+// for an admit) on the limit in force at that step, each decision compared
+// with the step's Want.
 func runCases(t *testing.T, algs ...algorithms.Algorithm) {
 	n := 0
 	for _, c := range algotest.Cases() {
@@ -41,13 +42,13 @@ func runCases(t *testing.T, algs ...algorithms.Algorithm) {
 				name = alg.String() + "/" + name
 			}
 			t.Run(name, func(t *testing.T) {
-				l, err := c.Limit(alg)
+				limits, err := c.Limits(alg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var s algorithms.State
 				for i, st := range c.Steps {
-					next, d, err := algorithms.CheckedOp(l, s, st.Now(), uint8(st.Kind), st.Cost)
+					next, d, err := algorithms.CheckedOp(limits[i], s, st.Now(), uint8(st.Kind), st.Cost)
 					if err != nil {
 						t.Fatalf("step %d (at %v, %v of %d): %v", i, st.At, st.Kind, st.Cost, err)
 					}

@@ -29,6 +29,10 @@ func (l *Limit) Check(s State, now int64) Decision {
 		start, cur, prev, e := l.slidingAt(s, now)
 		return l.slidingReport(start, cur, prev, e, now, 1)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			o := l.at(int64(s.m))
+			return o.gcraCheck(s, now)
+		}
 		return l.gcraCheck(s, now)
 	}
 	return Decision{Code: OverCapacity}
@@ -82,6 +86,9 @@ func (l *Limit) Overdraft(s State, now int64, cost int64) (State, Decision) {
 	case SlidingWindow:
 		return l.slidingOverdraft(s, now, cost)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			return l.gcraChanged(s, now, cost, changedOverdraft)
+		}
 		return l.gcraOverdraft(s, now, cost)
 	}
 	return s, Decision{}
@@ -101,6 +108,9 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 	case SlidingWindow:
 		return l.slidingRefund(s, now, units)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			return l.gcraChanged(s, now, units, changedRefund)
+		}
 		return l.gcraRefund(s, now, units)
 	}
 	return s, Decision{}
@@ -281,11 +291,11 @@ func (l *Limit) gcraReport(dNs, dFrac, limNs, limFrac int64) Decision {
 }
 
 // gcraState is the state with a backlog of dNs + dFrac/R at now.
-func gcraState(now, dNs, dFrac int64) State {
+func (l *Limit) gcraState(now, dNs, dFrac int64) State {
 	if dNs == 0 && dFrac == 0 {
 		return State{}
 	}
-	return State{restAt: now + ceilNs(dNs, dFrac), t: now + dNs, n: uint32(dFrac)}
+	return State{restAt: now + ceilNs(dNs, dFrac), t: now + dNs, n: uint32(dFrac), m: uint32(l.requests)}
 }
 
 func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
@@ -310,7 +320,7 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 		}
 		dNs = int64(sum)
 		// TAT = now + d ≤ MaxTime + MaxSpan = MaxInt64.
-		s = gcraState(now, dNs, dFrac)
+		s = l.gcraState(now, dNs, dFrac)
 	}
 	return s, l.gcraReport(dNs, dFrac, l.spanNs, l.spanFrac)
 }
@@ -326,7 +336,7 @@ func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
 		if dNs < 0 {
 			dNs, dFrac = 0, 0
 		}
-		s = gcraState(now, dNs, dFrac)
+		s = l.gcraState(now, dNs, dFrac)
 	}
 	d := l.gcraReport(dNs, dFrac, l.spanNs, l.spanFrac)
 	d.Code, d.RetryAfter = Allowed, 0

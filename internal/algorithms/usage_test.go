@@ -257,3 +257,79 @@ func TestRefundUndoesOverdraft(t *testing.T) {
 		}
 	}
 }
+
+// changed returns a limit a reload may put over l's buckets: the same
+// period and kind of state (the same window; any of the buckets), any
+// requests and capacity.
+func (a arrivals) changed() Limit {
+	for {
+		alg := a.l.alg
+		if alg.usesBurst() {
+			alg = [...]Algorithm{TokenBucket, LeakyBucket, LeakyBucketQueue}[a.rng.IntN(3)]
+		}
+		requests := 1 + a.rng.Int64N(min(4*a.l.requests, MaxRequests))
+		var burst int64
+		if alg.usesBurst() && a.rng.IntN(2) == 0 {
+			burst = 1 + a.rng.Int64N(min(4*requests, MaxRequests))
+		}
+		if l, err := NewLimit(alg, requests, time.Duration(a.l.period), burst); err == nil {
+			return l
+		}
+	}
+}
+
+// On random timelines of every operation whose limit changes now and then
+// (as reloads change it: another rate and capacity over the same period),
+// every decision keeps the contract — its RetryAfter and ResetAfter come
+// true, the old rate draining until a charge writes the bucket — and
+// agrees with the slow models, which keep what was used: the counts, the
+// level.
+func TestChangedLimits(t *testing.T) {
+	const steps = 3000
+	for _, alg := range Algorithms() {
+		for i, spec := range specs(alg) {
+			t.Run(fmt.Sprintf("%v/%d per %v burst %d", alg, spec.requests, spec.period, spec.burst), func(t *testing.T) {
+				first := mustLimit(t, alg, spec.requests, spec.period, spec.burst)
+				gen := arrivals{newRand(uint64(alg)<<8 | uint64(i) | 3<<16), first}
+				m := newModel(first)
+				var (
+					s       State
+					now     = t0 + gen.rng.Int64N(int64(day))
+					changes int
+					counts  [4][3]int
+				)
+				for n := range steps {
+					if gen.rng.IntN(40) == 0 {
+						gen.l = gen.changed()
+						m.changeTo(gen.l)
+						changes++
+					}
+					l := gen.l
+					now += gen.gap()
+					o := op(gen.rng.IntN(4))
+					cost := gen.cost()
+					if o == opOverdraft || o == opRefund {
+						cost = gen.usageCost()
+					}
+					next, d, err := checkedOp(l, s, now, o, cost)
+					if err != nil {
+						t.Fatalf("decision %d (now %d, limit %d per %v burst %d): %v", n, now, l.requests, l.Period(), l.Burst(), err)
+					}
+					want := apply(m, o, now, cost)
+					if alg == FixedWindow || alg == SlidingWindow {
+						want.ResetAfter, want.RetryAfter = d.ResetAfter, d.RetryAfter
+					}
+					if d != want {
+						t.Fatalf("decision %d (now %d, %v of %d, limit %v %d per %v burst %d):\n got %+v\nmodel %+v",
+							n, now, o, cost, l.alg, l.requests, l.Period(), l.Burst(), d, want)
+					}
+					counts[o][d.Code]++
+					s = next
+				}
+				if changes == 0 || counts[opAdmit][Allowed] == 0 || counts[opAdmit][Denied] == 0 {
+					t.Errorf("timeline too tame: %d changes, %v", changes, counts)
+				}
+			})
+		}
+	}
+}

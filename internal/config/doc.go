@@ -143,6 +143,9 @@
 // rate_limits together, or an empty one. A file's problems are listed up
 // to 1000, then counted.
 //
+// Descriptors nest at most MaxDepth (64) deep: a descriptor below 64
+// others is a problem.
+//
 // Loading is bounded (PolicyBounds, DefaultPolicyBounds): a file larger than
 // MaxBytes (2 MiB by default), or a directory whose files are larger
 // together, is rejected from its size before it is read; a policy with more

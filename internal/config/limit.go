@@ -77,6 +77,47 @@ func limitKey(prefix string, r *algorithms.Limit) string {
 	return string(b)
 }
 
+// BucketName returns the Bucket of a limit with the arithmetic r (before
+// any "#2" that tells it from another limit of its rule): prefix, then the
+// kind of state its algorithm keeps — "fixed_window", "sliding_window", or
+// "bucket" for token_bucket, leaky_bucket and leaky_bucket_queue, whose
+// states are one — and its period, as in "bucket/1h0m0s". Limits with the
+// same BucketName read each other's states.
+func BucketName(prefix string, r *algorithms.Limit) string {
+	var buf [64]byte
+	b := append(buf[:0], prefix...)
+	switch alg := r.Algorithm(); alg {
+	case algorithms.FixedWindow, algorithms.SlidingWindow:
+		b = append(b, alg.String()...)
+	default:
+		b = append(b, "bucket"...)
+	}
+	b = append(b, '/')
+	b = append(b, r.Period().String()...)
+	return string(b)
+}
+
+// nameBuckets sets the Bucket of each of a rule's limits that keeps
+// buckets: its BucketName, followed by "#n" for the nth limit (n ≥ 2) of
+// the rule with that name.
+func nameBuckets(limits []*Limit) {
+	for i, l := range limits {
+		if l.Unlimited || l.DenyAll {
+			continue
+		}
+		l.Bucket = BucketName("", &l.Rate)
+		n := 1
+		for _, earlier := range limits[:i] {
+			if earlier.Bucket != "" && BucketName("", &earlier.Rate) == l.Bucket {
+				n++
+			}
+		}
+		if n > 1 {
+			l.Bucket += "#" + strconv.Itoa(n)
+		}
+	}
+}
+
 // unlimitedKey is the Key of every unlimited limit: they keep no bucket.
 const unlimitedKey = "unlimited"
 
@@ -84,14 +125,14 @@ const unlimitedKey = "unlimited"
 // bucket either.
 const denyAllKey = "deny-all"
 
-// inlineKeyPrefix starts the Key of every inline limit and of no policy
-// limit, so that an inline limit never shares a bucket with a policy limit
-// of the same arithmetic.
-const inlineKeyPrefix = "inline:"
+// InlinePrefix starts the Key and Bucket of every inline limit and of no
+// policy limit, so that an inline limit never shares a bucket with a
+// policy limit of the same arithmetic.
+const InlinePrefix = "inline:"
 
 // IsInlineKey reports whether k is the Key of an inline limit
 // (NewInlineLimit) rather than of a policy's.
-func IsInlineKey(k string) bool { return strings.HasPrefix(k, inlineKeyPrefix) }
+func IsInlineKey(k string) bool { return strings.HasPrefix(k, InlinePrefix) }
 
 // NewInlineLimit returns a limit that a request carries itself rather than
 // one from a policy file: requests per period with the algorithm alg and,
@@ -99,13 +140,13 @@ func IsInlineKey(k string) bool { return strings.HasPrefix(k, inlineKeyPrefix) }
 // arguments are checked as algorithms.NewLimit checks them.
 //
 // The limit's Unit is UnitNone and its UnitMultiplier 0, as it has a period
-// rather than a unit. Its Key is "inline:" followed by the Key a policy
-// limit of the same arithmetic would have, so inline and policy limits
-// never share a bucket.
+// rather than a unit. Its Key and Bucket are "inline:" followed by the
+// Key and Bucket a policy limit of the same arithmetic would have, so
+// inline and policy limits never share a bucket.
 func NewInlineLimit(name string, alg algorithms.Algorithm, requests int64, period time.Duration, burst int64) (*Limit, error) {
 	r, err := algorithms.NewLimit(alg, requests, period, burst)
 	if err != nil {
 		return nil, fmt.Errorf("inline limit %q: %w", name, err)
 	}
-	return &Limit{Name: name, Rate: r, Key: limitKey(inlineKeyPrefix, &r)}, nil
+	return &Limit{Name: name, Rate: r, Key: limitKey(InlinePrefix, &r), Bucket: BucketName(InlinePrefix, &r)}, nil
 }

@@ -305,9 +305,29 @@ type replacesRef struct {
 // nil when there are problems. budget is what is left of the policy's limit
 // of descriptors, limit.
 func parseDomain(file string, data []byte, budget, limit int) (*Domain, int, Errors) {
+	p := newParser(file, budget, limit)
+	return p.finish(p.document(data))
+}
+
+// parseDomainNode is parseDomain of a document given as YAML nodes, root
+// its top node, as FromRateLimitConfigs builds them: the same checks,
+// without encoding the nodes as YAML text and decoding them again.
+func parseDomainNode(file string, root *yaml.Node, budget, limit int) (*Domain, int, Errors) {
+	p := newParser(file, budget, limit)
+	return p.finish(p.domain(root))
+}
+
+func newParser(file string, budget, limit int) *parser {
 	p := &parser{file: file, names: map[string]bool{}, maxDescriptors: budget, descriptorLimit: limit}
 	p.nodes.Errorf = p.errorf
-	d := p.document(data)
+	return p
+}
+
+// finish checks what needs the whole document (the names replaces
+// entries give) and returns the domain d, how many descriptors were
+// built, and every problem, sorted by line; the domain is nil when there
+// are problems.
+func (p *parser) finish(d *Domain) (*Domain, int, Errors) {
 	for _, r := range p.replaces {
 		if !p.names[r.name] {
 			p.errorf(&yaml.Node{Line: r.line}, r.field, "no limit of this domain is named %q", r.name)
@@ -320,7 +340,7 @@ func parseDomain(file string, data []byte, budget, limit int) (*Domain, int, Err
 			if p.dropped == 1 {
 				more = "1 more problem not listed"
 			}
-			p.errs = append(p.errs, &FieldError{File: file, Problem: more})
+			p.errs = append(p.errs, &FieldError{File: p.file, Problem: more})
 		}
 		return nil, p.descriptorCount, p.errs
 	}
@@ -380,6 +400,12 @@ func (p *parser) document(data []byte) *Domain {
 	if len(doc.Content) > 0 {
 		root = yamlnode.Resolve(doc.Content[0])
 	}
+	return p.domain(root)
+}
+
+// domain checks a document's top node, root (nil for an empty document),
+// and returns its domain.
+func (p *parser) domain(root *yaml.Node) *Domain {
 	if root == nil || yamlnode.IsNull(root) {
 		p.errorf(root, "domain", "missing: a policy file names its domain")
 		return nil
@@ -431,9 +457,14 @@ func (p *parser) descriptors(seq *yaml.Node, path string, parent *node, up level
 	}
 }
 
-// descriptor checks one descriptor and adds it to parent: counted against
-// the policy's bound, then its entry, its rule and the descriptors below.
+// descriptor checks one descriptor and adds it to parent: its depth and
+// count against the policy's bounds, then its entry, its rule and the
+// descriptors below.
 func (p *parser) descriptor(y *yaml.Node, path string, parent *node, up level, where map[Entry]string) {
+	if up.depth == MaxDepth {
+		p.errorf(y, path, "nested more than %d deep (the most a policy nests)", MaxDepth)
+		return
+	}
 	if !p.count(y, path) {
 		return
 	}
@@ -535,6 +566,7 @@ func (p *parser) rule(m map[string]*yaml.Node, path string, e Entry, up level, n
 		}
 	}
 	if len(limits) > 0 {
+		nameBuckets(limits)
 		n.rule = &Rule{StatKey: here.statKey, Limits: limits, ShadowMode: shadow, QuotaMode: quota, DetailedMetric: detailed, Metadata: metadata, NoRefunds: noRefunds}
 		if here.shared != nil {
 			n.rule.Shared = make([]string, here.depth)

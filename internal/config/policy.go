@@ -104,10 +104,20 @@ type Limit struct {
 	// turning it on or off keeps the buckets and their debt.
 	Overdraft Overdraft
 	// Key identifies the limit's arithmetic (algorithm, requests, period,
-	// burst) for bucket keys: equal Keys share state, so a reload that
-	// leaves a limit's arithmetic alone keeps its buckets, and a change to
-	// it starts new buckets. Never empty.
+	// burst): limits with equal Keys decide alike. Never empty.
 	Key string
+	// Bucket names the limit's buckets in bucket keys (internal/engine):
+	// the kind of state its algorithm keeps and its period, as in
+	// "bucket/1h0m0s" (see BucketName), and "#2", "#3", … after the
+	// second and later limits of one rule with the same name, in the
+	// order the rule lists them. A reload that changes a limit's requests
+	// or burst, or moves it among token_bucket, leaky_bucket and
+	// leaky_bucket_queue, keeps its Bucket, and so its buckets and what
+	// they hold (internal/algorithms reads a state under a changed
+	// limit); one that changes its period, or moves it between a window
+	// and a bucket algorithm or between the two windows, starts new
+	// buckets. Empty for limits that keep no bucket (unlimited, deny-all).
+	Bucket string
 }
 
 // Overdraft is a limit's rate_limit.overdraft.

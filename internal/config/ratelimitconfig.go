@@ -3,11 +3,16 @@ package config
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimitd/ratelimitd/internal/yamlnode"
 )
 
 // RateLimitConfig is one domain's policy as an xDS control plane sends it:
@@ -35,13 +40,21 @@ type RateLimitConfig struct {
 // domain per resource, built through the same checks as policy files
 // (within limits l, the descriptors of all resources counted together), or
 // every problem found, as Errors whose File is "xds:NAME" and whose Field
-// is the path in the resource (descriptors[0].rate_limit.unit), Line 0. No
-// resources is an empty policy: every domain is unknown.
+// is the path in the resource (descriptors[0].rate_limit.unit), Line 0;
+// once 1000 problems are listed, the resources left are not checked (a
+// last problem counts them). No resources is an empty policy: every
+// domain is unknown.
 //
-// The resource is read as upstream reads it: unit UNKNOWN is a missing
-// unit; requests_per_unit 0 denies every request; an unlimited limit's unit
-// and requests_per_unit are ignored (upstream's conversion always fills
-// them). detailed_metric and shadow_mode are as in a file.
+// Every field of the resource is read as the field of the same name in a
+// policy file, and as upstream reads it: unit UNKNOWN is a missing unit;
+// requests_per_unit 0 denies every request; an unlimited limit's unit and
+// requests_per_unit are ignored (upstream's conversion always fills them);
+// quota_mode, shadow_mode, detailed_metric, name, replaces and unlimited
+// are as in a file; the resource's name names it. A field ratelimitd does
+// not read (see readFields), and a field unknown to the version of
+// go-control-plane's ratelimit module it is built with (a newer control
+// plane's), are problems named by their path (descriptors[2].quota_mode,
+// or descriptors[2] and the field's number): refused, never ignored.
 func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
@@ -51,19 +64,22 @@ func FromRateLimitConfigs(configs []RateLimitConfig, l PolicyBounds) (*Policy, e
 		errs    Errors
 		budget  = l.MaxDescriptors
 	)
-	for _, c := range configs {
+	for i, c := range configs {
+		if len(errs) >= maxProblems {
+			errs = append(errs, &FieldError{File: "xds", Problem: fmt.Sprintf("%d more resources not checked, after %d problems", len(configs)-i, len(errs))})
+			break
+		}
 		source := "xds:" + c.Config.GetName()
+		if ferrs := unreadFields(source, c.Config); len(ferrs) > 0 {
+			errs = append(errs, ferrs...)
+			continue
+		}
 		doc, err := rateLimitConfigYAML(c)
 		if err != nil {
 			errs = append(errs, &FieldError{File: source, Field: "extensions", Problem: err.Error()})
 			continue
 		}
-		data, err := yaml.Marshal(doc)
-		if err != nil {
-			errs = append(errs, &FieldError{File: source, Problem: err.Error()})
-			continue
-		}
-		d, used, ferrs := parseDomain(source, data, budget, l.MaxDescriptors)
+		d, used, ferrs := parseDomainNode(source, doc, budget, l.MaxDescriptors)
 		budget -= used
 		for _, fe := range ferrs {
 			fe.Line = 0 // lines of the YAML built here, not of anything the sender wrote
@@ -138,10 +154,13 @@ func descriptorsYAML(ds []*rlsconfv3.RateLimitDescriptor, ext map[string]*struct
 			put(m, "metadata", structYAML(md))
 		}
 		if d.GetShadowMode() {
-			put(m, "shadow_mode", boolean(true))
+			put(m, "shadow_mode", trueNode)
 		}
 		if d.GetDetailedMetric() {
-			put(m, "detailed_metric", boolean(true))
+			put(m, "detailed_metric", trueNode)
+		}
+		if d.GetQuotaMode() {
+			put(m, "quota_mode", trueNode)
 		}
 		if len(d.GetDescriptors()) > 0 {
 			sub, err := descriptorsYAML(d.GetDescriptors(), ext, used)
@@ -161,10 +180,14 @@ func limitYAML(rl *rlsconfv3.RateLimitPolicy, ext map[string]*structpb.Struct, u
 		put(m, "name", scalar(rl.GetName()))
 	}
 	if rl.GetUnlimited() {
-		put(m, "unlimited", boolean(true))
+		put(m, "unlimited", trueNode)
 	} else {
 		if rl.GetUnit() != rlsconfv3.RateLimitUnit_UNKNOWN {
-			put(m, "unit", scalar(rl.GetUnit().String()))
+			u, ok := unitNodes[rl.GetUnit()]
+			if !ok {
+				u = scalar(rl.GetUnit().String()) // a number unknown to the module
+			}
+			put(m, "unit", u)
 		}
 		put(m, "requests_per_unit", integer(int64(rl.GetRequestsPerUnit())))
 	}
@@ -241,7 +264,38 @@ func anyYAML(v *structpb.Value) *yaml.Node {
 
 func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
 
-func put(m *yaml.Node, key string, v *yaml.Node) { m.Content = append(m.Content, scalar(key), v) }
+// put adds key: v to the mapping m.
+func put(m *yaml.Node, key string, v *yaml.Node) {
+	k, ok := fieldNames[key]
+	if !ok {
+		k = scalar(key)
+	}
+	m.Content = append(m.Content, k, v)
+}
+
+// fieldNames holds one node per field name of a policy file, which every
+// mapping built here shares (the parser does not change the nodes it
+// reads), so that a resource of many descriptors costs a few nodes each.
+// The same for trueNode and the units' names.
+var (
+	fieldNames = func() map[string]*yaml.Node {
+		m := map[string]*yaml.Node{}
+		for _, names := range [][]string{fileFields, descriptorFields, limitFields, replacesFields} {
+			for _, name := range names {
+				m[name] = scalar(name)
+			}
+		}
+		return m
+	}()
+	trueNode  = boolean(true)
+	unitNodes = func() map[rlsconfv3.RateLimitUnit]*yaml.Node {
+		m := map[rlsconfv3.RateLimitUnit]*yaml.Node{}
+		for n, name := range rlsconfv3.RateLimitUnit_name {
+			m[rlsconfv3.RateLimitUnit(n)] = scalar(name)
+		}
+		return m
+	}()
+)
 
 func scalar(s string) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s, Style: yaml.DoubleQuotedStyle}
@@ -253,4 +307,80 @@ func integer(n int64) *yaml.Node {
 
 func boolean(b bool) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(b)}
+}
+
+// readFields lists, per message of a RateLimitConfig resource, the fields
+// FromRateLimitConfigs reads. A message of another type (the metadata
+// Struct) is read whole, its fields not listed. A field set in a resource
+// and not listed here is refused: so a newer module, whose messages have
+// fields no one has mapped yet, makes ratelimitd refuse them until they
+// are mapped, rather than ignore them.
+var readFields = map[protoreflect.FullName][]protoreflect.Name{
+	"ratelimit.config.ratelimit.v3.RateLimitConfig": {"name", "domain", "descriptors"},
+	"ratelimit.config.ratelimit.v3.RateLimitDescriptor": {"key", "value", "rate_limit", "descriptors",
+		"shadow_mode", "detailed_metric", "quota_mode", "metadata"},
+	"ratelimit.config.ratelimit.v3.RateLimitPolicy":  {"unit", "requests_per_unit", "unlimited", "name", "replaces"},
+	"ratelimit.config.ratelimit.v3.RateLimitReplace": {"name"},
+}
+
+// maxFieldProblems bounds the problems of unread fields listed for one
+// resource; the rest are counted.
+const maxFieldProblems = 100
+
+// unreadFields returns a problem for every field of c that
+// FromRateLimitConfigs would not read: set and not in readFields, or
+// unknown to the module (protobuf's unknown fields, kept by the decoder).
+func unreadFields(source string, c *rlsconfv3.RateLimitConfig) Errors {
+	var (
+		errs    Errors
+		dropped int
+	)
+	report := func(field, format string, args ...any) {
+		if len(errs) == maxFieldProblems {
+			dropped++
+			return
+		}
+		errs = append(errs, &FieldError{File: source, Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	var walk func(m protoreflect.Message, path string)
+	walk = func(m protoreflect.Message, path string) {
+		read, listed := readFields[m.Descriptor().FullName()]
+		if !listed {
+			return // read whole
+		}
+		m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			fpath := yamlnode.Join(path, string(f.Name()))
+			switch {
+			case !slices.Contains(read, f.Name()):
+				report(fpath, "ratelimitd does not read this field: refused rather than ignored")
+			case f.IsList() && f.Message() != nil:
+				l := v.List()
+				for i := range l.Len() {
+					walk(l.Get(i).Message(), fmt.Sprintf("%s[%d]", fpath, i))
+				}
+			case f.Message() != nil && !f.IsMap():
+				walk(v.Message(), fpath)
+			}
+			return true
+		})
+		for b := m.GetUnknown(); len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				report(path, "malformed unknown field")
+				return
+			}
+			b = b[n:]
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				report(path, "malformed unknown field %d", num)
+				return
+			}
+			b = b[n:]
+			report(path, "unknown field number %d (%s has no such field in the version ratelimitd reads; a newer control plane's?): refused rather than ignored", num, m.Descriptor().Name())
+		}
+	}
+	walk(c.ProtoReflect(), "")
+	if dropped > 0 {
+		errs = append(errs, &FieldError{File: source, Problem: fmt.Sprintf("%d more fields not listed", dropped)})
+	}
+	return errs
 }

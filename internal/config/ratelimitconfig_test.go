@@ -3,10 +3,15 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -163,5 +168,178 @@ func TestFromRateLimitConfigsCountsDescriptorsTogether(t *testing.T) {
 	_, err := FromRateLimitConfigs([]RateLimitConfig{{Config: a}, {Config: b}}, PolicyBounds{MaxBytes: 1 << 20, MaxDescriptors: 4})
 	if err == nil || !strings.Contains(err.Error(), "more than 4 descriptors") {
 		t.Errorf("error %v, want more than 4 descriptors", err)
+	}
+}
+
+// everyFieldConfig sets every field of the resource that changes a
+// decision: an AI Gateway QuotaPolicy shape (a premium tenant's quota
+// beside a shared default one), and upstream's shadow, detailed,
+// unlimited, replaces and week.
+func everyFieldConfig() *rlsconfv3.RateLimitConfig {
+	return &rlsconfv3.RateLimitConfig{
+		Name:   "ai-gateway/quota",
+		Domain: "ai-gateway",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: "backend", Value: "openai",
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key: "tenant", Value: "premium", QuotaMode: true, DetailedMetric: true,
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 40, Name: "premium",
+					Replaces: []*rlsconfv3.RateLimitReplace{{Name: "weekly"}}},
+			}, {
+				Key: "default", QuotaMode: true,
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 10},
+			}, {
+				Key: "trial", ShadowMode: true,
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_WEEK, RequestsPerUnit: 5, Name: "weekly"},
+			}, {
+				Key:       "internal",
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true},
+			}},
+		}},
+	}
+}
+
+const everyFieldYAML = `
+domain: ai-gateway
+descriptors:
+  - key: backend
+    value: openai
+    descriptors:
+      - key: tenant
+        value: premium
+        quota_mode: true
+        detailed_metric: true
+        rate_limit: {unit: hour, requests_per_unit: 40, name: premium, replaces: [{name: weekly}]}
+      - key: default
+        quota_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 10}
+      - key: trial
+        shadow_mode: true
+        rate_limit: {unit: week, requests_per_unit: 5, name: weekly}
+      - key: internal
+        rate_limit: {unlimited: true}
+`
+
+// TestFromRateLimitConfigsReadsEveryField: every field of the resource
+// gives the policy the same field of a file gives it.
+func TestFromRateLimitConfigsReadsEveryField(t *testing.T) {
+	got, err := FromRateLimitConfigs([]RateLimitConfig{{Config: everyFieldConfig()}}, DefaultPolicyBounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Parse("quota.yaml", []byte(everyFieldYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := viewJSON(t, got), viewJSON(t, want); g != w {
+		t.Errorf("policy from xDS:\n%s\nfrom the file:\n%s", g, w)
+	}
+	r := got.Domain("ai-gateway").Match([]Entry{{"backend", "openai"}, {"tenant", "premium"}})
+	if r == nil || !r.QuotaMode || !r.DetailedMetric || r.Limits[0].Name != "premium" || len(r.Limits[0].Replaces) != 1 {
+		t.Errorf("premium rule %+v, want quota_mode, detailed_metric, named premium, replacing weekly", r)
+	}
+}
+
+// TestReadFieldsListsEveryField: every field of the module's messages is
+// read. A module upgrade that brings a field fails here until the field is
+// mapped (or the refusal of it is deliberate and this test says so).
+func TestReadFieldsListsEveryField(t *testing.T) {
+	seen := map[protoreflect.FullName]bool{}
+	var visit func(md protoreflect.MessageDescriptor)
+	visit = func(md protoreflect.MessageDescriptor) {
+		read, listed := readFields[md.FullName()]
+		if !listed || seen[md.FullName()] {
+			return
+		}
+		seen[md.FullName()] = true
+		fields := md.Fields()
+		for i := range fields.Len() {
+			f := fields.Get(i)
+			if !slices.Contains(read, f.Name()) {
+				t.Errorf("%s.%s is not read", md.FullName(), f.Name())
+			}
+			if f.Message() != nil {
+				visit(f.Message())
+			}
+		}
+		for _, name := range read {
+			if fields.ByName(name) == nil {
+				t.Errorf("%s has no field %s", md.FullName(), name)
+			}
+		}
+	}
+	visit((&rlsconfv3.RateLimitConfig{}).ProtoReflect().Descriptor())
+	if len(seen) != len(readFields) {
+		t.Errorf("visited %d messages, readFields lists %d", len(seen), len(readFields))
+	}
+}
+
+// TestFromRateLimitConfigsRefusesUnknownFields: a field the module does not
+// know (a newer control plane's), anywhere in the resource, is a problem
+// named by its place and number, not ignored.
+func TestFromRateLimitConfigsRefusesUnknownFields(t *testing.T) {
+	withUnknown := func(m proto.Message, num protowire.Number) {
+		b := protowire.AppendTag(nil, num, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+		m.ProtoReflect().SetUnknown(b)
+	}
+	top := gatewayConfig()
+	withUnknown(top, 4)
+	desc := everyFieldConfig()
+	withUnknown(desc.Descriptors[0].Descriptors[2], 9)
+	limit := everyFieldConfig()
+	withUnknown(limit.Descriptors[0].Descriptors[0].RateLimit, 6)
+	replace := everyFieldConfig()
+	withUnknown(replace.Descriptors[0].Descriptors[0].RateLimit.Replaces[0], 2)
+	for _, tc := range []struct {
+		name string
+		c    *rlsconfv3.RateLimitConfig
+		want string
+	}{
+		{"top", top, "xds:default/eg/http: unknown field number 4 (RateLimitConfig has no such field"},
+		{"descriptor", desc, "xds:ai-gateway/quota: descriptors[0].descriptors[2]: unknown field number 9 (RateLimitDescriptor"},
+		{"limit", limit, "xds:ai-gateway/quota: descriptors[0].descriptors[0].rate_limit: unknown field number 6 (RateLimitPolicy"},
+		{"replaces", replace, "xds:ai-gateway/quota: descriptors[0].descriptors[0].rate_limit.replaces[0]: unknown field number 2 (RateLimitReplace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := FromRateLimitConfigs([]RateLimitConfig{{Config: tc.c}}, DefaultPolicyBounds)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "refused rather than ignored") {
+				t.Errorf("error %v\nwant %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkFromRateLimitConfigs builds a policy of 10,000 descriptors from
+// an xDS resource.
+func BenchmarkFromRateLimitConfigs(b *testing.B) {
+	c := &rlsconfv3.RateLimitConfig{Name: "flat", Domain: "flat"}
+	for i := range 10_000 {
+		c.Descriptors = append(c.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "k", Value: strconv.Itoa(i),
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 5}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromRateLimitConfigs([]RateLimitConfig{{Config: c}}, DefaultPolicyBounds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestFromRateLimitConfigsProblemsBounded: the problems of a response of
+// many bad resources are listed up to 1000, and the resources left are
+// counted, not checked.
+func TestFromRateLimitConfigsProblemsBounded(t *testing.T) {
+	configs := make([]RateLimitConfig, 5000)
+	for i := range configs {
+		configs[i].Config = &rlsconfv3.RateLimitConfig{Name: strconv.Itoa(i)} // no domain
+	}
+	_, err := FromRateLimitConfigs(configs, DefaultPolicyBounds)
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 1001 {
+		t.Fatalf("%d problems, want 1000 and a count", len(errs))
+	}
+	if last := errs[1000].Error(); last != "xds: 4000 more resources not checked, after 1000 problems" {
+		t.Errorf("last problem %q", last)
 	}
 }

@@ -65,7 +65,7 @@ type LimitView struct {
 	// Overdraft is rate_limit.overdraft as the file gave it; absent when
 	// the file does not say (the daemon's default decides).
 	Overdraft *bool `json:"overdraft,omitempty"`
-	// Key is Limit.Key: limits with equal keys share buckets.
+	// Key is Limit.Key: limits with equal keys decide alike.
 	Key string `json:"key"`
 }
 

@@ -471,7 +471,7 @@ func (d *Daemon) openStore() (err error) {
 
 // restoreBuckets brings back the buckets the store kept across the restart
 // (the memory store with a state file), only those of limits still in the
-// policy with the same parameters. It runs before the gRPC port serves;
+// policy with the same kind of state and period (engine.Engine.Adopt). It runs before the gRPC port serves;
 // meanwhile the HTTP port answers, with /readyz (and the health service)
 // NOT_SERVING and decision calls refused. It cannot fail (a bad file
 // starts the store empty).
@@ -479,7 +479,7 @@ func (d *Daemon) restoreBuckets() {
 	if d.cfg.restoring != nil {
 		d.cfg.restoring()
 	}
-	d.store.restore(d.engine.InPolicy)
+	d.store.restore(d.engine.Adopt)
 }
 
 // listen binds the gRPC, HTTP, admin and metrics listeners, each holding

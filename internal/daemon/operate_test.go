@@ -286,14 +286,15 @@ func TestHotReload(t *testing.T) {
 			}
 
 			// A valid change: new limits apply, the untouched rule's
-			// bucket keeps its state.
+			// bucket keeps its state, and the changed rule's keeps what
+			// was used: 3 of its new 20.
 			change(policyV2)
 			eventually(t, "the valid policy to be reloaded", func() bool { return reloads("success") == 1 })
 			if st := call(peek(desc("kept", "k"))); st.Remaining != 2 {
 				t.Errorf("kept: remaining %d after the reload, want 2 (its bucket kept)", st.Remaining)
 			}
-			if st := call(peek(desc("changed", "k"))); st.Remaining != 20 || st.Rule.GetRequests() != 20 {
-				t.Errorf("changed: remaining %d of %d, want a new bucket of 20", st.Remaining, st.Rule.GetRequests())
+			if st := call(peek(desc("changed", "k"))); st.Remaining != 17 || st.Rule.GetRequests() != 20 {
+				t.Errorf("changed: remaining %d of %d, want 17 of 20 (the 3 used kept)", st.Remaining, st.Rule.GetRequests())
 			}
 			if st := call(desc("added", "k")); !st.Matched || st.Rule.GetName() != "added" {
 				t.Errorf("added: %v, want matched by the new rule", st)

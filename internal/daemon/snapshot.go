@@ -89,10 +89,10 @@ func (s *snapshots) collectors() []prometheus.Collector {
 }
 
 // load restores the buckets of the snapshot at the path into the store,
-// keeping only those for which keep is true. It never fails: a missing
+// as adopt converts them, keeping only those it accepts. It never fails: a missing
 // file starts the store empty (a first start); a refused one is logged,
 // counted, renamed aside (snapshot.SetAside) and the store starts empty.
-func (s *snapshots) load(keep func(key []byte) bool) {
+func (s *snapshots) load(adopt memory.Adopt) {
 	defer s.loaded.Store(true)
 	start := time.Now()
 	snap, err := snapshot.Read(s.path)
@@ -117,7 +117,7 @@ func (s *snapshots) load(keep func(key []byte) bool) {
 			"state_file", s.path, "err", err)
 		return
 	}
-	r := s.store.Restore(snap, time.Now().UnixNano(), keep)
+	r := s.store.Restore(snap, time.Now().UnixNano(), adopt)
 	took := time.Since(start)
 	s.loads.WithLabelValues("loaded").Inc()
 	s.loadTook.Set(took.Seconds())

@@ -152,8 +152,9 @@ func TestStateFileKeepsBucketsAcrossARestart(t *testing.T) {
 	}
 }
 
-// TestStateFileRestoresOnlyLimitsStillInForce: a limit changed while the
-// daemon was down starts afresh; an unchanged one keeps its bucket.
+// TestStateFileRestoresOnlyLimitsStillInForce: a limit whose requests
+// changed while the daemon was down keeps what was used; one whose period
+// changed starts afresh.
 func TestStateFileRestoresOnlyLimitsStillInForce(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
 	user, tenant := desc("user", "bob"), desc("tenant", "t1")
@@ -162,16 +163,19 @@ func TestStateFileRestoresOnlyLimitsStillInForce(t *testing.T) {
 	first.Stop()
 
 	changed := strings.Replace(statePolicy, "{unit: hour, requests_per_unit: 1}", "{unit: hour, requests_per_unit: 2}", 1)
+	changed = strings.Replace(changed, "unit: minute, requests_per_unit: 2, burst: 2", "unit: hour, requests_per_unit: 2, burst: 2", 1)
 	second := stateDaemon(t, changed, stateFile)
 	if !strings.Contains(second.Logs(), "restored=1 at_rest=0 dropped=1") {
 		t.Errorf("load log line does not say 1 restored, 1 dropped:\n%s", second.Logs())
 	}
-	if r := shouldRateLimit(t, second, user); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
-		t.Errorf("unchanged limit: %v, want still over the limit", r)
+	if r := shouldRateLimit(t, second, user); r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 1 {
+		t.Errorf("changed period: %v, want a fresh bucket (1 remaining of 2)", r)
 	}
-	r := shouldRateLimit(t, second, tenant)
-	if r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 1 {
-		t.Errorf("changed limit: %v, want a fresh bucket (1 remaining of 2)", r)
+	if r := shouldRateLimit(t, second, tenant); r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 0 {
+		t.Errorf("raised limit: %v, want the one used kept (0 remaining of 2)", r)
+	}
+	if r := shouldRateLimit(t, second, tenant); r.OverallCode != rl.Code_CODE_OVER_LIMIT {
+		t.Errorf("raised limit, spent: %v, want over the limit", r)
 	}
 }
 

@@ -50,9 +50,10 @@ type storeBackend interface {
 	// routes adds the store's own endpoints to the HTTP mux.
 	routes(mux *http.ServeMux)
 	// restore brings back the buckets kept across restarts (the memory
-	// store with Config.StateFile), those that keep accepts, before the
-	// daemon serves; a store that keeps none does nothing.
-	restore(keep func(key []byte) bool)
+	// store with Config.StateFile), as adopt converts them and those it
+	// accepts, before the daemon serves; a store that keeps none does
+	// nothing.
+	restore(adopt memory.Adopt)
 	// misconfigured returns why the store refuses to work with the
 	// daemon's configuration (Redis's ACL or password), nil while it does
 	// not: the daemon is then not ready (/readyz says why).
@@ -158,9 +159,9 @@ func (b *memoryBackend) collectors() []prometheus.Collector {
 func (b *memoryBackend) routes(*http.ServeMux)       {}
 func (b *memoryBackend) misconfigured() error        { return nil }
 func (b *memoryBackend) quotaLedger() rlqsapi.Ledger { return nil }
-func (b *memoryBackend) restore(keep func(key []byte) bool) {
+func (b *memoryBackend) restore(adopt memory.Adopt) {
 	if b.snapshots != nil {
-		b.snapshots.load(keep)
+		b.snapshots.load(adopt)
 	}
 }
 
@@ -242,11 +243,11 @@ func (b *redisBackend) run(ctx context.Context) { b.Run(ctx, time.Second) }
 func (b *redisBackend) collectors() []prometheus.Collector {
 	return append(b.redis.Collectors(), b.Guard.Collectors()...)
 }
-func (b *redisBackend) restore(func(key []byte) bool) {}
-func (b *redisBackend) misconfigured() error          { return b.Misconfigured() }
-func (b *redisBackend) quotaLedger() rlqsapi.Ledger   { return b.redis.QuotaLedger(b.ledgerClock) }
-func (b *redisBackend) close()                        { b.Guard.Close(); b.redis.Close() }
-func (b *redisBackend) String() string                { return b.name }
+func (b *redisBackend) restore(memory.Adopt)        {}
+func (b *redisBackend) misconfigured() error        { return b.Misconfigured() }
+func (b *redisBackend) quotaLedger() rlqsapi.Ledger { return b.redis.QuotaLedger(b.ledgerClock) }
+func (b *redisBackend) close()                      { b.Guard.Close(); b.redis.Close() }
+func (b *redisBackend) String() string              { return b.name }
 
 // routes serves GET /healthz/redis: 200 "ok" while the store reaches
 // Redis, 503 with the failure while it does not.

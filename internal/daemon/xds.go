@@ -51,6 +51,7 @@ func xdsSource(c xdspolicy.Config) string {
 func (d *Daemon) awaitXDS() (err error) {
 	xc := d.cfg.XDS
 	xc.Logger = d.log
+	xc.Bounds = d.cfg.PolicyBounds
 	if d.xds, err = xdspolicy.New(xc, d.applyXDS); err != nil {
 		return err
 	}

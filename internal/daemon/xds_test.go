@@ -137,6 +137,11 @@ func TestXDSPolicyLifecycle(t *testing.T) {
 	if got := codes3(t, h, "c", 4); got[2] != ok || got[3] != over {
 		t.Errorf("v3 (3 a minute): %v, want OK OK OK OVER_LIMIT", got)
 	}
+	// The raised limit keeps what was used: a, who used v1's 2, has 1 of
+	// v3's 3 left.
+	if got := codes3(t, h, "a", 2); got[0] != ok || got[1] != over {
+		t.Errorf("v3 for a, who used 2 under v1: %v, want OK OVER_LIMIT", got)
+	}
 	if err := h.d.Reload(); err != nil {
 		t.Errorf("Reload with xDS: %v, want nothing to do", err)
 	}

@@ -2,7 +2,11 @@ package engine
 
 import (
 	"encoding/binary"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/config"
 )
 
@@ -19,8 +23,10 @@ type BucketKey struct {
 	// Shared: the bucket is a share_threshold rule's (config.Rule.Shared
 	// is not nil).
 	Shared bool
-	// Limit is the limit's config.Limit.Key: its arithmetic, and "inline:"
-	// for a limit the request carried.
+	// Limit is the limit's config.Limit.Bucket: the kind of state its
+	// algorithm keeps and its period (not its requests or burst, so that a
+	// changed limit keeps its buckets), and "inline:" first for a limit the
+	// request carried.
 	Limit string
 }
 
@@ -102,17 +108,18 @@ func ParseBucketKey(key []byte) (BucketKey, bool) {
 }
 
 // InPolicy reports whether the policy in force would charge the bucket
-// whose store key is key: its domain is
-// in the policy, its entries match a rule there, the rule shares its
-// buckets (share_threshold) exactly where the key does, and the rule has a
-// limit with the key's config.Limit.Key — so the same domain, descriptor
-// and arithmetic. Inline limits' buckets are always in the policy: a
-// request carries the limit itself, and a changed inline limit is another
-// key. A key the engine could not have made is not in the policy.
+// whose store key is key: its domain is in the policy, its entries match a
+// rule there, the rule shares its buckets (share_threshold) exactly where
+// the key does, and the rule has a limit with the key's
+// config.Limit.Bucket — so the same domain, descriptor, kind of state and
+// period. Inline limits' buckets are always in the policy: a request
+// carries the limit itself. A key the engine could not have made is not in
+// the policy.
 //
-// A snapshot's buckets are restored only when InPolicy: a bucket of a limit
-// removed or changed while the daemon was down would never be charged
-// again, and would only hold memory until it came to rest.
+// A snapshot's buckets are restored only when InPolicy (see Adopt): a
+// bucket of a limit removed while the daemon was down, or whose period
+// changed, would never be charged again, and would only hold memory until
+// it came to rest.
 func (e *Engine) InPolicy(key []byte) bool {
 	k, ok := ParseBucketKey(key)
 	if !ok {
@@ -121,23 +128,109 @@ func (e *Engine) InPolicy(key []byte) bool {
 	if config.IsInlineKey(k.Limit) {
 		return !k.Shared
 	}
-	dom := e.policy.Load().Domain(k.Domain)
-	if dom == nil {
+	rule := e.ruleOf(&k)
+	if rule == nil {
 		return false
-	}
-	rule := dom.Match(k.Entries)
-	if rule == nil || k.Shared != (rule.Shared != nil) {
-		return false
-	}
-	for i, pattern := range rule.Shared {
-		if pattern != "" && (i >= len(k.Entries) || k.Entries[i].Value != pattern) {
-			return false
-		}
 	}
 	for _, l := range rule.Limits {
-		if l.Key == k.Limit {
+		if l.Bucket != "" && l.Bucket == k.Limit {
 			return true
 		}
 	}
 	return false
+}
+
+// ruleOf returns the rule of the policy in force that charges the buckets
+// of k's domain and entries, shared exactly as k says; nil for none.
+func (e *Engine) ruleOf(k *BucketKey) *config.Rule {
+	dom := e.policy.Load().Domain(k.Domain)
+	if dom == nil {
+		return nil
+	}
+	rule := dom.Match(k.Entries)
+	if rule == nil || k.Shared != (rule.Shared != nil) {
+		return nil
+	}
+	for i, pattern := range rule.Shared {
+		if pattern != "" && (i >= len(k.Entries) || k.Entries[i].Value != pattern) {
+			return nil
+		}
+	}
+	return rule
+}
+
+// Adopt returns what becomes of a bucket of a snapshot of the given format
+// version (internal/snapshot): the key and state to restore it under, and
+// whether to restore it at all. A bucket of a version 4 snapshot is kept as
+// it is when InPolicy. One of an earlier version is converted first: its
+// key named the limit by its whole arithmetic (config.Limit.Key), which
+// becomes the Bucket of the rule's limit with that Key or, when its
+// requests or burst changed while the daemon was down, of the rule's first
+// limit with the same kind of state and period; and a bucket algorithm's
+// state, which did not record its rate, records the old limit's
+// (algorithms.State.WrittenBy), so that what was used stays used.
+func (e *Engine) Adopt(key []byte, st algorithms.State, version int) ([]byte, algorithms.State, bool) {
+	if version >= 4 {
+		return key, st, e.InPolicy(key)
+	}
+	k, ok := ParseBucketKey(key)
+	if !ok {
+		return nil, st, false
+	}
+	inline := config.IsInlineKey(k.Limit)
+	old, ok := parseLimitKey(strings.TrimPrefix(k.Limit, config.InlinePrefix))
+	if !ok {
+		return nil, st, false
+	}
+	st = st.WrittenBy(&old)
+	name := config.BucketName("", &old)
+	if inline {
+		k.Limit = config.InlinePrefix + name
+		return k.Append(nil), st, !k.Shared
+	}
+	rule := e.ruleOf(&k)
+	if rule == nil {
+		return nil, st, false
+	}
+	var bucket string
+	for _, l := range rule.Limits {
+		if l.Bucket != "" && l.Key == k.Limit {
+			bucket = l.Bucket // the limit, unchanged
+			break
+		}
+		if l.Bucket == name && bucket == "" {
+			bucket = l.Bucket // the first limit of its kind and period
+		}
+	}
+	if bucket == "" {
+		return nil, st, false
+	}
+	k.Limit = bucket
+	return k.Append(nil), st, true
+}
+
+// parseLimitKey returns the limit whose config.Limit.Key (without
+// "inline:") is s, as snapshots of version 3 and earlier named limits in
+// bucket keys: "algorithm/requests/period/capacity".
+func parseLimitKey(s string) (algorithms.Limit, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 4 {
+		return algorithms.Limit{}, false
+	}
+	alg, err := algorithms.ParseAlgorithm(parts[0])
+	if err != nil {
+		return algorithms.Limit{}, false
+	}
+	requests, err1 := strconv.ParseInt(parts[1], 10, 64)
+	period, err2 := time.ParseDuration(parts[2])
+	capacity, err3 := strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return algorithms.Limit{}, false
+	}
+	burst := capacity
+	if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
+		burst = 0
+	}
+	l, err := algorithms.NewLimit(alg, requests, period, burst)
+	return l, err == nil
 }

@@ -47,9 +47,12 @@ descriptors:
     rate_limits:
       - {unit: second, requests_per_unit: 50, algorithm: sliding_window}
       - {unit: hour, requests_per_unit: 5000}
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 100}
 `
-	// The user limit's rate changes, the hourly limit goes, the sliding
-	// window stays as it was.
+	// The user limit's rate changes (its buckets stay, and what they hold),
+	// the hourly limit goes, the sliding window stays as it was, the api_key
+	// limit's period changes (new buckets).
 	const after = `
 domain: shop
 descriptors:
@@ -59,6 +62,8 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 500, burst: 800, algorithm: token_bucket}
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 50, algorithm: sliding_window}
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 100}
 `
 	pBefore, err := config.Parse("shop.yaml", []byte(before))
 	if err != nil {
@@ -80,13 +85,15 @@ descriptors:
 	}
 	ask("user", &Request{Domain: "shop", Descriptors: []Descriptor{{Entries: entries("path", "/orders", "user", "alice")}}})
 	ask("addr", &Request{Domain: "shop", Descriptors: []Descriptor{{Entries: entries("remote_address", "10.0.0.1")}}})
+	ask("api", &Request{Domain: "shop", Descriptors: []Descriptor{{Entries: entries("api_key", "k1")}}})
 	ask("inline", &Request{Domain: "shop", Descriptors: []Descriptor{{
 		Entries: entries("tenant", "t1"),
 		Limit:   &InlineLimit{Algorithm: algorithms.TokenBucket, Requests: 10, Period: time.Second},
 	}}})
 	want := map[string][2]bool{ // in the policy before, after
-		"user#0":   {true, false},
+		"user#0":   {true, true},
 		"addr#0":   {true, true},
+		"api#0":    {true, false},
 		"addr#1":   {true, false},
 		"inline#0": {true, true},
 	}

@@ -58,10 +58,20 @@
 // its counter is past the limit); Allowed otherwise. A bucket in debt
 // reports Remaining 0 and a ResetAfter that includes the debt.
 //
-// Two descriptors of one request that name the same bucket share one
-// charge of their summed cost when they ask the same operation of it
-// (both checks, both refunds, …); a request in which they ask different
-// ones is invalid.
+// Descriptors of one request that name the same bucket (two QuotaPolicies
+// on one backend and model make Envoy send one descriptor twice) are
+// decided as envoyproxy/ratelimit decides them, on the running total: each
+// as if the bucket had been charged the costs of the descriptors up to and
+// including it, in request order (upstream pipelines one INCRBY per
+// descriptor). The bucket is charged their summed cost, by the rules above
+// (all or nothing: a request denied is charged nothing, and its
+// descriptors that fitted report the bucket uncharged). Quotas are the
+// exception: descriptors that name one bucket match one rule, and when it
+// is a quota_mode rule their charge is one quota's, which the store's rule
+// admits or spends whole — they are decided together on their summed cost
+// (upstream lets the first through while it has room). They must ask the
+// same operation of the bucket (both charges, both refunds, …); a request
+// in which they ask different ones is invalid.
 package engine
 
 import (
@@ -171,8 +181,9 @@ func uniformJitter(max time.Duration) time.Duration {
 func (e *Engine) Policy() *config.Policy { return e.policy.Load() }
 
 // SetPolicy replaces the policy for requests that start after it returns.
-// Buckets whose limits are unchanged (equal config.Limit.Key) keep their
-// state.
+// A bucket whose limit keeps its config.Limit.Bucket (the same rule, kind
+// of state and period) keeps its state, read by the changed limit as
+// internal/algorithms says ("A changed limit"): what was used stays used.
 func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 
 // ShouldRateLimit decides req and writes the answer into resp, reusing
@@ -220,6 +231,10 @@ type work struct {
 	limits    [][]*config.Limit
 	replaced  map[string]bool // names replaced by a matched limit
 
+	repeats bool    // two uses name one bucket (see probeRepeats)
+	running []int64 // probeRepeats' running costs, per charge
+	lastUse []int   // probeRepeats' last use, per charge
+
 	// Quotas (see Response.Code): the descriptors in a quota_mode rule
 	// that is not in shadow mode; those of them a requests_per_unit: 0
 	// limit denies outright; whether one has room without a bucket (its
@@ -263,6 +278,15 @@ type use struct {
 	kind       store.Kind // how the limit's bucket is charged
 	replaced   bool       // another matched limit replaces this one
 	charge     int        // index in charges; -1 when nothing is charged
+	probe      int        // index in charges of the probe that decides it; -1 for none (probeRepeats)
+}
+
+// decision returns what decided u: its probe's decision, or its charge's.
+func (w *work) decision(u *use) algorithms.Decision {
+	if u.probe >= 0 {
+		return w.decisions[u.probe]
+	}
+	return w.decisions[u.charge]
 }
 
 // deniedOutright reports whether u is a requests_per_unit: 0 limit that
@@ -287,6 +311,7 @@ func (w *work) release() {
 	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
 	w.rules, w.roles, w.limits = w.rules[:0], w.roles[:0], w.limits[:0]
 	w.quotas, w.quotasOutright, w.quotaOpen = 0, 0, false
+	w.repeats = false
 	workPool.Put(w)
 }
 
@@ -344,7 +369,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 		}
 		outright, charged := false, false
 		for _, l := range w.limits[i] {
-			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1}
+			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1, probe: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
 			if u.deniedOutright() && !shadowCharge {
 				if quotaID != 0 {
@@ -393,8 +418,51 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 			w.charges[i].Cost = 0
 		}
 	}
+	if w.repeats {
+		w.probeRepeats()
+	}
 	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
 	return nil
+}
+
+// probeRepeats decides each descriptor that names a bucket a later
+// descriptor of the request names again on the running total, as
+// envoyproxy/ratelimit's INCRBY per descriptor decides it: for each use of
+// such a bucket but its last, a probe (store.Charge.Probe, shadow) charges
+// the bucket the costs of the uses up to it, in request order, and decides
+// the use; the last use is decided by the bucket's charge, of every use's
+// cost. A check needs none: it charges nothing, so every check of a bucket
+// sees the same. Nor does a bucket that only quotas name (a quota's
+// charge): the store's quota rule admits or spends a charge whole, so
+// such descriptors are decided together on their summed cost (see the
+// package doc).
+func (w *work) probeRepeats() {
+	n := len(w.charges)
+	w.running, w.lastUse = slices.Grow(w.running[:0], n)[:n], slices.Grow(w.lastUse[:0], n)[:n]
+	clear(w.running)
+	for i := range w.uses {
+		if c := w.uses[i].charge; c >= 0 {
+			w.lastUse[c] = i
+		}
+	}
+	for i := range w.uses {
+		u := &w.uses[i]
+		if u.charge < 0 {
+			continue
+		}
+		total := addCost(w.running[u.charge], u.cost)
+		w.running[u.charge] = total
+		c := w.charges[u.charge]
+		if i == w.lastUse[u.charge] || c.Kind == store.Check || c.Quota != 0 {
+			continue
+		}
+		if c.Cost != 0 { // not a request denied outright (its admits are peeks)
+			c.Cost = total
+		}
+		c.Shadow, c.Probe = true, true
+		w.charges = append(w.charges, c)
+		u.probe = len(w.charges) - 1
+	}
 }
 
 // unquota makes the charges of descriptor i's quota (every quota's, for
@@ -419,6 +487,14 @@ func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.K
 		return store.Overdraft
 	}
 	return k
+}
+
+// addCost returns a + b for costs a, b ≥ 0, at most math.MaxInt64.
+func addCost(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // costOf resolves a descriptor's cost (see Cost).
@@ -446,10 +522,11 @@ func Cost(requestHits uint64, descriptorHits *uint64) int64 {
 // charge adds u's charge on the bucket of (domain, entries, u.limit) and
 // returns its index; rule is the rule matched (nil for an inline limit),
 // quota the charge's store.Charge.Quota. Two descriptors naming the same
-// bucket share one charge of their summed cost, so the store sees each
-// bucket once; when they ask different kinds of charge of it, the request
-// is invalid. A shared charge is a quota's only if both descriptors are
-// quotas (then the first's): an ordinary descriptor's denial denies.
+// bucket share one charge of their summed cost, so the store charges each
+// bucket once (probeRepeats decides each on the running total); when they
+// ask different kinds of charge of it, the request is invalid. A shared
+// charge is a quota's only if both descriptors are quotas (then the
+// first's): an ordinary descriptor's denial denies.
 func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, u *use, shadow bool, quota uint32) (int, error) {
 	start := 0
 	if n := len(w.keyEnds); n > 0 {
@@ -459,21 +536,18 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	if rule != nil {
 		shared = rule.Shared
 	}
-	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Key)
+	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Bucket)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
 		if bytes.Equal(w.keys[prev:end], key) {
 			w.keys = w.keys[:start]
+			w.repeats = true
 			c := &w.charges[i]
 			if c.Kind != u.kind {
 				return 0, w.conflict(i, u)
 			}
-			if c.Cost > math.MaxInt64-u.cost {
-				c.Cost = math.MaxInt64
-			} else {
-				c.Cost += u.cost
-			}
+			c.Cost = addCost(c.Cost, u.cost)
 			if quota == 0 && !shadow {
 				c.Quota = 0
 			}
@@ -528,7 +602,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 				d.Code = algorithms.OverCapacity
 			}
 		default:
-			d = w.decisions[u.charge]
+			d = w.decision(&u)
 			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
 				d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
 			}

@@ -76,26 +76,6 @@ descriptors:
 	}
 }
 
-// TestSameBucketTwice: two descriptors naming one bucket are one charge of
-// their summed cost, decided together.
-func TestSameBucketTwice(t *testing.T) {
-	e := newEngine(t, `
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 3}
-`)
-	two := &Request{Domain: "d", Descriptors: []Descriptor{{Entries: entries("k", "v")}, {Entries: entries("k", "v")}}}
-	r := decide(t, e, two)
-	if r.Code != algorithms.Allowed || r.Statuses[0].Remaining != 1 || r.Statuses[1].Remaining != 1 {
-		t.Fatalf("first pair: %+v", r)
-	}
-	r = decide(t, e, two)
-	if r.Code != algorithms.Denied || r.Statuses[0].Remaining != 1 {
-		t.Fatalf("second pair needs 2 of the 1 left: %+v", r)
-	}
-}
-
 // TestShadowQueueDoesNotDelay: a leaky_bucket_queue rule delays admitted
 // requests, unless it is in shadow mode (per rule or globally), where it
 // only observes.

@@ -201,12 +201,14 @@ func boolInt(b bool) int64 {
 }
 
 // TestOneOperationPerBucket: descriptors naming one bucket share a charge
-// when they ask the same operation, and make the request invalid when not.
+// when they ask the same operation — each reported on the running total —
+// and make the request invalid when not.
 func TestOneOperationPerBucket(t *testing.T) {
 	e, _ := opEngine(t)
 	check(t, "two refunds sum", ask(t, e, op{"tokens", OpCharge, 500}), algorithms.Allowed, want{algorithms.Allowed, 500, store.Overdraft})
 	r := ask(t, e, op{"tokens", OpRefund, 100}, op{"tokens", OpRefund, 150})
-	check(t, "two refunds sum", r, algorithms.Allowed, want{algorithms.Allowed, 750, store.Refund}, want{algorithms.Allowed, 750, store.Refund})
+	check(t, "two refunds sum", r, algorithms.Allowed, want{algorithms.Allowed, 600, store.Refund}, want{algorithms.Allowed, 750, store.Refund})
+	check(t, "summed", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 750, store.Check})
 	var resp Response
 	c0, c1 := uint64(0), uint64(5)
 	err := e.ShouldRateLimit(context.Background(), &Request{Domain: "ai", Descriptors: []Descriptor{

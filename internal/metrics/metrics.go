@@ -298,15 +298,28 @@ func MemoryStoreCollectors(s Store) []prometheus.Collector {
 // last-success time and the last-reload-successful gauge, counts no
 // reload, and creates the per-rule series of p's rules at 0 (but those of
 // detailed_metric rules, which exist per request value), so that they are
-// there before the first hit.
+// there before the first hit — of at most MaxPrecreatedRules rules (which
+// ones is unspecified); the series of the others appear at their first
+// hit.
 func (m *Metrics) PolicyLoaded(p *config.Policy, at time.Time) {
 	m.loads.Add(1)
 	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
 	m.lastReloadOK.Set(1)
+	n := 0
 	for l := range plainRules(p) {
+		if n == MaxPrecreatedRules {
+			break
+		}
 		m.counters(l.domain, l.rule, "")
+		n++
 	}
 }
+
+// MaxPrecreatedRules bounds the rules whose series PolicyLoaded creates
+// before their first hit: a rule's nine series hold about 5 KB, so a
+// policy of 100,000 rules (--max-policy-descriptors' default) would
+// otherwise cost 500 MB, and seconds, as it is put in force.
+const MaxPrecreatedRules = 10_000
 
 // ruleLabels are the domain and rule labels of a rule's series.
 type ruleLabels struct{ domain, rule string }

@@ -6,7 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //
 //	ratelimitd_quota_streams                         quota streams open now
 //	ratelimitd_quota_reports_total{domain}           bucket usage reports received
-//	ratelimitd_quota_assignments_total{domain,action} bucket actions sent: "share" (a token bucket), "allow_all", "deny_all"
+//	ratelimitd_quota_assignments_total{domain,action} bucket actions sent: "share" (a token bucket), "allow_all", "deny_all", "abandon"
 //	ratelimitd_quota_refused_total{domain}           buckets answered DENY_ALL because a bound on buckets served by quota was reached
 //	ratelimitd_quota_ledger_claims_total{result}     buckets synced with the ledger of shares (several daemons on one Redis): "ok", "error"
 //
@@ -33,7 +33,7 @@ func (m *Metrics) NewQuota() *Quota {
 		}, []string{"domain"}),
 		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "quota", Name: "assignments_total",
-			Help: `Bucket actions sent on RLQS streams, by domain and action: "share" (a token bucket), "allow_all" or "deny_all".`,
+			Help: `Bucket actions sent on RLQS streams, by domain and action: "share" (a token bucket), "allow_all", "deny_all" or "abandon".`,
 		}, []string{"domain", "action"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "quota", Name: "refused_total",

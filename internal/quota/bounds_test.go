@@ -10,7 +10,8 @@ import (
 
 // TestReportBounds: what a report says is bounded: an elapsed time over a
 // minute counts as a minute (its TTL 90s, its share committed 105s); what
-// it asked saturates; an assumed interval over a minute is a minute.
+// it asked saturates; an assumed interval over a minute is a minute. (A
+// TTL is 1.5 intervals rounded up to whole seconds: 2s for 1s.)
 func TestReportBounds(t *testing.T) {
 	limit := quota.Limit{Requests: 600, Period: time.Minute}
 	for _, tc := range []struct {
@@ -22,11 +23,11 @@ func TestReportBounds(t *testing.T) {
 		ttl      time.Duration
 		reported []uint64 // asked by earlier reports with no elapsed time
 	}{
-		{"a second", time.Second, 10, time.Second, 600, 1500 * time.Millisecond, nil},
+		{"a second", time.Second, 10, time.Second, 600, 2 * time.Second, nil},
 		{"a minute", time.Second, 10, time.Minute, 10, 90 * time.Second, nil},
 		{"a year: a minute", time.Second, 1 << 62, 365 * 24 * time.Hour, 600, 90 * time.Second, nil},
 		{"assumed an hour: a minute", time.Hour, 1, 0, 1, 90 * time.Second, nil},
-		{"asked past 2^64 over reports: saturates", time.Second, 1 << 63, time.Second, 600, 1500 * time.Millisecond, []uint64{1 << 63}},
+		{"asked past 2^64 over reports: saturates", time.Second, 1 << 63, time.Second, 600, 2 * time.Second, []uint64{1 << 63}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := quota.New(tc.assumed)

@@ -19,45 +19,62 @@
 //
 // The allocator never lets the shares it has handed out, and that a client
 // may still be applying, add up to more than L: a client's share is
-// committed until the assignment that carries it expires (its time to
-// live after it was sent, plus Delivery). A share that shrinks is
-// sent at once, but the larger one stays committed until it expires; a
-// share that grows grows only out of what is not committed. So a client
-// that reports less frees its share for the others within
+// committed until the assignment that carries it expires (its TTL after it
+// was sent, plus Delivery), given that every assignment reaches its client
+// within Delivery (a quarter of its report interval) of being sent. A TTL
+// is 1.5 report intervals rounded up to whole seconds (TTL: 2s for an
+// interval of 1s), since Envoy's filter reads whole seconds only. A share
+// that shrinks is sent at once, and the larger one stays committed until
+// the smaller has reached the client (Delivery: the client replaces its
+// token bucket as the assignment arrives), or, should its stream end
+// first, until the larger one expires. A share grows only out of what is
+// not committed, and to its target in one step: a growth that what is
+// free does not cover yet waits for the larger shares held to expire (a
+// shrunk share's a quarter interval after it shrank, a quiet client's at
+// its assignment's expiry), unless they will not cover it either (the
+// limit, or a shared limit's grant, is short), when what is free is
+// divided max-min fairly at once; a client holding nothing yet takes its
+// part of what is free at once; and a client may grow up to a larger
+// share of its own still held (reporting again after it was retired, say)
+// at once, committing nothing more. So a client that reports less frees
+// its share for the others a quarter interval after that report, and a
+// client that goes quiet (its stream ends, or it stops reporting) frees
+// it when its last assignment expires: TTL + Delivery (2.25s for an
+// interval of 1s) after it was last sent.
 //
-//	TTL + Delivery = 1.5 + 0.25 = 1.75 report intervals
-//
-// of the assignment it last received, that is within two report intervals
-// of the report that shows its demand fell; a client that goes quiet (its
-// stream ends, or it stops reporting) frees it when its last assignment
-// expires. A report interval is the report's elapsed time, taken for at
-// most MaxInterval (a minute), so a share outlives its client's last
-// report by at most MaxLife (1.75 minutes), whatever the report said; and
-// what a report asked saturates rather than wraps (Asked).
+// A report interval is the report's elapsed time, taken for at most
+// MaxInterval (a minute), so a share outlives its client's last report by
+// at most MaxLife (1 minute 45 s), whatever the report said; and what a
+// report asked saturates rather than wraps (Asked).
 //
 // Small changes are not sent: a share moves when its target differs from
 // it by more than 1/Tolerance of the target (2.5%), so that clients are
 // not re-assigned at every report for noise; except that while a client
 // needs more (by more than that), every share above its target shrinks to
-// it.
+// it. A share that does not move is sent as the identical assignment
+// (its burst and TTL depend on the share, the period and the report
+// interval only): Envoy keeps its token bucket only when the new
+// assignment equals the old one.
 //
 // # The bound
 //
 // A client enforces its share s as a token bucket of rate s/P holding at
-// most Burst = max(1, ⌊s × R / P⌋) tokens, R its report interval: what its
-// share earns in one interval. In any stretch of time T, the clients of a
+// most Burst(s, P) = max(1, ⌊s × BurstTime / P⌋) tokens: what its share
+// earns in BurstTime, 50ms. In any stretch of time T, the clients of a
 // bucket together admit at most
 //
 //	L × T / P + Σ_i Burst_i × (1 + k_i)
 //
-// where k_i is the number of assignments client i received in T that
-// changed its share (Envoy starts a new, full token bucket for each; the
-// Go client carries its tokens over, so k_i = 0 for it), provided every
-// assignment reaches its client within Delivery (a quarter of its report
-// interval) of being sent. Σ Burst_i ≤ L × R / P + N for N clients. What a
-// client admits without an assignment (before its first, after one
-// expires) is what its fallback admits, outside this bound: with Envoy's
-// default (allow all) it is what arrives in one round trip.
+// where Burst_i is the largest burst client i was assigned in T and k_i
+// the number of its token buckets that started full in T (Envoy starts a
+// new, full token bucket for each assignment that is not identical to the
+// one in force; the Go client carries its tokens over, so k_i = 0 for
+// it), given delivery within Delivery. Σ Burst_i ≤ L × 50ms / P + N for N
+// clients: with steady demand (k_i = 0) and ten clients of a limit of
+// 1,000 a second, at most 60 a second beyond it. What a client admits
+// without an assignment (before its first, after one expires) is what its
+// fallback admits, outside this bound: with Envoy's default (allow all)
+// it is what arrives in one round trip.
 //
 // # Limits shared by several daemons
 //
@@ -70,7 +87,9 @@
 //
 //   - divides the limit max-min fairly among the demands of every client
 //     of every daemon (its own and the Others of its pool), and takes the
-//     targets of its own clients;
+//     targets of its own clients (an uneven division's remainder goes to
+//     the others' clients first, so that the daemons' targets together
+//     never exceed the limit);
 //   - grows its clients' shares only out of its grant, less what they may
 //     already be applying;
 //   - answers reports in two ticks (a tick is 100ms in the daemon): the
@@ -106,7 +125,9 @@
 package quota
 
 import (
+	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -139,9 +160,9 @@ type Push struct {
 
 // Tuning of the allocator, in report intervals.
 const (
-	// TTLIntervals: an assignment lives 1.5 report intervals, so that a
-	// report a little late does not let it expire, and a share that shrinks
-	// is free again soon.
+	// TTLNum, TTLDen: an assignment lives 1.5 report intervals, rounded up
+	// to whole seconds (TTL), so that a report a little late does not let
+	// it expire, and a share that shrinks is free again soon.
 	TTLNum, TTLDen = 3, 2
 	// DeliveryDen: an assignment is assumed to reach its client within a
 	// quarter of the client's report interval of being sent.
@@ -150,6 +171,43 @@ const (
 	// the target away.
 	Tolerance = 40
 )
+
+// BurstTime is how long a share takes to earn its burst: a client's token
+// bucket holds what its share earns in BurstTime, at least one token.
+// Envoy starts every new token bucket full, so this is what a client may
+// admit at once on top of its share's rate.
+const BurstTime = 50 * time.Millisecond
+
+// TTL returns the time to live of an assignment to a client that reports
+// every interval: 1.5 intervals rounded up to whole seconds, at least 1s.
+// Envoy's filter arms an assignment's expiry from the whole seconds of its
+// time to live only (assignment_time_to_live.seconds()), so a time to live
+// is always whole seconds.
+func TTL(interval time.Duration) time.Duration {
+	d := max(interval, 0) / TTLDen * TTLNum
+	if d < 0 || d > math.MaxInt64-time.Second { // saturate rather than overflow
+		return math.MaxInt64 / time.Second * time.Second
+	}
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+// Burst returns the most tokens the bucket of a share of share requests
+// per period holds: what it earns in BurstTime, rounded down, at least 1
+// (0 for a share of 0).
+func Burst(share int64, period time.Duration) int64 {
+	if share <= 0 {
+		return 0
+	}
+	if period <= 0 {
+		return 1
+	}
+	hi, lo := bits.Mul64(uint64(share), uint64(BurstTime))
+	if hi >= uint64(period) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(period))
+	return max(1, int64(min(q, math.MaxInt64)))
+}
 
 // Allocator keeps the buckets, their clients and their shares.
 type Allocator struct {
@@ -196,10 +254,13 @@ type client struct {
 	due bool
 }
 
-// hold is a larger share sent earlier that the client may still apply.
+// hold is a larger share sent earlier that the client may still apply:
+// until it has received the smaller one (a Delivery after it was sent),
+// or, should its stream end first, until the larger one expires.
 type hold struct {
-	share int64
-	until int64
+	share  int64
+	until  int64
+	expiry int64 // of the assignment that carried the larger share
 }
 
 // New returns an allocator that assumes a report interval of interval (at
@@ -208,7 +269,7 @@ func New(interval time.Duration) *Allocator {
 	return &Allocator{buckets: map[string]*bucket{}, interval: min(interval, MaxInterval)}
 }
 
-func (c *client) ttl() time.Duration { return c.interval * TTLNum / TTLDen }
+func (c *client) ttl() time.Duration { return TTL(c.interval) }
 
 // expiry is when the last share sent stops being committed.
 func (c *client) expiry() int64 {
@@ -235,14 +296,7 @@ func (c *client) committed(now int64) int64 {
 }
 
 func (c *client) assignment(l Limit) Assignment {
-	a := Assignment{Share: c.share, Period: l.Period, TTL: c.ttl()}
-	if c.share > 0 {
-		a.Burst = max(1, c.share*int64(c.interval)/int64(l.Period))
-		if l.Period <= 0 {
-			a.Burst = 1
-		}
-	}
-	return a
+	return Assignment{Share: c.share, Period: l.Period, TTL: c.ttl(), Burst: Burst(c.share, l.Period)}
 }
 
 // Report records that client asked asked requests of bucket in the elapsed
@@ -317,7 +371,11 @@ func (a *Allocator) Gone(bucketKey, clientID string, now int64) []Push {
 	if b == nil || b.clients[clientID] == nil {
 		return nil
 	}
-	b.clients[clientID].gone = true
+	c := b.clients[clientID]
+	c.gone = true
+	for i := range c.holds { // a smaller share sent may not have reached it
+		c.holds[i].until = max(c.holds[i].until, c.holds[i].expiry)
+	}
 	if a.shared {
 		return nil // the next Tick rebalances, after the ledger
 	}
@@ -377,7 +435,7 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 			demands = append(demands, b.clients[id].demand)
 		} else if c := b.clients[id]; c.share > 0 {
 			// Gone or quiet: what it had is committed until it expires.
-			c.holds = append(c.holds, hold{c.share, c.expiry()})
+			c.holds = append(c.holds, hold{c.share, c.expiry(), c.expiry()})
 			c.share = 0
 		}
 	}
@@ -392,30 +450,36 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		}
 	}
 	changed := map[string]bool{}
-	// Shrink first: the larger share stays committed until it expires.
+	// Shrink first: the larger share stays committed until the smaller
+	// one has reached the client (the filter replaces its token bucket as
+	// the new assignment arrives), or until it expires if the stream ends.
 	for i, id := range lives {
 		c := b.clients[id]
 		if t := targets[i]; t < c.share && (needs || c.share-t > t/Tolerance) {
-			c.holds = append(c.holds, hold{c.share, c.expiry()})
+			c.holds = append(c.holds, hold{c.share, min(c.expiry(), now+int64(c.interval/DeliveryDen)), c.expiry()})
 			c.share = t
 			changed[id] = true
 		}
 	}
-	// Then grow, out of what no one may be applying.
-	free := a.capacity(b)
+	// Then grow, out of what no one may be applying; eventual is what
+	// will be free once the larger shares held have expired.
+	free, eventual := a.capacity(b), a.capacity(b)
 	for _, id := range ids {
 		free -= b.clients[id].committed(now)
+		eventual -= b.clients[id].share
 	}
 	var growing []string
-	var wants []int64
+	var held, wants, own []int64
 	for i, id := range lives {
 		c := b.clients[id]
 		if t := targets[i]; t > c.share && t-c.share > t/Tolerance {
 			growing = append(growing, id)
+			held = append(held, c.share)
 			wants = append(wants, t-c.share)
+			own = append(own, c.committed(now)-c.share)
 		}
 	}
-	for i, g := range MaxMinFair(free, wants) {
+	for i, g := range growth(free, eventual, held, wants, own) {
 		if g > 0 {
 			c := b.clients[growing[i]]
 			c.share += g
@@ -434,6 +498,51 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 		}
 	}
 	return pushes
+}
+
+// growth returns how much each share, holding held[i] and wanting
+// wants[i] more, grows out of free (eventual once the larger shares held
+// have expired); own[i] of a growth costs nothing, being below a larger
+// share the same client may still apply. When eventual covers every
+// growth, a share grows to its target in one step, the smallest growths
+// first as far as free covers them, and the others wait for the held
+// shares to expire: a client is sent one assignment per change of its
+// target (Envoy starts a new, full token bucket for each), except that a
+// client holding nothing yet takes a max-min fair part of what is left at
+// once, so that it is not denied everything meanwhile. When it does not
+// (the limit, or a daemon's grant, is short), waiting would not help: free
+// is divided max-min fairly now.
+func growth(free, eventual int64, held, wants, own []int64) []int64 {
+	var total int64
+	for _, w := range wants { // saturating: a want may be up to 2^62
+		total += min(w, math.MaxInt64-total)
+	}
+	if total > eventual {
+		return MaxMinFair(free, wants)
+	}
+	g := make([]int64, len(wants))
+	order := make([]int, len(wants))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(wants[x]-own[x], wants[y]-own[y]) })
+	for _, i := range order {
+		if cost := max(wants[i]-own[i], 0); cost <= free {
+			g[i], free = wants[i], free-cost
+		}
+	}
+	var starting []int
+	var rest []int64
+	for i := range wants {
+		if g[i] == 0 && held[i] == 0 {
+			starting = append(starting, i)
+			rest = append(rest, wants[i])
+		}
+	}
+	for j, x := range MaxMinFair(free, rest) {
+		g[starting[j]] = x
+	}
+	return g
 }
 
 // Has reports whether the allocator keeps the bucket: it has clients, or

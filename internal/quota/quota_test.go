@@ -225,9 +225,9 @@ func TestFairAfterTwoIntervals(t *testing.T) {
 }
 
 // TestQuietClientReclaimed: a client that stops reporting, or whose stream
-// ends, keeps its share committed until its last assignment expires (1.5
-// intervals after it was sent, plus a quarter interval for delivery); then
-// the others get it.
+// ends, keeps its share committed until its last assignment expires (its
+// TTL, 1.5 intervals rounded up to whole seconds, after it was sent, plus a
+// quarter interval for delivery); then the others get it.
 func TestQuietClientReclaimed(t *testing.T) {
 	limit := quota.Limit{Requests: 6000, Period: period}
 	for _, tc := range []struct {
@@ -248,7 +248,7 @@ func TestQuietClientReclaimed(t *testing.T) {
 					t.Fatalf("b's share went out at once: %v", p)
 				}
 			}
-			expiry := sent + int64(interval*3/2+interval/4)
+			expiry := sent + int64(2*time.Second+interval/4)
 			// a reports just before b's share expires: it cannot have it yet.
 			clk.Set(expiry - 1)
 			as, _, _ := a.Report("b", limit, "a", 100, interval, clk.Now())
@@ -267,33 +267,69 @@ func TestQuietClientReclaimed(t *testing.T) {
 	}
 }
 
-// TestShrinkHeldUntilExpiry: a share that shrinks is sent at once, and the
-// larger one stays committed until the assignment that carried it expires;
-// a newcomer gets what is free at once and the rest then.
-func TestShrinkHeldUntilExpiry(t *testing.T) {
+// TestShrinkHeldUntilDelivered: a share that shrinks is sent at once, and
+// the larger one stays committed until the smaller one has reached the
+// client (a quarter interval: Envoy replaces its token bucket as it
+// arrives), or, if its stream ends first, until the assignment that
+// carried the larger one expires; a newcomer gets what is free at once and
+// the rest then, in one step.
+func TestShrinkHeldUntilDelivered(t *testing.T) {
 	limit := quota.Limit{Requests: 600, Period: period}
-	a := quota.New(interval)
-	clk := clock.NewFake(t0)
-	as, _, _ := a.Report("b", limit, "a", 1000, interval, clk.Now())
-	if as.Share != 600 || as.Burst != 10 || as.TTL != interval*3/2 {
-		t.Fatalf("a alone got %+v, want share 600, burst 10 (600/min × 1s), TTL 1.5s", as)
+	for _, gone := range []bool{false, true} {
+		a := quota.New(interval)
+		clk := clock.NewFake(t0)
+		as, _, _ := a.Report("b", limit, "a", 1000, interval, clk.Now())
+		if as.Share != 600 || as.Burst != 1 || as.TTL != 2*time.Second {
+			t.Fatalf("a alone got %+v, want share 600, burst 1 (600/min × 50ms, rounded down, at least 1), TTL 2s", as)
+		}
+		clk.Advance(interval / 2)
+		nb, _, pushes := a.Report("b", limit, "n", 1000, interval, clk.Now())
+		if nb.Share != 0 {
+			t.Fatalf("the newcomer got %d while a may still apply all 600", nb.Share)
+		}
+		if len(pushes) != 1 || pushes[0].Client != "a" || pushes[0].Share != 300 {
+			t.Fatalf("pushes %+v, want a shrunk to 300", pushes)
+		}
+		free := clk.Now() + int64(interval/4) // a has 300 then
+		if gone {
+			a.Gone("b", "a", clk.Now())
+			free = t0 + int64(2*time.Second+interval/4) // its 600 expires then
+		}
+		clk.Set(free - 1)
+		if p := a.Tick(clk.Now()); len(p) != 0 {
+			t.Fatalf("gone %v: pushes before a's 600 was free: %+v", gone, p)
+		}
+		clk.Set(free)
+		if p := a.Tick(clk.Now()); len(p) != 1 || p[0].Client != "n" || p[0].Share != 300 {
+			t.Fatalf("gone %v: as a's 600 was free the pushes were %+v, want n with 300", gone, p)
+		}
 	}
-	clk.Advance(interval / 2)
-	nb, _, pushes := a.Report("b", limit, "n", 1000, interval, clk.Now())
-	if nb.Share != 0 {
-		t.Fatalf("the newcomer got %d while a may still apply all 600", nb.Share)
+}
+
+// TestTTLAndBurst: an assignment's time to live is whole seconds, at
+// least 1s and at least 1.5 report intervals; its burst is what its share
+// earns in 50ms, at least 1.
+func TestTTLAndBurst(t *testing.T) {
+	for _, tc := range []struct{ interval, want time.Duration }{
+		{0, time.Second}, {100 * time.Millisecond, time.Second}, {time.Second / 2, time.Second},
+		{time.Second, 2 * time.Second}, {1500 * time.Millisecond, 3 * time.Second}, {2 * time.Second, 3 * time.Second},
+		{10 * time.Second, 15 * time.Second}, {time.Duration(1<<63 - 1), time.Duration(1<<63-1) / time.Second * time.Second},
+	} {
+		if got := quota.TTL(tc.interval); got != tc.want {
+			t.Errorf("TTL(%v) = %v, want %v", tc.interval, got, tc.want)
+		}
 	}
-	if len(pushes) != 1 || pushes[0].Client != "a" || pushes[0].Share != 300 {
-		t.Fatalf("pushes %+v, want a shrunk to 300", pushes)
-	}
-	// a's 600 was sent at t0: committed until t0 + 1.75s.
-	clk.Set(t0 + int64(interval*7/4) - 1)
-	if p := a.Tick(clk.Now()); len(p) != 0 {
-		t.Fatalf("pushes before a's 600 expired: %+v", p)
-	}
-	clk.Set(t0 + int64(interval*7/4))
-	if p := a.Tick(clk.Now()); len(p) != 1 || p[0].Client != "n" || p[0].Share != 300 {
-		t.Fatalf("as a's 600 expired the pushes were %+v, want n with 300", p)
+	for _, tc := range []struct {
+		share  int64
+		period time.Duration
+		want   int64
+	}{
+		{0, time.Second, 0}, {1, time.Second, 1}, {100, time.Second, 5}, {106, time.Second, 5}, {1000, time.Second, 50},
+		{5000, 10 * time.Second, 25}, {600, time.Minute, 1}, {1 << 62, time.Nanosecond, 1<<63 - 1}, {7, 0, 1},
+	} {
+		if got := quota.Burst(tc.share, tc.period); got != tc.want {
+			t.Errorf("Burst(%d, %v) = %d, want %d", tc.share, tc.period, got, tc.want)
+		}
 	}
 }
 

@@ -95,12 +95,15 @@ func (a *Allocator) usable(b *bucket, now int64) bool {
 }
 
 // targets returns the max-min fair shares of b's limit for the demands of
-// its live clients, the other daemons' clients counted (shared).
+// its live clients, the other daemons' clients counted (shared). The
+// remainder of an uneven division goes to the other daemons' clients
+// first: each daemon divides alike, so that their targets together never
+// exceed the limit (some units may go unused, fewer than the clients).
 func (a *Allocator) targets(b *bucket, demands []int64) []int64 {
 	if b.pool == nil || len(b.pool.Others) == 0 {
 		return MaxMinFair(b.limit.Requests, demands)
 	}
-	return MaxMinFair(b.limit.Requests, append(slices.Clip(demands), b.pool.Others...))[:len(demands)]
+	return MaxMinFair(b.limit.Requests, append(slices.Clip(b.pool.Others), demands...))[len(b.pool.Others):]
 }
 
 // capacity is what b's clients may together be applying: the limit, or of

@@ -117,7 +117,7 @@ func TestSharedGrowsOnlyOutOfItsGrant(t *testing.T) {
 	}
 	a.SetPools(claims, grant(claims, 1500, 1000), clk.Now()) // they freed 1500
 	if p := a.Tick(clk.Now()); len(p) != 1 || p[0].Share != 4500 {
-		t.Fatalf("pushes %+v, want c1 grown to its grant, 4500", p)
+		t.Fatalf("pushes %+v, want c1 grown to its grant, 4500 (short of its target: waiting would not help)", p)
 	}
 }
 
@@ -128,11 +128,11 @@ func TestSharedGrowsOnlyOutOfItsGrant(t *testing.T) {
 func TestSharedStopsRenewing(t *testing.T) {
 	a, clk := reported()
 	claims, _ := answer(t, a, clk.Now(), 0)
-	if claims[0].Lease != interval*7/4+quota.LeaseSlack {
-		t.Fatalf("lease %v, want an assignment's life (1.75 intervals) and the slack", claims[0].Lease)
+	life := int64(quota.TTL(interval) + interval/4)
+	if claims[0].Lease != time.Duration(life)+quota.LeaseSlack {
+		t.Fatalf("lease %v, want an assignment's life (its TTL, 2s, and a quarter interval) and the slack", claims[0].Lease)
 	}
 	until := clk.Now() + int64(claims[0].Lease) // the last grant's
-	life := int64(interval * 7 / 4)
 	for {
 		clk.Advance(interval)
 		a.Report("b", sharedLimit, "c1", 100, interval, clk.Now())
@@ -163,7 +163,7 @@ func TestSharedReleases(t *testing.T) {
 	a, clk := reported()
 	answer(t, a, clk.Now(), 0)
 	a.Gone("b", "c1", clk.Now())
-	clk.Advance(2 * interval)
+	clk.Advance(quota.TTL(interval) + interval/4)
 	a.Tick(clk.Now())
 	claims := a.Claims(clk.Now())
 	if len(claims) != 1 || claims[0].Bucket != "b" || claims[0].Lease != 0 || claims[0].Keep != 0 || claims[0].Want != 0 {

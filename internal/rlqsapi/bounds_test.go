@@ -32,7 +32,7 @@ func TestElapsedBounded(t *testing.T) {
 	a.report("shop", usage(1<<40, year, "plan", "gold"), usage(1, year, "plan", "open"))
 	got := a.recv(2)
 	for b, w := range map[string]string{
-		"plan=gold": "token_bucket max=600 fill=1/100ms ttl=1m30s", // all of 600/min, a minute's worth of burst
+		"plan=gold": "token_bucket max=1 fill=600/1m0s ttl=1m30s", // all of 600/min
 		"plan=open": "ALLOW_ALL ttl=1m30s",
 	} {
 		if g := describe(got[b]); g != w {
@@ -46,7 +46,7 @@ func TestElapsedBounded(t *testing.T) {
 	b := open(t, d)
 	d.Clock.Set(daemontest.T0.UnixNano() + int64(104*time.Second))
 	b.report("shop", usage(1000, time.Second, "plan", "gold"))
-	if g := describe(b.recv(1)["plan=gold"]); g != "DENY_ALL ttl=1.5s" {
+	if g := describe(b.recv(1)["plan=gold"]); g != "DENY_ALL ttl=2s" {
 		t.Fatalf("b 104s after a's last assignment, which it may still apply: %s", g)
 	}
 	d.Clock.Set(daemontest.T0.UnixNano() + int64(105*time.Second)) // 90s to live, 15s to arrive
@@ -56,7 +56,7 @@ func TestElapsedBounded(t *testing.T) {
 			t.Fatalf("b 105s after a's last assignment: a share of %d, want all of 600/min", c.Share)
 		}
 	}
-	if g := describe(b.recv(1)["plan=gold"]); g != "token_bucket max=10 fill=1/100ms ttl=1.5s" {
+	if g := describe(b.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=600/1m0s ttl=2s" {
 		t.Fatalf("b 105s after a's last assignment: %s, want all of 600/min", g)
 	}
 }
@@ -69,7 +69,7 @@ func TestAskedSaturates(t *testing.T) {
 	u := usage(math.MaxUint64, time.Second, "plan", "gold")
 	u.NumRequestsDenied = 1
 	e.report("shop", u)
-	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=10 fill=1/100ms ttl=1.5s" {
+	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=600/1m0s ttl=2s" {
 		t.Fatalf("2^64 asked in a second: %s, want all of 600/min", g)
 	}
 }

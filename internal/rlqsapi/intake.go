@@ -131,49 +131,7 @@ func (s *Server) refuse(st *stream, id *rlqsv3.BucketId, why string, elapsed tim
 // an assignment's, for the report interval elapsed says (quota.Interval:
 // at most quota.MaxInterval).
 func (s *Server) ttl(elapsed time.Duration) time.Duration {
-	return quota.Interval(elapsed, s.interval) * quota.TTLNum / quota.TTLDen
-}
-
-// outbox is what is to be sent on a stream: one action per bucket, the
-// latest, found by the bucket's name in O(1).
-type outbox struct {
-	actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	at      map[string]int // bucket name -> index in actions
-}
-
-// put adds a, replacing the action pending for the same bucket, and
-// returns how many are pending.
-func (o *outbox) put(a *rlqsv3.RateLimitQuotaResponse_BucketAction) int {
-	k := idName(a.GetBucketId())
-	if i, ok := o.at[k]; ok {
-		o.actions[i] = a
-		return len(o.actions)
-	}
-	if o.at == nil {
-		o.at = map[string]int{}
-	}
-	o.at[k] = len(o.actions)
-	o.actions = append(o.actions, a)
-	return len(o.actions)
-}
-
-// take empties the outbox.
-func (o *outbox) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
-	a := o.actions
-	o.actions, o.at = nil, nil
-	return a
-}
-
-// idName names a BucketId: its entries in key order, each quoted.
-func idName(id *rlqsv3.BucketId) string {
-	var b []byte
-	for _, e := range Entries(id.GetBucket()) {
-		b = strconv.AppendQuote(b, e.Key)
-		b = append(b, '=')
-		b = strconv.AppendQuote(b, e.Value)
-		b = append(b, ' ')
-	}
-	return string(b)
+	return quota.TTL(quota.Interval(elapsed, s.interval))
 }
 
 // backlog waits, while st has MaxPending actions or more unsent, for its
@@ -182,7 +140,7 @@ func idName(id *rlqsv3.BucketId) string {
 func (s *Server) backlog(ctx context.Context, st *stream) error {
 	for {
 		st.mu.Lock()
-		n := len(st.pending.actions)
+		n := len(st.pending)
 		st.mu.Unlock()
 		if n < MaxPending {
 			return nil

@@ -74,7 +74,7 @@ func TestSharedWithAnotherDaemon(t *testing.T) {
 	if code, body := a.Get(t, "/console/api/quota"); code != 200 || !strings.Contains(body, `"shared":{"grant":300,"other_clients":1,"other_demand":`) {
 		t.Errorf("the console's quota view of a shared bucket: %d %s", code, body)
 	}
-	want := "token_bucket max=5 fill=1/200ms ttl=1.5s"
+	want := "token_bucket max=1 fill=300/1m0s ttl=2s"
 	for _, e := range []*envoy{ea, eb} { // the last action each received
 		for describe(e.recv(1)["plan=gold"]) != want {
 		}
@@ -83,7 +83,8 @@ func TestSharedWithAnotherDaemon(t *testing.T) {
 
 // TestLedgerUnreachable: a daemon that cannot reach the ledger renews its
 // client's share while its last grant holds for the assignment's whole
-// life (a report interval of 1s: 1.75s), then answers no more; it says so
+// life (a report interval of 1s: a TTL of 2s and a quarter interval),
+// then answers no more; it says so
 // once in its log and counts the failed claims; when Redis is back it
 // answers again.
 func TestLedgerUnreachable(t *testing.T) {
@@ -101,10 +102,10 @@ func TestLedgerUnreachable(t *testing.T) {
 		d.Quota().Tick() // claims, and answers
 	}
 	report()
-	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=10 fill=1/100ms ttl=1.5s" {
+	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=600/1m0s ttl=2s" {
 		t.Fatalf("the lone client: %s, want all of 600/min", g)
 	}
-	// The last grant: claimed now, its lease 1.75s + 2s.
+	// The last grant: claimed now, its lease 2.25s + 2s.
 	proxy.SetDown(true)
 	for _, step := range []struct {
 		at       time.Duration

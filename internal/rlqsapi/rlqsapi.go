@@ -17,8 +17,10 @@
 //
 //   - its limit (of several, the one of the lowest rate): a share of it,
 //     divided among the streams reporting the bucket (package quota), sent
-//     as a token_bucket (max_tokens the burst, one token every period /
-//     share, rounded up); a share of 0 as blanket_rule DENY_ALL;
+//     as a token_bucket in Envoy's units (FillInterval): max_tokens the
+//     burst (quota.Burst), tokens_per_fill per fill_interval of whole
+//     seconds (the period's, rounded up); a share of 0 as blanket_rule
+//     DENY_ALL;
 //   - requests_per_unit 0: DENY_ALL;
 //   - unlimited, shadow mode, or no rule (an unknown domain included):
 //     ALLOW_ALL, as the per-request APIs allow it.
@@ -31,12 +33,15 @@
 // the stream's response header FallbackHeader, for the Go client; Envoy's
 // filter takes its own (no_assignment_behavior, expired_assignment_behavior).
 //
-// Every assignment has a time to live of 1.5 report intervals (the time
-// the client says elapsed between its reports, at most quota.MaxInterval;
-// Interval until it says), and is renewed in the reply to each report.
-// When shares change, the streams whose shares changed get theirs at once,
-// not at their next report. Policy reloads apply at each bucket's next
-// report.
+// Every assignment has a time to live of 1.5 report intervals rounded up
+// to whole seconds (quota.TTL; the interval is the time the client says
+// elapsed between its reports, at most quota.MaxInterval, DefaultInterval
+// until it says), and is renewed in the reply to each report, identical
+// while the share holds. When shares change, the streams whose shares
+// changed get theirs at once, not at their next report. Policy reloads
+// apply at each bucket's next report. A bucket a stream reports with
+// nothing asked for RetireAfter is answered with abandon_action, and its
+// share released.
 //
 // # Bounds
 //
@@ -266,14 +271,27 @@ type stream struct {
 	sent     chan struct{} // the sender took what was pending
 
 	mu      sync.Mutex
-	pending outbox
+	pending []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	at      map[string]int              // pending's index by idKey
 	buckets map[string]*rlqsv3.BucketId // allocator keys it reported
+	idle    map[string]time.Duration    // how long each has asked nothing (retire.go)
 }
 
-// queue adds an action to send, replacing one pending for the same bucket.
+// queue adds an action to send, replacing one pending for the same bucket
+// (in its place): what is pending is at most one action per bucket, and
+// queueing costs the same however many are pending.
 func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+	k := idKey(a.GetBucketId().GetBucket())
 	st.mu.Lock()
-	st.pending.put(a)
+	if i, ok := st.at[k]; ok {
+		st.pending[i] = a
+	} else {
+		if st.at == nil {
+			st.at = map[string]int{}
+		}
+		st.at[k] = len(st.pending)
+		st.pending = append(st.pending, a)
+	}
 	st.mu.Unlock()
 	select {
 	case st.wake <- struct{}{}:
@@ -281,12 +299,27 @@ func (st *stream) queue(a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	}
 }
 
+// idKey names a BucketId whatever the order of its map: its entries
+// sorted by key, each quoted.
+func idKey(id map[string]string) string {
+	var b []byte
+	for _, e := range Entries(id) {
+		b = strconv.AppendQuote(b, e.Key)
+		b = append(b, '=')
+		b = strconv.AppendQuote(b, e.Value)
+		b = append(b, ' ')
+	}
+	return string(b)
+}
+
 func (st *stream) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	st.mu.Lock()
-	p := st.pending.take()
+	p := st.pending
+	st.pending = nil
+	clear(st.at)
 	st.mu.Unlock()
 	select {
-	case st.sent <- struct{}{}:
+	case st.sent <- struct{}{}: // for backlog
 	default:
 	}
 	return p
@@ -295,7 +328,8 @@ func (st *stream) take() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 // StreamRateLimitQuotas serves one client's stream until it ends.
 func (s *Server) StreamRateLimitQuotas(ss rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	ctx := ss.Context()
-	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), wake: make(chan struct{}, 1), sent: make(chan struct{}, 1), buckets: map[string]*rlqsv3.BucketId{}}
+	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), wake: make(chan struct{}, 1), sent: make(chan struct{}, 1), buckets: map[string]*rlqsv3.BucketId{},
+		idle: map[string]time.Duration{}}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		st.peer = p.Addr.String()
 	}
@@ -482,6 +516,10 @@ func (s *Server) report(ctx context.Context, st *stream, domain string, usages [
 		ql := quota.Limit{Requests: limit.Rate.Requests() / s.daemons, Period: limit.Rate.Period()}
 		asked := quota.Asked(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 		s.mu.Lock()
+		if s.retire(st, key, id, asked, elapsed, s.clock.Now()) {
+			s.mu.Unlock()
+			continue
+		}
 		if why := s.refusal(st, key); why != "" {
 			s.refuse(st, id, "bucket_quota_usages["+strconv.Itoa(i)+"]: "+why, elapsed)
 			s.mu.Unlock()
@@ -520,7 +558,9 @@ func (s *Server) push(pushes []quota.Push) {
 // send queues an action for st and counts it.
 func (s *Server) send(st *stream, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	action := "share"
-	if b := a.GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() == nil {
+	if a.GetAbandonAction() != nil {
+		action = "abandon"
+	} else if b := a.GetQuotaAssignmentAction().GetRateLimitStrategy(); b.GetTokenBucket() == nil {
 		action = "allow_all"
 		if b.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
 			action = "deny_all"
@@ -605,9 +645,9 @@ func blanketAction(id *rlqsv3.BucketId, rule typev3.RateLimitStrategy_BlanketRul
 	return assignment(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}, ttl)
 }
 
-// shareAction is a share as Envoy's token bucket: at most Burst tokens,
-// one every Period / Share (rounded up, so never faster), or several at a
-// time when that is under a microsecond; DENY_ALL for a share of 0.
+// shareAction is a share as Envoy's token bucket (FillInterval): at most
+// Burst tokens, tokens_per_fill per whole-seconds fill_interval; DENY_ALL
+// for a share of 0.
 func shareAction(id *rlqsv3.BucketId, a quota.Assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	if a.Share <= 0 {
 		return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, a.TTL)
@@ -620,25 +660,30 @@ func shareAction(id *rlqsv3.BucketId, a quota.Assignment) *rlqsv3.RateLimitQuota
 	}}}, a.TTL)
 }
 
-// FillInterval returns tokens and an interval such that tokens per
-// interval is at most share per period and as close as nanoseconds allow:
-// tokens is 1 unless period / share is under a microsecond, then the
-// smallest power of ten that makes the interval one or more.
+// FillInterval returns a share of share requests per period as Envoy's
+// filter reads a token bucket: tokens per interval, the interval in whole
+// seconds (Envoy takes its whole seconds only, and fills
+// tokens_per_fill / seconds tokens a second, continuously). The interval
+// is the period rounded up to whole seconds, the same for every share of
+// a limit (Envoy keeps its token bucket when max_tokens, tokens_per_fill
+// and the nanoseconds of fill_interval are unchanged, whatever its
+// seconds); tokens is share × interval / period rounded down, so never
+// faster than the share, exact when the period is whole seconds, and at
+// most math.MaxUint32 (slower then). A share of at least 1 gets at least 1
+// token.
 func FillInterval(share int64, period time.Duration) (uint32, time.Duration) {
-	tokens := uint64(1)
-	for tokens < 1e9 && uint64(period)*tokens < uint64(share)*uint64(time.Microsecond) {
-		tokens *= 10
+	period = max(period, 1)
+	every := math.MaxInt64 / time.Second * time.Second // for periods of some 292 years
+	if period <= every {
+		every = (period + time.Second - 1) / time.Second * time.Second
 	}
-	// ⌈period × tokens / share⌉ in 128 bits.
-	hi, lo := bits.Mul64(uint64(period), tokens)
-	if hi >= uint64(share) {
-		return uint32(tokens), time.Duration(math.MaxInt64)
+	// ⌊share × every / period⌋ in 128 bits.
+	hi, lo := bits.Mul64(uint64(max(share, 0)), uint64(every))
+	if hi >= uint64(period) {
+		return math.MaxUint32, every
 	}
-	q, r := bits.Div64(hi, lo, uint64(share))
-	if r > 0 {
-		q++
-	}
-	return uint32(tokens), time.Duration(min(q, math.MaxInt64))
+	q, _ := bits.Div64(hi, lo, uint64(period))
+	return uint32(min(max(q, 1), math.MaxUint32)), every
 }
 
 func assignment(id *rlqsv3.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {

@@ -3,6 +3,7 @@ package rlqsapi_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,6 +109,9 @@ func name(id *rlqsv3.BucketId) string {
 
 // describe says what an action tells the client, as a test reads it.
 func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
+	if a.GetAbandonAction() != nil {
+		return "abandon"
+	}
 	q := a.GetQuotaAssignmentAction()
 	ttl := q.GetAssignmentTimeToLive().AsDuration()
 	s := q.GetRateLimitStrategy()
@@ -123,27 +127,28 @@ func TestAssignments(t *testing.T) {
 	e := open(t, d)
 	const all = 1 << 40 // asked in one interval: more than any limit
 	e.report("shop",
-		usage(all, 0, "plan", "gold"),                           // alone: all 600/min, burst 10 (a 1s interval's worth), one token per 100ms
+		usage(all, 0, "plan", "gold"),                           // alone: all 600/min, burst 1 (50ms' worth, at least 1), 600 per minute
 		usage(all, 0, "plan", "multi"),                          // the lower rate of two: 20/s, not 2400/min
 		usage(all, 0, "plan", "free"),                           // requests_per_unit 0
 		usage(all, 0, "plan", "open"),                           // unlimited
 		usage(all, 0, "plan", "watch"),                          // shadow mode
 		usage(all, 0, "plan", "tin"),                            // no rule
 		usage(all, 0, "user", "bob", "name", "api"),             // keys in name order: name=api, user=bob
-		usage(all, 2*time.Second, "name", "api", "user", "eve"), // its interval 2s: burst 2s' worth, capped
+		usage(all, 2*time.Second, "name", "api", "user", "eve"), // its interval 2s: a TTL of 3s
 		usage(5, time.Second, "name", "api", "user", "amy"),     // asks 5/s: gets that
 	)
 	got := e.recv(9)
+	// Envoy's units: whole seconds (TTLs of 1.5 report intervals, rounded up).
 	want := map[string]string{
-		"plan=gold":         "token_bucket max=10 fill=1/100ms ttl=1.5s",
-		"plan=multi":        "token_bucket max=20 fill=1/50ms ttl=1.5s",
-		"plan=free":         "DENY_ALL ttl=1.5s",
-		"plan=open":         "ALLOW_ALL ttl=1.5s",
-		"plan=watch":        "ALLOW_ALL ttl=1.5s",
-		"plan=tin":          "ALLOW_ALL ttl=1.5s",
-		"name=api,user=bob": "token_bucket max=3000000000 fill=10000/3.334µs ttl=1.5s",
-		"name=api,user=eve": "token_bucket max=4294967295 fill=10000/3.334µs ttl=3s",
-		"name=api,user=amy": "token_bucket max=5 fill=1/200ms ttl=1.5s",
+		"plan=gold":         "token_bucket max=1 fill=600/1m0s ttl=2s",
+		"plan=multi":        "token_bucket max=1 fill=20/1s ttl=2s",
+		"plan=free":         "DENY_ALL ttl=2s",
+		"plan=open":         "ALLOW_ALL ttl=2s",
+		"plan=watch":        "ALLOW_ALL ttl=2s",
+		"plan=tin":          "ALLOW_ALL ttl=2s",
+		"name=api,user=bob": "token_bucket max=150000000 fill=3000000000/1s ttl=2s",
+		"name=api,user=eve": "token_bucket max=150000000 fill=3000000000/1s ttl=3s",
+		"name=api,user=amy": "token_bucket max=1 fill=5/1s ttl=2s",
 	}
 	for b, w := range want {
 		if g := describe(got[b]); g != w {
@@ -153,11 +158,13 @@ func TestAssignments(t *testing.T) {
 	// Another domain on its own stream: unknown, so allowed.
 	o := open(t, d)
 	o.report("nowhere", usage(1, 0, "plan", "gold"))
-	if g := describe(o.recv(1)["plan=gold"]); g != "ALLOW_ALL ttl=1.5s" {
+	if g := describe(o.recv(1)["plan=gold"]); g != "ALLOW_ALL ttl=2s" {
 		t.Errorf("an unknown domain: got %s, want ALLOW_ALL", g)
 	}
 }
 
+// TestFillInterval: a share as Envoy's token bucket: whole seconds (the
+// period's, rounded up), tokens per fill never faster than the share.
 func TestFillInterval(t *testing.T) {
 	for _, tc := range []struct {
 		share  int64
@@ -165,19 +172,28 @@ func TestFillInterval(t *testing.T) {
 		tokens uint32
 		every  time.Duration
 	}{
-		{600, time.Minute, 1, 100 * time.Millisecond},
-		{7, time.Minute, 1, 8571428572}, // rounded up: never faster
-		{1_000_000, time.Second, 1, time.Microsecond},
-		{3_000_000, time.Second, 10, 3334 * time.Nanosecond},
-		{3_000_000_000, time.Second, 10000, 3334 * time.Nanosecond},
+		{600, time.Minute, 600, time.Minute},
+		{7, time.Minute, 7, time.Minute},
+		{5000, 10 * time.Second, 5000, 10 * time.Second},
+		{106, time.Second, 106, time.Second},
+		{1_000_000, time.Second, 1_000_000, time.Second},
+		{3_000_000_000, time.Second, 3_000_000_000, time.Second},
+		{5_000_000_000, time.Second, math.MaxUint32, time.Second}, // capped: slower
+		{7, 1500 * time.Millisecond, 9, 2 * time.Second},          // 9.33, rounded down
+		{1, 500 * time.Millisecond, 2, time.Second},
+		{1, time.Nanosecond, 1_000_000_000, time.Second},
 		{1, 365 * 24 * time.Hour, 1, 365 * 24 * time.Hour},
+		{1, math.MaxInt64, 1, math.MaxInt64 / time.Second * time.Second},
 	} {
 		tokens, every := rlqsapi.FillInterval(tc.share, tc.period)
 		if tokens != tc.tokens || every != tc.every {
 			t.Errorf("FillInterval(%d, %v) = %d per %v, want %d per %v", tc.share, tc.period, tokens, every, tc.tokens, tc.every)
 		}
-		// never faster than share per period
-		if float64(tokens)/float64(every) > float64(tc.share)/float64(tc.period) {
+		if every%time.Second != 0 || every < time.Second {
+			t.Errorf("FillInterval(%d, %v): %v is not whole seconds", tc.share, tc.period, every)
+		}
+		// never faster than share per period (but for the 292-year period)
+		if tc.period < time.Hour*24*365*100 && float64(tokens)/float64(every) > float64(tc.share)/float64(tc.period) {
 			t.Errorf("FillInterval(%d, %v): %d per %v is faster", tc.share, tc.period, tokens, every)
 		}
 	}
@@ -225,39 +241,45 @@ func share(t *testing.T, a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
 }
 
 // TestPushedAndReclaimed: a second stream's demand shrinks the first's
-// share at once, pushed without a report; the newcomer's share grows as
-// the first's larger one expires; a stream that ends has its share
-// reclaimed once its last assignment expires (1.75 intervals after it was
-// sent).
+// share at once, pushed without a report; the newcomer's share grows once
+// the smaller one has reached the first (a quarter interval); a stream
+// that ends has its share reclaimed once its last assignment expires (its
+// TTL, 2s, and a quarter interval after it was sent).
 func TestPushedAndReclaimed(t *testing.T) {
 	d := daemontest.Start(t, policy)
+	t0 := daemontest.T0.UnixNano()
 	a, b := open(t, d), open(t, d)
 	a.report("shop", usage(1000, time.Second, "plan", "gold")) // 60000/min asked
-	if g := share(t, a.recv(1)["plan=gold"]); g != "token_bucket max=10 fill=1/100ms ttl=1.5s" {
+	if g := share(t, a.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=600/1m0s ttl=2s" {
 		t.Fatalf("a alone: %s", g)
 	}
 	b.report("shop", usage(1000, time.Second, "plan", "gold"))
-	if g := share(t, b.recv(1)["plan=gold"]); g != "DENY_ALL ttl=1.5s" {
+	if g := share(t, b.recv(1)["plan=gold"]); g != "DENY_ALL ttl=2s" {
 		t.Fatalf("b while a may apply all 600: %s", g)
 	}
-	if g := share(t, a.recv(1)["plan=gold"]); g != "token_bucket max=5 fill=1/200ms ttl=1.5s" {
+	if g := share(t, a.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
 		t.Fatalf("a pushed: %s, want 300/min", g)
 	}
-	d.Clock.Advance(time.Second)
+	d.Clock.Set(t0 + int64(250*time.Millisecond) - 1)
+	d.Quota().Tick()
+	if v := d.Quota().View(); len(v) != 1 || v[0].Clients[0].Share+v[0].Clients[1].Share != 300 {
+		t.Fatalf("before a's 300 was delivered: %+v", v)
+	}
+	d.Clock.Set(t0 + int64(250*time.Millisecond))
+	d.Quota().Tick()
+	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
+		t.Fatalf("b pushed once a's 300 was delivered: %s, want 300/min", g)
+	}
+	d.Clock.Set(t0 + int64(time.Second))
 	a.report("shop", usage(1000, time.Second, "plan", "gold"))
-	if g := share(t, a.recv(1)["plan=gold"]); g != "token_bucket max=5 fill=1/200ms ttl=1.5s" {
+	if g := share(t, a.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
 		t.Fatalf("a renewed: %s, want 300/min", g)
 	}
 	b.report("shop", usage(1000, time.Second, "plan", "gold"))
-	if g := share(t, b.recv(1)["plan=gold"]); g != "DENY_ALL ttl=1.5s" {
-		t.Fatalf("b at 1s, a's 600 (sent at 0s) committed until 1.75s: %s", g)
+	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
+		t.Fatalf("b renewed: %s, want 300/min", g)
 	}
-	d.Clock.Set(daemontest.T0.UnixNano() + int64(1750*time.Millisecond))
-	d.Quota().Tick()
-	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=5 fill=1/200ms ttl=1.5s" {
-		t.Fatalf("b pushed once a's 600 (sent at 0s) expired at 1.75s: %s, want 300/min", g)
-	}
-	// a's stream ends: its 300, renewed at 1s, is committed until 2.75s.
+	// a's stream ends: its 300, renewed at 1s, is committed until 3.25s.
 	if err := a.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -265,21 +287,21 @@ func TestPushedAndReclaimed(t *testing.T) {
 		v := d.Quota().View()
 		return len(v) == 1 && len(v[0].Clients) == 2 && (!v[0].Clients[0].Live || !v[0].Clients[1].Live)
 	}, "a's stream gone")
-	d.Clock.Set(daemontest.T0.UnixNano() + int64(2750*time.Millisecond) - 1)
+	d.Clock.Set(t0 + int64(3250*time.Millisecond) - 1)
 	b.report("shop", usage(1000, time.Second, "plan", "gold"))
-	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=5 fill=1/200ms ttl=1.5s" {
+	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
 		t.Fatalf("b before a's 300 expired: %s, want 300/min", g)
 	}
-	d.Clock.Set(daemontest.T0.UnixNano() + int64(2750*time.Millisecond))
+	d.Clock.Set(t0 + int64(3250*time.Millisecond))
 	d.Quota().Tick()
-	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=10 fill=1/100ms ttl=1.5s" {
+	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=600/1m0s ttl=2s" {
 		t.Fatalf("b pushed as a's 300 expired: %s, want 600/min", g)
 	}
 	code, body := d.Get(t, "/metrics")
 	for _, w := range []string{
 		`ratelimitd_quota_reports_total{domain="shop"} 5`,
-		`ratelimitd_quota_assignments_total{action="share",domain="shop"} 6`,
-		`ratelimitd_quota_assignments_total{action="deny_all",domain="shop"} 2`,
+		`ratelimitd_quota_assignments_total{action="share",domain="shop"} 7`,
+		`ratelimitd_quota_assignments_total{action="deny_all",domain="shop"} 1`,
 		`ratelimitd_quota_streams 1`,
 	} {
 		if code != 200 || !strings.Contains(body, w) {
@@ -363,7 +385,7 @@ func TestStreamBounds(t *testing.T) {
 	}
 	e.report("shop", usages...)
 	got := e.recv(len(usages))
-	if g := describe(got["name=api,user=u1024"]); g != "DENY_ALL ttl=1.5s" {
+	if g := describe(got["name=api,user=u1024"]); g != "DENY_ALL ttl=2s" {
 		t.Errorf("the stream's 1,025th bucket: %s, want DENY_ALL", g)
 	}
 	if g := describe(got["name=api,user=u1023"]); !strings.HasPrefix(g, "token_bucket") {
@@ -396,7 +418,7 @@ func TestDaemons(t *testing.T) {
 	d := daemontest.Start(t, policy, func(c *daemon.Config) { c.QuotaDaemons = 2 })
 	e := open(t, d)
 	e.report("shop", usage(1<<20, time.Second, "plan", "gold"))
-	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=5 fill=1/200ms ttl=1.5s" {
+	if g := describe(e.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
 		t.Fatalf("a lone client of one of 2 daemons: %s, want 300/min", g)
 	}
 }

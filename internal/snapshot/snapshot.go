@@ -1,13 +1,13 @@
 // Package snapshot is the file format in which the memory store keeps its
 // buckets across restarts, and its crash-safe writer and checking reader.
 //
-// # Format, version 3
+// # Format, version 4
 //
 // All integers are little-endian.
 //
 //	offset  size  field
 //	0       8     magic: 0x89 'R' 'L' 'S' 'N' 'A' 'P' '\n'
-//	8       4     version: 3
+//	8       4     version: 4
 //	12      4     flags: 0 (a reader refuses any other value)
 //	16      8     clock: the decision clock's reading when the snapshot was
 //	              taken, int64 nanoseconds since the Unix epoch
@@ -34,14 +34,20 @@
 // rather than misread them. A record's state is meaningful on the clock of
 // the header's clock field; Header.Lag says how to carry it to another.
 //
-// Version 2 is laid out alike, but its records have no domain (the key's
+// Version 3 is laid out as version 4. Its records are of a store whose
+// bucket keys named a limit by its whole arithmetic (requests and burst
+// included) and whose bucket states did not record their rate: a reader
+// converts them (internal/engine's Engine.Adopt, for the memory store's
+// Restore), which is why the version changed.
+//
+// Version 2 is laid out as version 3, but its records have no domain (the key's
 // length, the key, the state). Version 1 is laid out as version 2, but its
 // 32 bytes at offset 32 are the seed of another digest (the first 16 bytes
 // of SHA-256 of the seed and the key), which no store computes any more:
-// its records of digests can match no key. Read reads version 1 and 2
-// files, with Header.Version 1 or 2 (and for version 1 a zero KeySeed) and
-// each Bucket's Domain empty, so that a reader can keep their records;
-// Create writes version 3 only.
+// its records of digests can match no key. Read reads files of versions 1
+// to 3, with their Header.Version (for version 1 a zero KeySeed, and for
+// versions 1 and 2 each Bucket's Domain empty), so that a reader can keep
+// their records; Create writes version 4 only.
 //
 // # Crash safety
 //
@@ -74,7 +80,7 @@ import (
 
 // Version is the format version this package writes, and the latest it
 // reads.
-const Version = 3
+const Version = 4
 
 // OldestVersion is the oldest format version this package reads.
 const OldestVersion = 1

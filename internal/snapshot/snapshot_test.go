@@ -132,7 +132,7 @@ func TestLayout(t *testing.T) {
 	}
 	var want []byte
 	want = append(want, 0x89, 'R', 'L', 'S', 'N', 'A', 'P', '\n')
-	want = append(want, 3, 0, 0, 0, 0, 0, 0, 0)
+	want = append(want, 4, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0)
 	want = append(want, seed[:]...)
 	want = append(want, make([]byte, 16)...)
@@ -204,6 +204,31 @@ func TestReadsOlderVersions(t *testing.T) {
 	}
 }
 
+// A file of version 3 is laid out as version 4: it reads with its
+// domains, and its Version says how to read its keys.
+func TestReadsVersion3(t *testing.T) {
+	data := valid(t)
+	data[8] = 3
+	s, err := Decode(resum(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sampleHeader
+	want.Version = 3
+	if s.Header != want {
+		t.Errorf("header %+v, want %+v", s.Header, want)
+	}
+	got := contents(s)
+	if len(got) != len(sample) {
+		t.Fatalf("read %d buckets, wrote %d", len(got), len(sample))
+	}
+	for i := range got {
+		if w := (bucket{sample[i].key, sample[i].domain, sample[i].st}); got[i] != w {
+			t.Errorf("bucket %d: read %+v, want %+v", i, got[i], w)
+		}
+	}
+}
+
 func TestMissingFile(t *testing.T) {
 	_, err := Read(filepath.Join(t.TempDir(), "none"))
 	if !errors.Is(err, fs.ErrNotExist) {
@@ -248,7 +273,7 @@ func TestRefused(t *testing.T) {
 		{"text", []byte("user=alice 800\n"), ErrForeign, "no snapshot magic"},
 		{"a PNG", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), ErrForeign, "no snapshot magic"},
 		{"magic mangled as text", edit(func(b []byte) []byte { return append([]byte("\xef\xbf\xbd"), b[1:]...) }), ErrForeign, "no snapshot magic"},
-		{"version 4", edit(func(b []byte) []byte { b[8] = 4; return resum(b) }), ErrVersion, "format version 4; this build reads versions 1 to 3"},
+		{"version 5", edit(func(b []byte) []byte { b[8] = 5; return resum(b) }), ErrVersion, "format version 5; this build reads versions 1 to 4"},
 		{"version 0", edit(func(b []byte) []byte { b[8] = 0; return resum(b) }), ErrVersion, "format version 0"},
 		{"flags set", edit(func(b []byte) []byte { b[12] = 1; return resum(b) }), ErrCorrupt, "flags 0x1"},
 		{"a byte after the key seed set", edit(func(b []byte) []byte { b[63] = 1; return resum(b) }), ErrCorrupt, "header bytes 48 to 63"},

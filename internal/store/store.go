@@ -52,7 +52,8 @@ func (k Kind) String() string {
 
 // Charge is one bucket that a request charges.
 type Charge struct {
-	// Key identifies the bucket. Keys within one Apply call are distinct.
+	// Key identifies the bucket. Keys within one Apply call are distinct,
+	// but for probes (Probe), which may name the key of another charge.
 	// The store copies the key if it keeps it; the caller may reuse the
 	// bytes after Apply returns.
 	Key []byte
@@ -72,6 +73,13 @@ type Charge struct {
 	// denied shadow Admit is reported as denied and not applied; a shadow
 	// Overdraft or Refund is applied as any other.
 	Shadow bool
+	// Probe marks a charge that is decided and reported as its Kind says
+	// but never applied (Applied is false): what the charge would decide on
+	// its bucket as the request finds it. It may name the key of another
+	// charge of the same Apply, the one that charges the bucket. A probe's
+	// denial counts as any charge's, so one that must not deny the request
+	// is Shadow too.
+	Probe bool
 	// Quota, when not 0, makes the charge one of a quota's: the charges of
 	// a request with the same Quota are one quota descriptor's (its
 	// limits' buckets), and a quota's denial does not deny the request by
@@ -101,8 +109,12 @@ func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algori
 // Applied reports whether c, decided d by Settle with the result admitted,
 // changed its bucket: whether the store must write the state Settle left
 // for it. An Overdraft or a Refund of Cost > 0 is always applied; an Admit
-// of Cost > 0 iff it was Allowed and the request admitted; a Check never.
+// of Cost > 0 iff it was Allowed and the request admitted; a Check or a
+// Probe never.
 func (c *Charge) Applied(d algorithms.Decision, admitted bool) bool {
+	if c.Probe {
+		return false
+	}
 	switch c.Kind {
 	case Check:
 		return false

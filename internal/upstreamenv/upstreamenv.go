@@ -87,6 +87,21 @@ func (r *reader) str(name string) string {
 	return variable(name).Default
 }
 
+// values names the variables with their values, upstream's defaults
+// marked: RUNTIME_ROOT unset (upstream's default "/srv/runtime_data/current"),
+// RUNTIME_SUBDIRECTORY="config".
+func (r *reader) values(names ...string) string {
+	parts := make([]string, len(names))
+	for i, name := range names {
+		if v, ok := r.env(name); ok {
+			parts[i] = fmt.Sprintf("%s=%q", name, v)
+		} else {
+			parts[i] = fmt.Sprintf("%s unset (upstream's default %q)", name, variable(name).Default)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (r *reader) set(name string) bool {
 	_, ok := r.env(name)
 	return ok
@@ -247,7 +262,7 @@ func (r *reader) policy() {
 	switch ct := r.str("CONFIG_TYPE"); ct {
 	case "FILE":
 		dir := filepath.Join(r.str("RUNTIME_ROOT"), r.str("RUNTIME_SUBDIRECTORY"), r.str("RUNTIME_APPDIRECTORY"))
-		r.flag("config", dir, "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY")
+		r.flag("config", dir, r.values("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"))
 		r.ignoreIfTrue("FORCE_START_WITHOUT_INITIAL_CONFIG", "with CONFIG_TYPE=FILE the policy files must load at start")
 		if v, ok := r.env("RUNTIME_IGNOREDOTFILES"); ok && !r.boolean("RUNTIME_IGNOREDOTFILES") {
 			r.t.Warnings = append(r.t.Warnings, fmt.Sprintf("RUNTIME_IGNOREDOTFILES=%q is ignored: ratelimitd always skips files whose name starts with a dot", v))

@@ -21,6 +21,14 @@
 // half; a stream that delivered a response starts the backoff over. A new
 // stream asks again with the last applied version.
 //
+// A response is bounded before its resources are decoded (Config.Bounds):
+// their number (counted by the stream's codec, before gRPC decodes the
+// response), their encoded bytes together, their descriptors together and
+// how deep these nest, read from the wire format (config.CountDescriptors),
+// so that a response beyond them costs no more memory than its bytes; it
+// is NACKed with the bound named. Decoded resources are checked field by
+// field (config.FromRateLimitConfigs): an unknown field is NACKed too.
+//
 // A resource may come wrapped in envoy.service.discovery.v3.Resource (as
 // xDS allows); the wrapper's metadata.filter_metadata["ratelimitd"], when
 // present, carries ratelimitd's extensions of the resource's limits
@@ -84,6 +92,13 @@ type Config struct {
 	InitialBackoff, MaxBackoff time.Duration
 	// MaxMessageBytes bounds a response's size (0: gRPC's default, 4 MiB).
 	MaxMessageBytes int
+	// Bounds bound a response's resources before they are decoded (zero
+	// value: config.DefaultPolicyBounds): their number, and their
+	// descriptors together, within MaxDescriptors; their encoded bytes
+	// together within MaxBytes; descriptors nested at most
+	// config.MaxDepth deep. A response beyond them is
+	// refused (NACKed) without being decoded.
+	Bounds config.PolicyBounds
 	// Logger receives connection and update logs (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -142,6 +157,12 @@ func New(cfg Config, apply Apply) (*Client, error) {
 		cfg.MaxBackoff = DefaultMaxBackoff
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.InitialBackoff)
+	if cfg.Bounds == (config.PolicyBounds{}) {
+		cfg.Bounds = config.DefaultPolicyBounds
+	}
+	if err := cfg.Bounds.Check(); err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -204,7 +225,8 @@ func (c *Client) session(ctx context.Context) (got bool, err error) {
 	for k, v := range c.cfg.Headers {
 		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
 	}
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx, grpc.WaitForReady(false))
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx, grpc.WaitForReady(false),
+		grpc.ForceCodecV2(newBoundedCodec(c.cfg.Bounds.MaxDescriptors)))
 	if err != nil {
 		return false, err
 	}
@@ -286,36 +308,60 @@ func (c *Client) decodeAndApply(resp *discoveryv3.DiscoveryResponse) error {
 	if t := resp.GetTypeUrl(); t != TypeURL {
 		return fmt.Errorf("response of type %q, want %q", t, TypeURL)
 	}
+	if err := refusedBeforeDecoding(resp); err != nil {
+		return err
+	}
+	bounds := c.cfg.Bounds
+	if n := len(resp.GetResources()); n > bounds.MaxDescriptors {
+		return tooManyResources(n, bounds.MaxDescriptors)
+	}
+	var size int64
+	for _, r := range resp.GetResources() {
+		size += int64(len(r.GetValue()))
+	}
+	if size > bounds.MaxBytes {
+		return fmt.Errorf("resources: %d bytes together, more than the limit of %d (--max-policy-bytes); not decoded", size, bounds.MaxBytes)
+	}
 	configs := make([]config.RateLimitConfig, 0, len(resp.GetResources()))
+	budget := bounds.MaxDescriptors
 	for i, r := range resp.GetResources() {
-		rc, err := decode(r)
+		rc, n, err := decode(r, budget)
+		if err == nil && n > budget {
+			err = fmt.Errorf("more than %d descriptors (--max-policy-descriptors, the resources together); not decoded", bounds.MaxDescriptors)
+		}
 		if err != nil {
 			return fmt.Errorf("resources[%d]: %w", i, err)
 		}
+		budget -= n
 		configs = append(configs, rc)
 	}
 	return c.apply(resp.GetVersionInfo(), configs)
 }
 
-// decode returns one resource, unwrapping it from a Resource wrapper.
-func decode(a *anypb.Any) (config.RateLimitConfig, error) {
-	var rc config.RateLimitConfig
+// decode returns one resource, unwrapping it from a Resource wrapper, and
+// how many descriptors it holds. When they are more than budget, or nest
+// deeper than config.MaxDepth, it returns before decoding them (see
+// config.CountDescriptors).
+func decode(a *anypb.Any, budget int) (rc config.RateLimitConfig, descriptors int, err error) {
 	if a.GetTypeUrl() == resourceTypeURL {
 		var w discoveryv3.Resource
 		if err := a.UnmarshalTo(&w); err != nil {
-			return rc, err
+			return rc, 0, err
 		}
 		rc.Extensions = w.GetMetadata().GetFilterMetadata()[ExtensionsKey]
 		a = w.GetResource()
 	}
 	if a.GetTypeUrl() != TypeURL {
-		return rc, fmt.Errorf("type %q, want %q", a.GetTypeUrl(), TypeURL)
+		return rc, 0, fmt.Errorf("type %q, want %q", a.GetTypeUrl(), TypeURL)
+	}
+	if descriptors, err = config.CountDescriptors(a.GetValue(), budget); err != nil || descriptors > budget {
+		return rc, descriptors, err
 	}
 	rc.Config = &rlsconfv3.RateLimitConfig{}
 	if err := a.UnmarshalTo(rc.Config); err != nil {
-		return rc, err
+		return rc, 0, err
 	}
-	return rc, nil
+	return rc, descriptors, nil
 }
 
 // request returns a discovery request: the first of a stream (nonce ""),

@@ -16,6 +16,7 @@
 package algotest
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -29,7 +30,8 @@ import (
 const Start = int64(1_767_225_600_000_000_000)
 
 // A Case is one timeline of requests on one bucket, starting from an empty
-// State (a bucket never charged).
+// State (a bucket never charged). A step may change the limit, as a policy
+// reload does: the bucket keeps its state, converted to the new limit.
 type Case struct {
 	// Name says what the case is about. It is unique among the cases of
 	// each algorithm.
@@ -44,9 +46,37 @@ type Case struct {
 	Steps []Step
 }
 
-// Limit returns the case's limit for alg, one of c.Algorithms.
+// Limit returns the case's limit for alg, one of c.Algorithms, at its
+// start.
 func (c Case) Limit(alg algorithms.Algorithm) (algorithms.Limit, error) {
 	return algorithms.NewLimit(alg, c.Requests, c.Period, c.Burst)
+}
+
+// Limits returns the limit in force at each step for alg: the case's, then
+// from each step with a Change on, the changed one.
+func (c Case) Limits(alg algorithms.Algorithm) ([]algorithms.Limit, error) {
+	l, err := c.Limit(alg)
+	if err != nil {
+		return nil, err
+	}
+	limits := make([]algorithms.Limit, len(c.Steps))
+	for i, st := range c.Steps {
+		if st.Change != (Change{}) {
+			if l, err = algorithms.NewLimit(alg, st.Change.Requests, c.Period, st.Change.Burst); err != nil {
+				return nil, fmt.Errorf("step %d: %w", i, err)
+			}
+		}
+		limits[i] = l
+	}
+	return limits, nil
+}
+
+// Change is a changed limit, in force from its step on: Requests and Burst
+// (0: Requests) as NewLimit takes them, over the case's Period, with the
+// same algorithm — what a policy reload that keeps a bucket may change.
+// The zero Change changes nothing.
+type Change struct {
+	Requests, Burst int64
 }
 
 // A Step is one request of one charge.
@@ -60,6 +90,8 @@ type Step struct {
 	Kind store.Kind
 	// Want is the decision, exactly.
 	Want algorithms.Decision
+	// Change, unless zero, changes the limit from this step on.
+	Change Change
 }
 
 // Now is the step's time in Unix nanoseconds: Start+At.
@@ -219,6 +251,84 @@ func Cases() []Case {
 			{At: sec, Kind: store.Refund, Cost: math.MaxInt64, Want: allowed(5, 0)},
 		}},
 
+		// A changed limit keeps what was used: the level (the requests not
+		// yet drained) is kept. 10 per hour, I = 360s: an overdraft of 22
+		// leaves a backlog of 7920s. At 40 per hour 18 are left. Until a
+		// charge writes the bucket it drains at the rate it was written
+		// with, 10 per hour: a peek or a denial reports it so (a retry in
+		// 360s, not 90s); once charged, the 22 and the 18 are a backlog of
+		// 3600s at 40 per hour, I = 90s.
+		{Name: "raised limit keeps what was used", Algorithms: buckets, Requests: 10, Period: hour, Burst: 10, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: 22, Want: denied(0, 7920*sec, 4680*sec)},
+			{At: 0, Cost: 0, Change: Change{Requests: 40, Burst: 40}, Want: allowed(18, 7920*sec)},
+			{At: 0, Cost: 19, Want: denied(18, 7920*sec, 360*sec)},
+			{At: 0, Cost: 18, Want: allowed(0, hour)},
+			{At: 0, Cost: 1, Want: denied(0, hour, 90*sec)},
+			{At: 90 * sec, Cost: 1, Want: allowed(0, hour)},
+		}},
+		// An hour at 10 per hour drains 10 of the 22; the 12 left are
+		// 1080s at 40 per hour, and 28 more fill it.
+		{Name: "converted when next charged", Algorithms: buckets, Requests: 10, Period: hour, Burst: 10, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: 22, Want: denied(0, 7920*sec, 4680*sec)},
+			{At: hour, Kind: store.Check, Change: Change{Requests: 40, Burst: 40}, Want: allowed(28, 4320*sec)},
+			{At: hour, Cost: 29, Want: denied(28, 4320*sec, 360*sec)},
+			{At: hour, Cost: 28, Want: allowed(0, hour)},
+		}},
+		// Lowered, the same use can be debt: 30 of 40 per hour, written at
+		// 10 per hour, are a backlog of 10800s, beyond C = 3600s. An
+		// overdraft writes it so (and adds its own).
+		{Name: "lowered limit: what was used is debt", Algorithms: buckets, Requests: 40, Period: hour, Burst: 40, Steps: []Step{
+			{At: 0, Cost: 30, Want: allowed(10, 2700*sec)},
+			{At: 0, Kind: store.Overdraft, Cost: 1, Change: Change{Requests: 10, Burst: 10}, Want: denied(0, 11160*sec, 7920*sec)},
+			{At: 7920*sec - ns, Cost: 1, Want: denied(0, 3240*sec+ns, ns)},
+			{At: 7920 * sec, Cost: 1, Want: allowed(0, hour)},
+		}},
+		// Denials write nothing: the 30 drain at 40 per hour until one of
+		// 10 fits (30 - 1890s·40/h = 9), when RetryAfter said.
+		{Name: "lowered limit: the old rate until charged", Algorithms: buckets, Requests: 40, Period: hour, Burst: 40, Steps: []Step{
+			{At: 0, Cost: 30, Want: allowed(10, 2700*sec)},
+			{At: 0, Cost: 1, Change: Change{Requests: 10, Burst: 10}, Want: denied(0, 2700*sec, 1890*sec)},
+			{At: 0, Kind: store.Check, Want: denied(0, 2700*sec, 1890*sec)},
+			{At: 1890*sec - ns, Cost: 1, Want: denied(0, 810*sec+ns, ns)},
+			{At: 1890 * sec, Cost: 1, Want: allowed(0, hour)},
+		}},
+		// A burst alone changes the capacity, not the backlog.
+		{Name: "changed burst", Algorithms: buckets, Requests: 5, Period: sec, Burst: 5, Steps: []Step{
+			{At: 0, Cost: 5, Want: allowed(0, sec)},
+			{At: 0, Cost: 0, Change: Change{Requests: 5, Burst: 10}, Want: allowed(5, sec)},
+			{At: 0, Cost: 5, Want: allowed(0, 2*sec)},
+			{At: 0, Cost: 0, Change: Change{Requests: 5, Burst: 1}, Want: allowed(0, 2*sec)},
+			{At: 1800 * ms, Cost: 1, Want: denied(0, 200*ms, 200*ms)},
+			{At: 2 * sec, Cost: 1, Want: allowed(0, 200*ms)},
+		}},
+		// Exact through the fractions: one request at 3 per second is a
+		// backlog of 333,333,333⅓ns; at 7 per second the same request is
+		// 142,857,142 6/7ns, one interval exactly, and 6 more fill the
+		// second.
+		{Name: "changed rate, exact to the fraction", Algorithms: buckets, Requests: 3, Period: sec, Burst: 3, Steps: []Step{
+			{At: 0, Cost: 1, Want: allowed(2, 333_333_334*ns)},
+			{At: 0, Cost: 0, Change: Change{Requests: 7, Burst: 7}, Want: allowed(6, 333_333_334*ns)},
+			{At: 0, Cost: 6, Want: allowed(0, sec)},
+			{At: 0, Cost: 1, Want: denied(0, sec, 142_857_143*ns)},
+			// Back at 3 per second, the 3½ requests not yet drained at 500ms
+			// are more than 3: in debt, and at rest 500ms later (at 7 per
+			// second, until charged).
+			{At: 500 * ms, Cost: 0, Change: Change{Requests: 3, Burst: 3}, Want: allowed(0, 500*ms)},
+			// Charged, they are 1,166,666,666⅔ns at 3 per second, and one
+			// more 333,333,333⅓ns.
+			{At: 500 * ms, Kind: store.Overdraft, Cost: 1, Want: denied(0, 1_500_000_000*ns, 833_333_334*ns)},
+		}},
+		// The bound on debt: an overdraft of MaxInt64 at MaxRequests per
+		// nanosecond is a backlog of 2^31 + (2^31-1)/(2^32-1) ns; the same
+		// MaxInt64 requests at 1 per nanosecond would take longer than
+		// MaxSpan, and take MaxSpan.
+		{Name: "changed rate at the bound on debt", Algorithms: buckets, Requests: maxReq, Period: ns, Burst: maxReq, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: math.MaxInt64, Want: denied(0, (1<<31+1)*ns, (1<<31)*ns)},
+			{At: 0, Kind: store.Check, Change: Change{Requests: 1, Burst: 1}, Want: denied(0, (1<<31+1)*ns, (1<<31+1)*ns)},
+			{At: 0, Kind: store.Refund, Cost: 1, Want: allowed(0, maxSpan-ns)},
+			{At: sec, Kind: store.Check, Want: denied(0, maxSpan-sec-ns, maxSpan-sec-ns)},
+		}},
+
 		// leaky_bucket_queue.
 		//
 		// Admitted requests leave 500ms apart, the first at once; the queue
@@ -260,6 +370,15 @@ func Cases() []Case {
 			{At: 10 * sec, Cost: 1, Want: queued(2, sec, 0)},
 			{At: 9 * sec, Cost: 1, Want: queued(0, 3*sec, 2*sec)},
 			{At: 9 * sec, Cost: 1, Want: denied(0, 3*sec, sec)},
+		}},
+
+		// The queue keeps its requests: 2 queued at 2 per second (a backlog
+		// of 1s) are 500ms at 4 per second.
+		{Name: "raised rate keeps the queue", Algorithms: queue, Requests: 2, Period: sec, Burst: 3, Steps: []Step{
+			{At: 0, Cost: 1, Want: queued(2, 500*ms, 0)},
+			{At: 0, Cost: 1, Want: queued(1, sec, 500*ms)},
+			{At: 0, Cost: 1, Change: Change{Requests: 4, Burst: 3}, Want: queued(0, 750*ms, 500*ms)},
+			{At: 0, Cost: 1, Want: denied(0, 750*ms, 250*ms)},
 		}},
 
 		// fixed_window.
@@ -320,6 +439,23 @@ func Cases() []Case {
 		{Name: "admits 2L across a boundary", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
 			{At: minute - ns, Cost: 10, Want: allowed(0, ns)},
 			{At: minute, Cost: 10, Want: allowed(0, minute)},
+		}},
+
+		// A changed limit keeps the window's count: 22 of 10 (an overdraft)
+		// leave 18 of 40, and a count above a lowered limit denies until
+		// the window ends.
+		{Name: "raised limit keeps the count", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
+			{At: 0, Kind: store.Overdraft, Cost: 22, Want: denied(0, minute, minute)},
+			{At: 10 * sec, Cost: 0, Change: Change{Requests: 40}, Want: allowed(18, 50*sec)},
+			{At: 10 * sec, Cost: 18, Want: allowed(0, 50*sec)},
+			{At: 10 * sec, Cost: 1, Want: denied(0, 50*sec, 50*sec)},
+			{At: minute, Cost: 0, Want: allowed(40, 0)},
+		}},
+		{Name: "lowered limit keeps the count", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
+			{At: 0, Cost: 8, Want: allowed(2, minute)},
+			{At: sec, Cost: 1, Change: Change{Requests: 5}, Want: denied(0, 59*sec, 59*sec)},
+			{At: sec, Kind: store.Check, Want: denied(0, 59*sec, 59*sec)},
+			{At: minute, Cost: 5, Want: allowed(0, minute)},
 		}},
 
 		// sliding_window.
@@ -408,6 +544,23 @@ func Cases() []Case {
 			{At: 100 * ns, Cost: 1, Want: denied(0, 100*ns, ns)},
 			{At: 101 * ns, Cost: 1, Want: allowed(0, 199*ns)},
 			{At: 101 * ns, Cost: 1, Want: denied(0, 199*ns, ns)},
+		}},
+		// Both counts are kept. 10 of 10 per minute weigh 10·(P-e)/P in the
+		// next window: at 20 per minute, 10 more fit at once, and the next
+		// once the weight is at most 9, 6s later.
+		{Name: "raised limit keeps the counts", Algorithms: sliding, Requests: 10, Period: minute, Steps: []Step{
+			{At: 0, Cost: 10, Want: allowed(0, 2*minute)},
+			{At: minute, Cost: 0, Change: Change{Requests: 20}, Want: allowed(10, minute)},
+			{At: minute, Cost: 10, Want: allowed(0, 2*minute)},
+			{At: minute, Cost: 1, Want: denied(0, 2*minute, 6*sec)},
+		}},
+		// 8 above a lowered 5: a cost of 1 fits once 8·(P-e)/P ≤ 4, at e =
+		// 30s into the next window.
+		{Name: "lowered limit keeps the counts", Algorithms: sliding, Requests: 10, Period: minute, Steps: []Step{
+			{At: 0, Cost: 8, Want: allowed(2, 2*minute)},
+			{At: 30 * sec, Cost: 1, Change: Change{Requests: 5}, Want: denied(0, 90*sec, minute)},
+			{At: 90*sec - ns, Cost: 1, Want: denied(0, 30*sec+ns, ns)},
+			{At: 90 * sec, Cost: 1, Want: allowed(0, 90*sec)},
 		}},
 	}
 }

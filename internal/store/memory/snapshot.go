@@ -84,6 +84,11 @@ func (s *Store) WriteSnapshot(path string, wallNow int64) (Written, error) {
 	return out, nil
 }
 
+// Adopt decides what becomes of a snapshot's bucket when it is restored
+// (Restore): the key and state to restore it under, and whether to restore
+// it. version is the snapshot's format version (snapshot.Header.Version).
+type Adopt func(key []byte, st algorithms.State, version int) ([]byte, algorithms.State, bool)
+
 // MinLag is the least lag (snapshot.Header.Lag) for which Restore moves
 // states later: NTP steps the clock only for offsets over 128ms and slews
 // it otherwise, which moves the monotonic clock along with the wall clock.
@@ -96,11 +101,12 @@ type Restored struct {
 	// AtRest buckets had come to rest by the time of loading: nothing to
 	// restore.
 	AtRest int
-	// Dropped buckets were refused by keep (their limits are gone or
-	// changed), or were kept under a digest the store cannot match: of
-	// another seed than the store's (restoring into a store that already
-	// held buckets), or of the digest function of a version 1 file
-	// (snapshot.Header.Version), which no store computes any more.
+	// Dropped buckets were refused by adopt (their limits are gone, or
+	// their periods changed), or were kept under a digest the store cannot
+	// match: of another seed than the store's (restoring into a store that
+	// already held buckets), of the digest function of a version 1 file
+	// (snapshot.Header.Version), which no store computes any more, or of a
+	// key of a file before version 4, whose keys were made otherwise.
 	Dropped int
 	// Full buckets did not fit under the store's bounds (WithMaxBuckets,
 	// WithMaxBytes).
@@ -132,10 +138,12 @@ type Restored struct {
 // start off the period's multiples would make its retry_after inexact.
 //
 // A bucket is skipped when it is at rest at the store clock's now (it
-// would be deleted at once), when keep is not nil and returns false for its
-// key (the engine's InPolicy: its limit no longer exists with the same
-// parameters), when the store already holds the key (its own state is
-// newer), or when it does not fit under the store's bounds. keep is called
+// would be deleted at once), when adopt is not nil and refuses it (the
+// engine's Adopt: its limit is gone), when the store already holds the key
+// (its own state is newer), or when it does not fit under the store's
+// bounds. adopt, given each bucket's key, state and the file's version,
+// returns the key and state to restore it under: the engine's key and
+// state formats may have changed since the file was written. It is called
 // without any lock held. A bucket counts in its domain's fair share of the
 // bounds; the buckets of a file of a version before 3, which did not
 // record their domains, count as of the domain "", which no request has,
@@ -145,15 +153,15 @@ type Restored struct {
 // be matched only with the seed that made the digest: an empty store takes
 // the snapshot's seed, so Restore must come before the store is used
 // (while it serves nothing); a store that already holds buckets keeps its
-// own, and drops the snapshot's digested buckets if the seeds differ. keep
+// own, and drops the snapshot's digested buckets if the seeds differ. adopt
 // is not asked about digested buckets, whose keys are gone: they are
-// restored, and if their limit has changed they are simply never charged
-// again and are reclaimed once at rest, as after a hot reload. A version 1
-// file's digested buckets are dropped: their digests are of SHA-256, which
-// this store no longer computes, so no key would ever match them (their
-// keys start over, as after a restart without a file); its other buckets
-// are restored as a version 2 file's.
-func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []byte) bool) Restored {
+// restored as they are, and if their limit is gone they are simply never
+// charged again and are reclaimed once at rest, as after a hot reload. The
+// digested buckets of a file before version 4 are dropped: they are
+// digests of keys the engine no longer makes (and of a version 1 file, of
+// SHA-256, which this store no longer computes), so no key would ever
+// match them: their buckets start over, as after a restart without a file.
+func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, adopt Adopt) Restored {
 	now := s.clock.Now()
 	lag := snap.Lag(now, wallNow)
 	r := Restored{Lag: time.Duration(lag)}
@@ -165,6 +173,7 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 	if lag <= int64(MinLag) {
 		lag = 0
 	}
+	var buf [DigestSize]byte
 	for b := range snap.All() {
 		key, st := b.Key, b.State.Later(lag) // unchanged for lag 0
 		if st.AtRest(now) {
@@ -172,9 +181,17 @@ func (s *Store) Restore(snap *snapshot.Snapshot, wallNow int64, keep func(key []
 			continue
 		}
 		digest := len(key) == DigestSize // a verbatim key never is
-		if digest && !sameSeed || !digest && keep != nil && !keep(key) {
+		if digest && (!sameSeed || snap.Version < 4) {
 			r.Dropped++
 			continue
+		}
+		if !digest && adopt != nil {
+			var ok bool
+			if key, st, ok = adopt(key, st, snap.Version); !ok {
+				r.Dropped++
+				continue
+			}
+			key = s.storedKey(key, &buf) // a key adopt changed may be one to digest
 		}
 		sh := &s.shards[s.shardOf(key)]
 		sh.mu.Lock()

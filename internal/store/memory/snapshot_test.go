@@ -160,16 +160,19 @@ func TestRestoreSkips(t *testing.T) {
 	storetest.Apply(t, s, charge("held", slow, 0)) // a peek stores nothing
 	storetest.Apply(t, s, charge("held", fast, 1)) // the store's own, newer state
 	var asked []string
-	r := s.Restore(snap, later, func(key []byte) bool {
+	r := s.Restore(snap, later, func(key []byte, st algorithms.State, version int) ([]byte, algorithms.State, bool) {
 		asked = append(asked, string(key))
-		return string(key) != "gone"
+		if version != snapshot.Version {
+			t.Errorf("adopt asked about version %d, want %d", version, snapshot.Version)
+		}
+		return key, st, string(key) != "gone"
 	})
 	want := Restored{Buckets: 1, AtRest: 1, Dropped: 1, Present: 1}
 	if r != want {
 		t.Fatalf("Restore = %+v, want %+v", r, want)
 	}
 	if len(asked) != 3 {
-		t.Errorf("keep asked about %q; buckets at rest need no asking", asked)
+		t.Errorf("adopt asked about %q; buckets at rest need no asking", asked)
 	}
 	if s.Len() != 2 {
 		t.Errorf("the store holds %d buckets, want 2", s.Len())
@@ -323,12 +326,15 @@ func TestRestoreDigestedKeys(t *testing.T) {
 
 	var asked []string
 	s := New(clock.NewFake(snapT0))
-	r := s.Restore(snap, snapT0, func(key []byte) bool { asked = append(asked, string(key)); return true })
+	r := s.Restore(snap, snapT0, func(key []byte, st algorithms.State, _ int) ([]byte, algorithms.State, bool) {
+		asked = append(asked, string(key))
+		return key, st, true
+	})
 	if r.Buckets != 2 {
 		t.Fatalf("Restore = %+v, want both buckets", r)
 	}
 	if len(asked) != 1 || asked[0] != "short" {
-		t.Errorf("keep was asked about %q; only the verbatim key can be checked", asked)
+		t.Errorf("adopt was asked about %q; only the verbatim key can be checked", asked)
 	}
 	for _, k := range []string{long, "short"} {
 		if d := storetest.Apply(t, s, charge(k, l, 1))[0]; d.Code != algorithms.Denied {

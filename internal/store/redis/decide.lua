@@ -99,7 +99,7 @@ local function gcra(l, s, now, cost)
   end
   local tat = add(now, dNs)
   local reset = ceilNs(dNs, dFrac)
-  return { restAt = add(now, reset), t = tat, n = dFrac, m = 0 }, {
+  return { restAt = add(now, reset), t = tat, n = dFrac, m = r }, {
     code = ALLOWED,
     rem = gcraRemaining(l, dNs, dFrac),
     reset = reset,
@@ -277,12 +277,12 @@ local function gcraReport(l, dNs, dFrac, extra)
   return d
 end
 
--- gcraState mirrors gcraState.
-local function gcraState(now, dNs, dFrac)
+-- gcraState mirrors Limit.gcraState.
+local function gcraState(l, now, dNs, dFrac)
   if #dNs == 0 and dFrac == 0 then
     return false
   end
-  return { restAt = add(now, ceilNs(dNs, dFrac)), t = add(now, dNs), n = dFrac, m = 0 }
+  return { restAt = add(now, ceilNs(dNs, dFrac)), t = add(now, dNs), n = dFrac, m = l.r }
 end
 
 -- gcraOverdraft mirrors Limit.gcraOverdraft.
@@ -306,7 +306,7 @@ local function gcraOverdraft(l, s, now, cost)
   if c > 0 or c == 0 and dFrac > 0 then
     dNs, dFrac = MAXSPAN, 0
   end
-  return gcraState(now, dNs, dFrac), gcraReport(l, dNs, dFrac, 0)
+  return gcraState(l, now, dNs, dFrac), gcraReport(l, dNs, dFrac, 0)
 end
 
 -- gcraRefund mirrors Limit.gcraRefund.
@@ -323,7 +323,7 @@ local function gcraRefund(l, s, now, units)
         dNs, dFrac = sub(dNs, ONE), dFrac + l.r
       end
     end
-    next = gcraState(now, dNs, dFrac)
+    next = gcraState(l, now, dNs, dFrac)
   end
   local d = gcraReport(l, dNs, dFrac, 0)
   d.code, d.retry = ALLOWED, ZERO
@@ -445,9 +445,100 @@ local function slidingRefund(l, s, now, units)
   return next, d
 end
 
+-- A changed limit (change.go). A bucket's state records the Requests it
+-- was written at (m; 0 for a state written before states recorded it).
+
+-- timesSat mirrors Limit.TimesSaturated for n·P/m: whole ns (a bignum)
+-- and a remainder over m, or MaxSpan and 0 when that is more than
+-- MaxSpan. n·P is below 2^94.
+local function timesSat(n, p, m)
+  local q, r = divmod(mul(small(n), p), small(m))
+  if cmp(q, MAXSPAN) >= 0 then
+    return MAXSPAN, 0
+  end
+  return q, num(r)
+end
+
+-- minus returns aNs + aFrac/r - (bNs + bFrac/r), which is not negative.
+local function minus(aNs, aFrac, bNs, bFrac, r)
+  local ns, frac = sub(aNs, bNs), aFrac - bFrac
+  if frac < 0 then
+    ns, frac = sub(ns, ONE), frac + r
+  end
+  return ns, frac
+end
+
+-- at mirrors Limit.at: l's capacity at a rate of m, with k and a for a
+-- cost of cost (when 0 < cost ≤ Capacity) and a1.
+local function at(l, m, cost)
+  local o = { alg = l.alg, r = m, rb = small(m), p = l.p, cap = l.cap }
+  local iNs, iFrac = timesSat(1, l.p, m)
+  o.spanNs, o.spanFrac = timesSat(l.cap, l.p, m)
+  o.a1Ns, o.a1Frac = minus(o.spanNs, o.spanFrac, iNs, iFrac, m)
+  if cost > 0 and cost <= l.cap then
+    o.kNs, o.kFrac = timesSat(cost, l.p, m)
+    o.aNs, o.aFrac = minus(o.spanNs, o.spanFrac, o.kNs, o.kFrac, m)
+  end
+  return o
+end
+
+-- convert mirrors Limit.convert: the state of l with the level of s at
+-- now, or false for the zero State.
+local function convert(l, s, now)
+  if cmp(s.t, now) < 0 then
+    return false
+  end
+  local q, r = divmod(add(mul(sub(s.t, now), small(s.m)), small(s.n)), l.rb)
+  if cmp(q, MAXSPAN) > 0 or cmp(q, MAXSPAN) == 0 and #r > 0 then
+    return gcraState(l, now, MAXSPAN, 0)
+  end
+  return gcraState(l, now, q, num(r))
+end
+
+-- changed mirrors Limit.gcraChanged (and, for a check, Check's call of
+-- the limit at): a charge that writes the bucket is l's on the state
+-- converted at now; one that writes nothing reports the state at its own
+-- rate, with l's capacity.
+local function changed(l, s, now, kind, cost)
+  if kind ~= CHECK and cost > 0 then
+    local c = convert(l, s, now)
+    local cs = c or { t = ZERO, n = 0, m = 0 }
+    local next, d
+    if kind == OVERDRAFT then
+      next, d = gcraOverdraft(l, cs, now, cost)
+    elseif kind == REFUND then
+      next, d = gcraRefund(l, cs, now, cost)
+    else
+      next, d = gcra(l, cs, now, cost)
+    end
+    if kind ~= ADMIT or d.code == ALLOWED then
+      if next == nil then next = c end
+      return next, d
+    end
+  end
+  local o = at(l, s.m, cost)
+  if kind == CHECK then
+    local dNs, dFrac = backlog(o, s, now)
+    return nil, gcraReport(o, dNs, dFrac, 1)
+  elseif kind == OVERDRAFT then
+    return gcraOverdraft(o, s, now, cost)
+  elseif kind == REFUND then
+    return gcraRefund(o, s, now, cost)
+  end
+  return gcra(o, s, now, cost)
+end
+
+-- rateChanged mirrors Limit.rateChanged.
+local function rateChanged(l, s)
+  return l.alg >= TOKEN and s.m ~= 0 and s.m ~= l.r
+end
+
 -- apply mirrors store.Charge.Decide: the charge of kind and cost on the
 -- state s (for a check the limit's k and a are for a cost of 1).
 local function apply(l, s, now, kind, cost)
+  if rateChanged(l, s) then
+    return changed(l, s, now, kind, cost)
+  end
   local alg = l.alg
   if kind == CHECK then
     -- Limit.Check
@@ -474,6 +565,15 @@ local function apply(l, s, now, kind, cost)
       return slidingRefund(l, s, now, cost)
     end
     return gcraRefund(l, s, now, cost)
+  end
+  return decide(l, s, now, cost)
+end
+
+-- decideAny is decide for any state, one written at another rate
+-- included (Limit.Decide's call of gcraChanged).
+local function decideAny(l, s, now, cost)
+  if rateChanged(l, s) then
+    return changed(l, s, now, ADMIT, cost)
   end
   return decide(l, s, now, cost)
 end

@@ -89,6 +89,9 @@ local function fastState(v, l)
   local rt = relTime(tMs, tSub)
   if not rt then return false end
   if l.alg == SLIDING and math.max(n, m) * l.p >= LIMIT52 then return false end
+  -- A bucket's state written at another rate (m, its Requests) is
+  -- converted on the bignum path (decide.lua's changed).
+  if l.alg >= TOKEN and m ~= 0 and m ~= l.r then return false end
   return true, rt, n, m, expiryMs(rMs, rSub)
 end
 
@@ -357,7 +360,7 @@ local function fastGcra(l, t, n, cost)
     dNs, dFrac = dNs + 1, dFrac - r
   end
   local reset = fastCeilNs(dNs, dFrac)
-  return ALLOWED, fastGcraRemaining(l, dNs, dFrac), reset, 0, delay, dNs, dFrac, 0, reset
+  return ALLOWED, fastGcraRemaining(l, dNs, dFrac), reset, 0, delay, dNs, dFrac, r, reset
 end
 
 -- fastDecide mirrors Limit.Decide.
@@ -534,12 +537,13 @@ local function fastGcraReport(l, dNs, dFrac, extra)
   return ALLOWED, rem, reset, 0
 end
 
--- fastGcraState mirrors gcraState: t, n, m, restAt, or false at rest.
-local function fastGcraState(dNs, dFrac)
+-- fastGcraState mirrors Limit.gcraState: t, n, m, restAt, or false at
+-- rest.
+local function fastGcraState(l, dNs, dFrac)
   if dNs == 0 and dFrac == 0 then
     return false
   end
-  return dNs, dFrac, 0, fastCeilNs(dNs, dFrac)
+  return dNs, dFrac, l.r, fastCeilNs(dNs, dFrac)
 end
 
 -- fastGcraOverdraft mirrors Limit.gcraOverdraft.
@@ -560,7 +564,7 @@ local function fastGcraOverdraft(l, t, n, cost)
     dNs, dFrac = dNs + 1, dFrac - l.r
   end
   local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 0)
-  local nt, nn, nm, nr = fastGcraState(dNs, dFrac)
+  local nt, nn, nm, nr = fastGcraState(l, dNs, dFrac)
   return code, rem, reset, retry, 0, nt, nn, nm, nr
 end
 
@@ -576,7 +580,7 @@ local function fastGcraRefund(l, t, n, units)
       dNs, dFrac = 0, 0
     end
     local _, rem, reset = fastGcraReport(l, dNs, dFrac, 0)
-    local nt, nn, nm, nr = fastGcraState(dNs, dFrac)
+    local nt, nn, nm, nr = fastGcraState(l, dNs, dFrac)
     return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
   end
   local _, rem, reset = fastGcraReport(l, dNs, dFrac, 0)

@@ -42,7 +42,7 @@ var (
 // that takes the bignum path.
 var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
 	bignumLua + stateLua + decideLua +
-	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decide, apply = apply, " +
+	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decideAny, apply = apply, " +
 	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put}\n" +
 	"return bignumsLib\nend\n"
 
@@ -129,11 +129,12 @@ type chargeSpecKey struct {
 	cost   int64
 	kind   store.Kind
 	shadow bool
+	probe  bool
 }
 
 // of returns the charge string of c.
 func (cs *chargeSpecs) of(c *store.Charge) any {
-	k := chargeSpecKey{*c.Limit, c.Cost, c.Kind, c.Shadow}
+	k := chargeSpecKey{*c.Limit, c.Cost, c.Kind, c.Shadow, c.Probe}
 	if v, ok := cs.m.Load(k); ok {
 		return v
 	}
@@ -179,7 +180,12 @@ func formatCharge(c *store.Charge) string {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, capacity, 10)
 	b = append(b, ' ')
-	b = append(b, flag(c.Shadow)...)
+	switch {
+	case c.Probe:
+		b = append(b, '2') // a probe: shadow, never written
+	default:
+		b = append(b, flag(c.Shadow)...)
+	}
 	b = append(b, '0'+byte(kind), ' ')
 	b = strconv.AppendInt(b, cost, 10)
 	switch l.Algorithm() {

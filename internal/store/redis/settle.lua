@@ -23,7 +23,7 @@
 --
 --          fast ("1": the charge may take fast.lua's path) and algorithm
 --          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
---          ("1" or "0") and kind (store.Kind, 0..3) as two digits, cost,
+--          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (store.Kind, 0..3) as two digits, cost,
 --          and for the buckets C, k and a (see decide.lua), each as whole
 --          ns (hex) and remainder over R (decimal), and for a check, an
 --          overdraft or a refund a1 = C - I likewise. Requests, Capacity,
@@ -79,7 +79,7 @@ local function spec(i)
   local f, alg, r, p, cap, shadow, kind, cost, rest = match(s, "^(%d)(%d) (%d+) (%x+) (%d+) (%d)(%d) (%d+)(.*)$")
   c = {
     fast = f == "1", alg = tonumber(alg), r = tonumber(r), ph = p, p = tonumber(p, 16), cap = tonumber(cap),
-    shadow = shadow == "1", kind = tonumber(kind), cost = tonumber(cost),
+    shadow = shadow ~= "0", probe = shadow == "2", kind = tonumber(kind), cost = tonumber(cost),
   }
   c.spanHex, c.kHex, c.aHex, c.a1Hex, c.spanFrac, c.kFrac, c.aFrac, c.a1Frac = "0", "0", "0", "0", 0, 0, 0, 0
   if c.alg >= TOKEN then
@@ -118,9 +118,9 @@ end
 -- written reports whether a charge of kind whose next state is nt (nil
 -- when unchanged) is written in a request committed or not: an admit only
 -- when committed, an overdraft or refund always, a check never (its nt is
--- nil).
-local function written(kind, nt, committed)
-  return nt ~= nil and (committed or kind ~= ADMIT)
+-- nil), a probe never.
+local function written(kind, nt, committed, probe)
+  return nt ~= nil and (committed or kind ~= ADMIT) and not probe
 end
 
 -- quotasDeny is store.QuotasDeny over a request's count charges: q[i] is
@@ -198,7 +198,7 @@ local function charge(key, i)
     if ok then
       local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m)
       return {
-        fast = true, kind = kind, cost = cost, shadow = shadow, l = sp, t = t, n = n, m = m, kept = kept,
+        fast = true, kind = kind, cost = cost, shadow = shadow, probe = sp.probe, l = sp, t = t, n = n, m = m, kept = kept,
         code = code, rem = rem, reset = reset, retry = retry, delay = delay, nt = nt, nn = nn, nm = nm, nr = nr,
       }, old
     end
@@ -206,7 +206,7 @@ local function charge(key, i)
   local B = bignums()
   local bl, bs = bigLimit(B, sp), stateOf(B, old)
   local next, d = B.apply(bl, bs, B.bigNow(), kind, cost)
-  return { kind = kind, cost = cost, shadow = shadow, bl = bl, bs = bs, d = d, code = d.code, nt = next }, old
+  return { kind = kind, cost = cost, shadow = shadow, probe = sp.probe, bl = bl, bs = bs, d = d, code = d.code, nt = next }, old
 end
 
 -- store writes c's next state under key (deletes the key for the zero
@@ -239,7 +239,7 @@ local function settleOneFast(key, sp)
   -- A single charge is reported as it is, committed or not: a denied
   -- admit was not allowed, so has nothing to write.
   local committed = code == ALLOWED or sp.shadow
-  if written(sp.kind, nt, committed) then
+  if written(sp.kind, nt, committed, sp.probe) then
     fastWrite(key, inWindow, nt, nn, nm, nr, expire, kept)
   end
   size = size + 1
@@ -284,7 +284,7 @@ local function settleManyFast(k, a, count, q)
   reply[size] = commit and 1 or 0
   for i = 1, count do
     local sp, code = fSp[i], fCode[i]
-    if written(sp.kind, fNt[i], commit) then
+    if written(sp.kind, fNt[i], commit, sp.probe) then
       fastWrite(KEYS[k + i], fIn[i], fNt[i], fNn[i], fNm[i], fNr[i], expire, fKept[i])
     end
     if not commit and peeked(sp.kind, code, sp.cost) then
@@ -340,7 +340,7 @@ local function settle(k, a, count, q)
   local undo = {}
   for i = 1, count do
     local c = charges[i]
-    if written(c.kind, c.nt, commit) then
+    if written(c.kind, c.nt, commit, c.probe) then
       local v = store(KEYS[k + i], c)
       if try and c.kind == ADMIT then
         undo[#undo + 1] = { i, olds[i] or "", v }

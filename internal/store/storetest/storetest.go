@@ -81,20 +81,21 @@ const (
 // EdgeCases decides algotest's cases, the specification of decisions that
 // internal/algorithms' table tests decide with Limit.Decide, through the
 // store: one bucket per case and algorithm, every decision exactly the
-// case's.
+// case's, a step that changes the limit charging the bucket with the new
+// one (as after a policy reload).
 func EdgeCases(t *testing.T, newStore Factory) {
 	for _, tc := range algotest.Cases() {
 		for _, alg := range tc.Algorithms {
 			t.Run(alg.String()+"/"+tc.Name, func(t *testing.T) {
 				c := clock.NewFake(T0)
 				s := newStore(t, c)
-				l, err := tc.Limit(alg)
+				limits, err := tc.Limits(alg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for i, st := range tc.Steps {
 					c.Set(st.Now())
-					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &l, Cost: st.Cost, Kind: st.Kind})
+					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &limits[i], Cost: st.Cost, Kind: st.Kind})
 					if got[0] != st.Want {
 						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, got[0], st.Want)
 					}
@@ -116,6 +117,7 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost}
 	}
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
+	probe := func(c store.Charge) store.Charge { c.Shadow, c.Probe = true, true; return c }
 	kind := func(k store.Kind, c store.Charge) store.Charge { c.Kind = k; return c }
 	check := func(key string, l *algorithms.Limit) store.Charge { return kind(store.Check, charge(key, l, 0)) }
 	overdraft := func(key string, l *algorithms.Limit, cost int64) store.Charge {
@@ -212,6 +214,19 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 		wantCodes: []algorithms.Code{C, C},
 		wantRem:   []int64{10, 2},
 		after:     []int64{10, 2, 2},
+	}, {
+		name:      "a probe decides on the bucket the request finds, and is not charged",
+		charges:   []store.Charge{probe(charge("wide", ten, 3)), charge("wide", ten, 7), probe(charge("narrow", two, 1)), charge("narrow", two, 2)},
+		wantCodes: []algorithms.Code{C, C, C, C},
+		wantRem:   []int64{7, 3, 1, 0},
+		after:     []int64{3, 0, 3},
+	}, {
+		name:      "a denied probe denies nothing; in a denied request an admissible probe is a peek",
+		before:    []store.Charge{charge("narrow", two, 1)},
+		charges:   []store.Charge{probe(charge("narrow", two, 1)), charge("narrow", two, 2), probe(charge("wide", ten, 11)), probe(overdraft("third", three, 5))},
+		wantCodes: []algorithms.Code{C, D, O, D},
+		wantRem:   []int64{1, 1, 10, 0},
+		after:     []int64{10, 1, 3},
 	}, {
 		name:      "a shadow overdraft into debt is charged and denies nothing",
 		charges:   []store.Charge{shadow(overdraft("wide", ten, 11)), charge("narrow", two, 1)},
@@ -410,9 +425,11 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 
 // RandomTimelines compares the store with store.Settle on random limits
 // (every algorithm; rates from 1 per 146 years to 2^32 per nanosecond,
-// 7 per 3s among them), random requests of one to four charges (every
+// 7 per 3s among them; now and then a bucket's limit changed as a reload
+// changes it), random requests of one to four charges (every
 // Kind: admits, checks, overdraft charges deep into debt and refunds;
-// costs from 0 to past capacity and MaxInt64, some shadow) and random times: steps of a
+// costs from 0 to past capacity and MaxInt64, some shadow; now and then a
+// probe of one of its buckets) and random times: steps of a
 // nanosecond to years, near the epoch and near MaxTime, and steps back.
 // Half the charges are quotas' (store.Charge.Quota 1 or 2), so that
 // requests hold quotas of one or two buckets beside ordinary charges.
@@ -441,6 +458,11 @@ func RandomTimelines(t *testing.T, newStore Factory, requests int) {
 				now = nextNow(rng, now, high, ref)
 				high = max(high, now)
 				c.Set(now)
+				if rng.IntN(64) == 0 {
+					// A reload: a bucket keeps its state under a changed limit.
+					k := rng.IntN(nKeys)
+					limits[k] = changedLimit(rng, limits[k])
+				}
 				charges := randomRequest(rng, limits)
 				want := ref.apply(charges, now)
 				got := Apply(t, s, charges...)
@@ -495,6 +517,26 @@ func randomLimit(rng *rand.Rand) *algorithms.Limit {
 	}
 }
 
+// changedLimit returns a limit that a policy reload may put over the
+// buckets of l: the same period and kind of state (a window of the same
+// algorithm; any of the buckets), any rate and capacity.
+func changedLimit(rng *rand.Rand, l *algorithms.Limit) *algorithms.Limit {
+	for {
+		alg := l.Algorithm()
+		requests := 1 + rng.Int64N(min(2*l.Requests()+2, maxReq))
+		var burst int64
+		if alg != algorithms.FixedWindow && alg != algorithms.SlidingWindow {
+			alg = algorithms.Algorithms()[2+rng.IntN(3)]
+			if rng.IntN(2) == 0 {
+				burst = 1 + rng.Int64N(min(requests*4, maxReq))
+			}
+		}
+		if c, err := algorithms.NewLimit(alg, requests, l.Period(), burst); err == nil {
+			return &c
+		}
+	}
+}
+
 func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 	n := 1 + rng.IntN(4)
 	keys := rng.Perm(len(limits))[:n]
@@ -534,6 +576,14 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 		if rng.IntN(2) == 0 {
 			charges[i].Quota = 1 + uint32(rng.IntN(2)) // quotas of one or two buckets
 		}
+	}
+	if rng.IntN(4) == 0 {
+		// A probe of one of the request's buckets, as the engine makes for
+		// descriptors that name one bucket.
+		p := charges[rng.IntN(n)]
+		p.Cost = rng.Int64N(max(p.Cost, 1)) + 1
+		p.Shadow, p.Probe = true, true
+		charges = append(charges, p)
 	}
 	return charges
 }
