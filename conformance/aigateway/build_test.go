@@ -1,6 +1,7 @@
 package aigateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,9 +19,10 @@ var binaries struct {
 	// module's dependencies: what a user deploys, not a build of it with
 	// this suite's newer go-control-plane.
 	daemon string
-	// driver is aigwdriver/main.go compiled as a package of Envoy AI
-	// Gateway's module (see buildDriver).
-	driver string
+	// aigwDriver is aigwdriver/main.go compiled as a package of Envoy AI
+	// Gateway's module, egDriver egdriver/main.go as one of Envoy
+	// Gateway's (see buildDriver).
+	aigwDriver, egDriver string
 }
 
 func TestMain(m *testing.M) {
@@ -42,7 +44,10 @@ func run(m *testing.M) (int, error) {
 	if binaries.daemon, err = buildDaemon(dir); err != nil {
 		return 0, err
 	}
-	if binaries.driver, err = buildDriver(dir); err != nil {
+	if binaries.aigwDriver, err = buildDriver(dir, "github.com/envoyproxy/ai-gateway", "aigwdriver/main.go", "aigatewaydriver"); err != nil {
+		return 0, err
+	}
+	if binaries.egDriver, err = buildDriver(dir, "github.com/envoyproxy/gateway", "egdriver/main.go", "envoygatewaydriver"); err != nil {
 		return 0, err
 	}
 	code := m.Run()
@@ -72,53 +77,37 @@ func buildDaemon(dir string) (string, error) {
 	return bin, err
 }
 
-// buildDriver compiles aigwdriver/main.go as the package
-// github.com/envoyproxy/ai-gateway/internal/ratelimitdconformance, so that it
-// may import AI Gateway's internal packages (its QuotaPolicy translator and
-// extension server), which Go lets no other module import. It lays out, in
-// a temporary directory, AI Gateway's module as the module cache holds it
-// (symbolic links to each of its directories, nothing copied or changed)
-// plus that one file, and builds with a copy of this module's go.mod that
-// replaces github.com/envoyproxy/ai-gateway by that directory: the same
-// versions of every dependency, pinned by this module's go.mod and go.sum.
-func buildDriver(dir string) (string, error) {
-	if _, err := goCmd(".", "mod", "download", "github.com/envoyproxy/ai-gateway"); err != nil {
-		return "", err
-	}
-	src, err := goCmd(".", "list", "-m", "-f", "{{.Dir}}", "github.com/envoyproxy/ai-gateway")
+// buildDriver compiles file (a main package with build tag tag) as the
+// package MODULE/internal/ratelimitdconformance, so that it may import
+// module's internal packages (its translators), which Go lets no other
+// module import. It copies, into a temporary directory, the module as the
+// module cache holds it (verified against go.sum when it was downloaded;
+// nothing changed), adds that one file, and builds with a copy of this
+// module's go.mod that replaces module by that directory: the same versions
+// of every dependency, pinned by this module's go.mod and go.sum.
+func buildDriver(dir, module, file, tag string) (string, error) {
+	out, err := goCmd(".", "mod", "download", "-json", module)
 	if err != nil {
 		return "", err
 	}
-	if src == "" {
-		return "", errors.New("github.com/envoyproxy/ai-gateway: not in the module cache")
+	var mod struct{ Dir string }
+	if err := json.Unmarshal([]byte(out), &mod); err != nil {
+		return "", err
 	}
-	farm := filepath.Join(dir, "ai-gateway")
-	pkg := filepath.Join(farm, "internal", "ratelimitdconformance")
+	src := mod.Dir
+	if src == "" {
+		return "", errors.New(module + ": not in the module cache")
+	}
+	name := filepath.Base(filepath.Dir(file))
+	tree := filepath.Join(dir, name+"-module")
+	if err := os.CopyFS(tree, os.DirFS(src)); err != nil {
+		return "", err
+	}
+	pkg := filepath.Join(tree, "internal", "ratelimitdconformance")
 	if err := os.MkdirAll(pkg, 0o755); err != nil {
 		return "", err
 	}
-	link := func(from, to string) error {
-		entries, err := os.ReadDir(from)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if from == src && e.Name() == "internal" {
-				continue
-			}
-			if err := os.Symlink(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := link(src, farm); err != nil {
-		return "", err
-	}
-	if err := link(filepath.Join(src, "internal"), filepath.Join(farm, "internal")); err != nil {
-		return "", err
-	}
-	driver, err := os.ReadFile(filepath.Join("aigwdriver", "main.go"))
+	driver, err := os.ReadFile(file)
 	if err != nil {
 		return "", err
 	}
@@ -139,16 +128,17 @@ func buildDriver(dir string) (string, error) {
 	}
 	// Replacements by relative path are read from the directory of the
 	// module (here), whatever file holds them; the new one is absolute.
-	gomod = append(gomod, []byte("\nreplace github.com/envoyproxy/ai-gateway => "+farm+"\n")...)
-	modfile := filepath.Join(dir, "driver.mod")
+	gomod = append(gomod, []byte("\nreplace "+module+" => "+tree+"\n")...)
+	modfile := filepath.Join(dir, name+".mod")
 	if err := os.WriteFile(modfile, gomod, 0o644); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "driver.sum"), gosum, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".sum"), gosum, 0o644); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "aigwdriver")
-	_, err = goCmd(here, "build", "-modfile", modfile, "-tags", "aigatewaydriver", "-o", bin,
-		"github.com/envoyproxy/ai-gateway/internal/ratelimitdconformance")
+	bin := filepath.Join(dir, name)
+	// -trimpath: the tree's directory is new each run; without it, every
+	// package of the module would be compiled again each time.
+	_, err = goCmd(here, "build", "-trimpath", "-modfile", modfile, "-tags", tag, "-o", bin, module+"/internal/ratelimitdconformance")
 	return bin, err
 }

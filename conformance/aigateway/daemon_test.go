@@ -23,28 +23,35 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
 )
 
-// nodeID is the xDS node of AI Gateway's rate limit service: the node its
-// controller's xDS runner serves (runner.NodeID), as its deployment names it
-// (CONFIG_GRPC_XDS_NODE_ID).
-const nodeID = "envoy-ai-gateway-ratelimit"
-
 // translation is what AI Gateway's code makes of a user's resources.
 type translation struct {
 	configs []*rlsconfv3.RateLimitConfig
 	routes  map[string]*ratelimitfilterv3.RateLimitPerRoute
 }
 
-// translate runs AI Gateway's QuotaPolicy translator and extension server
-// (the driver) over resources, YAML as a user applies it.
-func translate(t *testing.T, resources string) translation {
+// aiGateway runs AI Gateway's QuotaPolicy translator and extension server
+// (aigwdriver) over resources, YAML as a user applies it.
+func aiGateway(t *testing.T, resources string) translation {
 	t.Helper()
-	cmd := exec.Command(binaries.driver)
+	return translate(t, "AI Gateway", binaries.aigwDriver, resources)
+}
+
+// envoyGateway runs Envoy Gateway's translators (egdriver) over resources,
+// YAML as a user applies it.
+func envoyGateway(t *testing.T, resources string) translation {
+	t.Helper()
+	return translate(t, "Envoy Gateway", binaries.egDriver, resources)
+}
+
+func translate(t *testing.T, project, driver, resources string) translation {
+	t.Helper()
+	cmd := exec.Command(driver)
 	cmd.Stdin = strings.NewReader(resources)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("AI Gateway's translation: %v\n%s", err, stderr.String())
+		t.Fatalf("%s's translation: %v\n%s", project, err, stderr.String())
 	}
 	var raw struct {
 		RateLimitConfigs []json.RawMessage          `json:"rateLimitConfigs"`
@@ -69,14 +76,15 @@ func translate(t *testing.T, resources string) translation {
 		tr.routes[k] = pr
 	}
 	if len(tr.configs) == 0 || len(tr.routes) == 0 {
-		t.Fatalf("AI Gateway made no rate limit configuration of these resources:\n%s", out)
+		t.Fatalf("%s made no rate limit configuration of these resources:\n%s", project, out)
 	}
 	return tr
 }
 
-// deployment is ratelimitd deployed as AI Gateway deploys its rate limit
-// service, with AI Gateway's controller serving it the policy.
+// deployment is ratelimitd deployed as a control plane deploys its rate
+// limit service, with that control plane serving it the policy.
 type deployment struct {
+	node   string
 	xds    *xdstest.Server
 	envoy  *envoy
 	logs   *logtest.Buffer
@@ -84,14 +92,65 @@ type deployment struct {
 	cmd    *exec.Cmd
 }
 
-// deploy starts ratelimitd as AI Gateway's manifest
+// how is how a control plane deploys envoyproxy/ratelimit: the xDS node it
+// serves, the environment (given the addresses of the xDS server, of Redis
+// and the gRPC and HTTP ports) and the command-line arguments.
+type how struct {
+	node string
+	env  func(xds, redis, grpcPort, httpPort string) []string
+	args []string
+}
+
+// asAIGatewayDeploysIt is AI Gateway's manifest for its rate limit service
 // (tests/e2e/testdata/backend_quota_ratelimit.yaml, Deployment
-// envoy-ai-gateway-ratelimit) starts envoyproxy/ratelimit: the binary as
-// /bin/ratelimit, with the manifest's environment, on a Redis of its own
-// and an xDS server serving tr's configs at version "1"; args are the
-// command-line arguments. Its ports are on loopback. It returns once the
+// envoy-ai-gateway-ratelimit): /bin/ratelimit with its environment, node
+// envoy-ai-gateway-ratelimit (the node its controller's xDS runner serves,
+// runner.NodeID). args are the command line: the manifest's is
+// --quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system.
+func asAIGatewayDeploysIt(args ...string) how {
+	return how{node: "envoy-ai-gateway-ratelimit", args: args, env: func(xds, redis, grpcPort, httpPort string) []string {
+		return []string{
+			// The manifest's, as it is.
+			"LOG_LEVEL=debug",
+			"REDIS_SOCKET_TYPE=tcp",
+			"REDIS_URL=" + redis,
+			"RUNTIME_ROOT=/data",
+			"RUNTIME_SUBDIRECTORY=ratelimit",
+			"USE_STATSD=false",
+			"CONFIG_TYPE=GRPC_XDS_SOTW",
+			"CONFIG_GRPC_XDS_NODE_ID=envoy-ai-gateway-ratelimit",
+			"CONFIG_GRPC_XDS_SERVER_URL=" + xds,
+			"GRPC_PORT=" + grpcPort,
+			// The test's: every port on loopback (the manifest's are
+			// upstream's defaults, on every interface).
+			"GRPC_HOST=127.0.0.1",
+			"HOST=127.0.0.1", "PORT=" + httpPort,
+		}
+	}}
+}
+
+// asEnvoyGatewayDeploysIt is Envoy Gateway's deployment of its rate limit
+// service (internal/infrastructure/kubernetes/ratelimit), without its TLS
+// (cmd/ratelimitd's TestAsEnvoyGatewayDeploysIt runs it with TLS) and
+// without the metrics port.
+func asEnvoyGatewayDeploysIt() how {
+	return how{node: "envoy-ratelimit", env: func(xds, redis, grpcPort, httpPort string) []string {
+		return []string{
+			"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+			"LOG_LEVEL=info", "USE_STATSD=false",
+			"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + xds, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+			"FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis,
+			"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort,
+		}
+	}}
+}
+
+// deploy starts ratelimitd as h says, as /bin/ratelimit (its name in
+// upstream's image), on a Redis of its own, with an xDS server serving tr's
+// configs at version "1"; its ports are on loopback. It returns once the
 // policy is ACKed.
-func deploy(t *testing.T, tr translation, args ...string) *deployment {
+func deploy(t *testing.T, tr translation, h how) *deployment {
 	t.Helper()
 	waitForWindow(t)
 	dir := t.TempDir()
@@ -103,31 +162,15 @@ func deploy(t *testing.T, tr translation, args ...string) *deployment {
 		t.Fatal(err)
 	}
 	xds := xdstest.Start(t, nil)
-	xds.Set(nodeID, "1", tr.configs...)
+	xds.Set(h.node, "1", tr.configs...)
 	redis := redistest.Start(t)
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		// The manifest's, as it is.
-		"LOG_LEVEL=debug",
-		"REDIS_SOCKET_TYPE=tcp",
-		"REDIS_URL=" + redis.Addr(),
-		"RUNTIME_ROOT=/data",
-		"RUNTIME_SUBDIRECTORY=ratelimit",
-		"USE_STATSD=false",
-		"CONFIG_TYPE=GRPC_XDS_SOTW",
-		"CONFIG_GRPC_XDS_NODE_ID=" + nodeID,
-		"CONFIG_GRPC_XDS_SERVER_URL=" + xds.Addr(),
-		"GRPC_PORT=" + port(grpcAddr),
-		// The test's: every port on loopback (the manifest's are
-		// upstream's defaults, on every interface).
-		"GRPC_HOST=127.0.0.1",
-		"HOST=127.0.0.1", "PORT=" + port(httpAddr),
-	}
+	env := append([]string{"PATH=" + os.Getenv("PATH")}, h.env(xds.Addr(), redis.Addr(), port(grpcAddr), port(httpAddr))...)
+	args := h.args
 	cmd := exec.Command(ratelimit, args...)
 	cmd.Env = env
-	d := &deployment{xds: xds, logs: &logtest.Buffer{}, exited: make(chan struct{}), cmd: cmd}
+	d := &deployment{node: h.node, xds: xds, logs: &logtest.Buffer{}, exited: make(chan struct{}), cmd: cmd}
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -152,10 +195,10 @@ func deploy(t *testing.T, tr translation, args ...string) *deployment {
 }
 
 // update serves tr's configs at version and waits for the daemon's ACK, as
-// AI Gateway's controller pushes a QuotaPolicy edited by its user.
+// the control plane pushes a policy its user edited.
 func (d *deployment) update(t *testing.T, version string, tr translation) {
 	t.Helper()
-	d.xds.Set(nodeID, version, tr.configs...)
+	d.xds.Set(d.node, version, tr.configs...)
 	d.waitACK(t, version)
 	d.envoy.routes = tr.routes
 }
@@ -172,7 +215,7 @@ func (d *deployment) waitACK(t *testing.T, version string) {
 				return
 			}
 			if xdstest.IsNACK(r) {
-				t.Fatalf("ratelimit refused (NACKed) the policy AI Gateway made: %s", r.GetErrorDetail().GetMessage())
+				t.Fatalf("ratelimit refused (NACKed) the policy: %s", r.GetErrorDetail().GetMessage())
 			}
 		}
 		select {

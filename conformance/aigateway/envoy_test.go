@@ -34,8 +34,9 @@ type call struct {
 	// picked, after the rate limit filter's request-path check.
 	backend, model string
 	// tokens is the request's cost as AI Gateway computes it from the
-	// response's usage (the quota's costExpression, total_tokens by
-	// default), written to the dynamic metadata as quota_cost.
+	// response's usage, written to the dynamic metadata as quota_cost (a
+	// QuotaPolicy's costExpression, total_tokens by default) and as
+	// llm_total_token (the route's llmRequestCosts).
 	tokens uint64
 }
 
@@ -88,6 +89,9 @@ func (e *envoy) do(c call) bool {
 		"ai_service_backend_name": c.backend,
 		"model_name_override":     c.model,
 		"quota_cost":              strconv.FormatUint(c.tokens, 10),
+		// An AIGatewayRoute's llmRequestCosts entry {metadataKey:
+		// llm_total_token, type: TotalToken}, as in AI Gateway's examples.
+		"llm_total_token": strconv.FormatUint(c.tokens, 10),
 	}
 	if done := e.descriptors(pr, c, true, md); len(done) > 0 {
 		e.call(&rlsv3.RateLimitRequest{Domain: pr.Domain, Descriptors: done})

@@ -46,7 +46,7 @@ func resources(docs ...string) string { return strings.Join(docs, "---\n") }
 // TestPerModelQuota: two models on one backend, each with its own budget.
 func TestPerModelQuota(t *testing.T) {
 	t.Parallel()
-	tr := translate(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -68,7 +68,7 @@ spec:
       quota:
         defaultBucket: {limit: 1000, duration: "1d"}
 `))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	gpt4 := func(tokens uint64) call {
 		return call{route: "default/chat/0", backend: "default/openai", model: "gpt-4", tokens: tokens}
 	}
@@ -107,7 +107,7 @@ spec:
         defaultBucket: {limit: 100, duration: "1d"}
 `, backend, backend)
 	}
-	tr := translate(t, resources(backend("us"), backend("eu"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("us"), backend("eu"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -117,7 +117,7 @@ spec:
     - matches: [{headers: [{type: Exact, name: x-region, value: eu}]}]
       backendRefs: [{name: eu, modelNameOverride: llama-3}]
 `, policy("us"), policy("eu")))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	us := func(tokens uint64) call {
 		return call{route: "default/chat/0", backend: "default/us", model: "llama-3", tokens: tokens}
 	}
@@ -138,7 +138,7 @@ spec:
 // rule beside the shared default bucket (quota_mode descriptors).
 func TestPremiumTenantOverride(t *testing.T) {
 	t.Parallel()
-	tr := translate(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -160,7 +160,7 @@ spec:
               - headers: [{name: x-tenant-id, type: Exact, value: premium-tenant}]
             quota: {limit: 500, duration: "1d"}
 `))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	tenant := func(id string, tokens uint64) call {
 		return call{route: "default/chat/0", headers: map[string]string{"x-tenant-id": id}, backend: "default/openai", model: "gpt-4", tokens: tokens}
 	}
@@ -192,7 +192,7 @@ spec:
         defaultBucket: {limit: %d, duration: "1d"}
 `, name, limit)
 	}
-	tr := translate(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -200,7 +200,7 @@ spec:
     - matches: [{headers: [{type: Exact, name: x-ai-eg-model, value: gpt-4}]}]
       backendRefs: [{name: openai, modelNameOverride: gpt-4}]
 `, policy("team-a", 100), policy("team-b", 1000)))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	gpt4 := call{route: "default/chat/0", backend: "default/openai", model: "gpt-4", tokens: 32}
 	d.play(t, []step{
 		{gpt4, true, promisePrecedence, "default/team-a sorts first: its 100 is the budget; 0 of 100 used"},
@@ -216,7 +216,7 @@ spec:
 // when the default bucket is spent.
 func TestShadowMode(t *testing.T) {
 	t.Parallel()
-	tr := translate(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -248,7 +248,7 @@ spec:
             quota: {limit: 1000, duration: "1d"}
             shadowMode: true
 `))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	trial := func(rule int, model string, tokens uint64) call {
 		return call{route: fmt.Sprintf("default/chat/%d", rule), headers: map[string]string{"x-tenant-id": "trial"}, backend: "default/openai", model: model, tokens: tokens}
 	}
@@ -287,7 +287,7 @@ spec:
     - matches: [{headers: [{type: Exact, name: x-ai-eg-model, value: gpt-4}]}]
       backendRefs: [{name: openai, modelNameOverride: gpt-4}]
 `)
-	d := deploy(t, translate(t, resources(base, policy(100))))
+	d := deploy(t, aiGateway(t, resources(base, policy(100))), asAIGatewayDeploysIt())
 	gpt4 := call{route: "default/chat/0", backend: "default/openai", model: "gpt-4", tokens: 30}
 	d.play(t, []step{
 		{gpt4, true, promiseBudget, "0 of 100 used"},
@@ -296,7 +296,7 @@ spec:
 		{gpt4, true, promiseBudget, "93 of 100 used"},
 		{gpt4, false, promiseBudget, "124 of 100 used"},
 	})
-	d.update(t, "2", translate(t, resources(base, policy(400))))
+	d.update(t, "2", aiGateway(t, resources(base, policy(400))))
 	var raised []step
 	for k := range 9 {
 		used := 124 + 31*k
@@ -313,7 +313,7 @@ spec:
 // would pick it.
 func TestQuotaAcrossBackends(t *testing.T) {
 	t.Parallel()
-	tr := translate(t, resources(backend("primary"), backend("fallback"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("primary"), backend("fallback"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -334,7 +334,7 @@ spec:
       quota:
         defaultBucket: {limit: 100, duration: "1d"}
 `))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	served := func(by string, tokens uint64) call {
 		return call{route: "default/chat/0", backend: "default/" + by, model: "llama-3", tokens: tokens}
 	}
@@ -352,7 +352,7 @@ spec:
 // are exceeded.
 func TestQuotaAcrossModels(t *testing.T) {
 	t.Parallel()
-	tr := translate(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -374,7 +374,7 @@ spec:
       quota:
         defaultBucket: {limit: 200, duration: "1d"}
 `))
-	d := deploy(t, tr)
+	d := deploy(t, tr, asAIGatewayDeploysIt())
 	served := func(model string, tokens uint64) call {
 		return call{route: "default/chat/0", backend: "default/openai", model: model, tokens: tokens}
 	}
@@ -393,7 +393,7 @@ spec:
 // controller's flag) that envoyproxy/ratelimit ignores.
 func TestStartedAsAIGatewayDeploysIt(t *testing.T) {
 	t.Parallel()
-	tr := translate(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
+	tr := aiGateway(t, resources(backend("openai"), `apiVersion: aigateway.envoyproxy.io/v1beta1
 kind: AIGatewayRoute
 metadata: {name: chat, namespace: default}
 spec:
@@ -410,7 +410,7 @@ spec:
       quota:
         defaultBucket: {limit: 100, duration: "1d"}
 `))
-	d := deploy(t, tr, "--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system")
+	d := deploy(t, tr, asAIGatewayDeploysIt("--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system"))
 	d.play(t, []step{
 		{call{route: "default/chat/0", backend: "default/openai", model: "gpt-4", tokens: 10}, true, promiseAllBuckets, "0 of 100 used"},
 	})
