@@ -66,8 +66,13 @@ func goCmd(dir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// buildDaemon builds ratelimitd from the repository this suite lives in.
+// buildDaemon builds ratelimitd from the repository this suite lives in,
+// or returns $RATELIMITD_BINARY when it is set: a daemon built elsewhere
+// (another branch, a release) to hold to the same promises.
 func buildDaemon(dir string) (string, error) {
+	if bin := os.Getenv("RATELIMITD_BINARY"); bin != "" {
+		return filepath.Abs(bin)
+	}
 	root, err := goCmd(".", "list", "-m", "-f", "{{.Dir}}", "github.com/ratelimitd/ratelimitd")
 	if err != nil {
 		return "", err
