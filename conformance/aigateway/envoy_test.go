@@ -36,8 +36,10 @@ type call struct {
 	// tokens is the request's cost as AI Gateway computes it from the
 	// response's usage, written to the dynamic metadata as quota_cost (a
 	// QuotaPolicy's costExpression, total_tokens by default) and as
-	// llm_total_token (the route's llmRequestCosts).
-	tokens uint64
+	// llm_total_token; inputTokens and outputTokens are the usage's parts,
+	// llm_input_token and llm_output_token (an AIGatewayRoute's
+	// llmRequestCosts, named as in AI Gateway's examples).
+	tokens, inputTokens, outputTokens uint64
 }
 
 // envoy plays Envoy's HTTP rate limit filter (envoy.filters.http.ratelimit)
@@ -89,9 +91,9 @@ func (e *envoy) do(c call) bool {
 		"ai_service_backend_name": c.backend,
 		"model_name_override":     c.model,
 		"quota_cost":              strconv.FormatUint(c.tokens, 10),
-		// An AIGatewayRoute's llmRequestCosts entry {metadataKey:
-		// llm_total_token, type: TotalToken}, as in AI Gateway's examples.
-		"llm_total_token": strconv.FormatUint(c.tokens, 10),
+		"llm_total_token":         strconv.FormatUint(c.tokens, 10),
+		"llm_input_token":         strconv.FormatUint(c.inputTokens, 10),
+		"llm_output_token":        strconv.FormatUint(c.outputTokens, 10),
 	}
 	if done := e.descriptors(pr, c, true, md); len(done) > 0 {
 		e.call(&rlsv3.RateLimitRequest{Domain: pr.Domain, Descriptors: done})
