@@ -11,10 +11,9 @@ import (
 	"testing"
 )
 
-// binaries are the two programs the suite runs, built once by TestMain into
-// a temporary directory.
+// binaries are the programs the suite runs, built once by TestMain into a
+// temporary directory.
 var binaries struct {
-	dir string
 	// daemon is ratelimitd, built in its own module (../..) with that
 	// module's dependencies: what a user deploys, not a build of it with
 	// this suite's newer go-control-plane.
@@ -40,7 +39,6 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	binaries.dir = dir
 	if binaries.daemon, err = buildDaemon(dir); err != nil {
 		return 0, err
 	}

@@ -2,7 +2,6 @@ package aigateway
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -23,7 +22,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
 )
 
-// translation is what AI Gateway's code makes of a user's resources.
+// translation is what a control plane's code makes of a user's resources:
+// the rate limit service's configuration, and the rate limit filter's on
+// each Envoy route (by the route's key: see the drivers).
 type translation struct {
 	configs []*rlsconfv3.RateLimitConfig
 	routes  map[string]*ratelimitfilterv3.RateLimitPerRoute
@@ -180,7 +181,7 @@ func deploy(t *testing.T, tr translation, h how) *deployment {
 		cmd.Process.Kill()
 		<-d.exited
 		if t.Failed() {
-			t.Logf("ratelimit %s: its logs:\n%s", strings.Join(args, " "), d.logs)
+			t.Logf("the logs of ratelimit %s:\n%s", strings.Join(args, " "), d.logs)
 		}
 	})
 	d.waitACK(t, "1")
@@ -251,5 +252,3 @@ func waitForWindow(t *testing.T) {
 		time.Sleep(left + time.Second)
 	}
 }
-
-func (d *deployment) String() string { return fmt.Sprintf("ratelimit pid %d", d.cmd.Process.Pid) }

@@ -23,7 +23,9 @@ const aiGatewayMetadata = "io.envoy.ai_gateway"
 
 // call is one HTTP request through Envoy, as the rate limit filter sees it.
 type call struct {
-	// route is the Envoy route the request matched: "NAMESPACE/AIGATEWAYROUTE/RULE".
+	// route is the Envoy route the request matched, by its key in
+	// translation.routes: "NAMESPACE/AIGATEWAYROUTE/RULE" for AI Gateway's,
+	// Envoy's route name for Envoy Gateway's.
 	route string
 	// headers are the request's headers (lower-case names).
 	headers map[string]string
@@ -43,25 +45,29 @@ type call struct {
 }
 
 // envoy plays Envoy's HTTP rate limit filter (envoy.filters.http.ratelimit)
-// with the RateLimitPerRoute configuration AI Gateway's extension server put
-// on each route, against the rate limit service at client:
+// with the RateLimitPerRoute configuration the control plane put on each
+// route (AI Gateway's extension server, Envoy Gateway's xDS translator),
+// against the rate limit service at client:
 //
 //   - On the request path it builds one descriptor from each rate limit
 //     entry of the route that is not apply_on_stream_done (an entry whose
 //     actions do not all produce an entry is skipped, as Envoy skips it),
-//     and calls ShouldRateLimit with the route's domain, those descriptors
-//     and the request's hits_addend left at 0 (AI Gateway sets neither the
-//     entries' hits_addend nor the envoy.ratelimit.hits_addend filter
-//     state, so each descriptor is charged 1, as AI Gateway's own e2e test
-//     expects: a 20-token answer leaves 21 in the counter). OVER_LIMIT is a
-//     429: the request goes no further.
+//     each with the entry's hits_addend if it has one, and calls
+//     ShouldRateLimit with the route's domain, those descriptors and the
+//     request's hits_addend left at 0. AI Gateway's QuotaPolicy entries
+//     have no hits_addend (nor does it set the envoy.ratelimit.hits_addend
+//     filter state), so each of their descriptors is charged 1, as AI
+//     Gateway's own e2e test expects (a 20-token answer leaves 21 in the
+//     counter); Envoy Gateway's token limits (cost.request number 0) carry
+//     hits_addend 0: a check. OVER_LIMIT is a 429: the request goes no
+//     further.
 //   - When the stream is done (an allowed request, served and its usage
 //     known) it builds the descriptors of the apply_on_stream_done entries,
-//     each with its hits_addend (the format
-//     %DYNAMIC_METADATA(io.envoy.ai_gateway:quota_cost)%, the request's
+//     each with its hits_addend (a format such as
+//     %DYNAMIC_METADATA(io.envoy.ai_gateway:quota_cost)%: the request's
 //     tokens), and calls ShouldRateLimit again; Envoy ignores that answer.
 //
-// An action or field AI Gateway does not use today fails the test rather
+// An action or field neither control plane uses today fails the test rather
 // than being guessed at.
 type envoy struct {
 	t      *testing.T
@@ -76,7 +82,7 @@ func (e *envoy) do(c call) bool {
 	e.t.Helper()
 	pr, ok := e.routes[c.route]
 	if !ok {
-		e.t.Fatalf("route %s: AI Gateway put no rate limit configuration on it (routes with one: %v)", c.route, keys(e.routes))
+		e.t.Fatalf("route %s: the control plane put no rate limit configuration on it (routes with one: %v)", c.route, keys(e.routes))
 	}
 	descs := e.descriptors(pr, c, false, nil)
 	e.checked = "no descriptor: no call"

@@ -7,12 +7,13 @@
 // (see README.md).
 //
 // Input (stdin): Kubernetes YAML: a GatewayClass, Gateways, HTTPRoutes,
-// BackendTrafficPolicies, Services, Namespaces. They are decoded into
-// Envoy Gateway's types and handed to its translator as its provider
-// hands what the API server holds (egctl's loader is not used: it checks
-// each object against the CRDs with the Kubernetes libraries this module
-// pins, newer than Envoy Gateway's, and they reject its CRDs' int32
-// bounds; the API server checks objects at admission, not the translator).
+// BackendTrafficPolicies, Services, Namespaces. They get the defaults of
+// the CRDs' schemas (Envoy Gateway's defaulter), are decoded into its types
+// and handed to its translator as its provider hands what the API server
+// holds. egctl's loader is not used: it also checks each object against
+// the CRDs, with the Kubernetes libraries this module pins, newer than
+// Envoy Gateway's, and they reject its CRDs' int32 bounds; the API server
+// checks objects at admission, not the translator.
 //
 // Output (stdout): the same JSON as aigwdriver's,
 //
@@ -36,6 +37,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
@@ -102,7 +104,23 @@ func load(in io.Reader) (*resource.Resources, error) {
 		default:
 			return nil, fmt.Errorf("unexpected kind %q", meta.Kind)
 		}
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		// The defaults of the CRDs' schemas, which the API server applies
+		// to what a user applies (egctl's loader applies them too).
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			return nil, err
+		}
+		un := &unstructured.Unstructured{Object: m}
+		if g := un.GroupVersionKind().Group; g == egv1a1.GroupName || g == gwapiv1.GroupName {
+			if un, err = resource.GetGatewaySchemaDefaulter().ApplyDefault(un); err != nil {
+				return nil, fmt.Errorf("%s: defaults: %w", meta.Kind, err)
+			}
+		}
+		defaulted, err := json.Marshal(un.Object)
+		if err != nil {
+			return nil, err
+		}
+		if err := yaml.UnmarshalStrict(defaulted, obj); err != nil {
 			return nil, fmt.Errorf("%s: %w", meta.Kind, err)
 		}
 	}
