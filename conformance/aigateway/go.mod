@@ -7,7 +7,7 @@ require (
 	github.com/envoyproxy/gateway v1.8.1
 	github.com/envoyproxy/go-control-plane v0.14.1-0.20260409050421-3f47accd6e14
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
-	github.com/envoyproxy/go-control-plane/ratelimit v0.1.1-0.20260409050421-3f47accd6e14
+	github.com/envoyproxy/go-control-plane/ratelimit v0.1.1-0.20260629194254-5581fade6089
 	github.com/go-logr/logr v1.4.4
 	github.com/ratelimitd/ratelimitd v0.0.0
 	google.golang.org/grpc v1.85.0
