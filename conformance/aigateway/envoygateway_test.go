@@ -90,13 +90,7 @@ spec:
               metadata: {namespace: io.envoy.ai_gateway, key: llm_total_token}
 `))
 	d := deploy(t, tr, asEnvoyGatewayDeploysIt())
-	var route string
-	for r := range tr.routes {
-		route = r
-	}
-	if len(tr.routes) != 1 {
-		t.Fatalf("routes with a rate limit: %v, want the HTTPRoute's one", keys(tr.routes))
-	}
+	route := onlyRoute(t, tr)
 	req := func(tenant, model string, tokens uint64) call {
 		return call{route: route, headers: map[string]string{"x-tenant-id": tenant, "x-ai-eg-model": model}, backend: "default/llm", model: model, tokens: tokens}
 	}
@@ -142,11 +136,9 @@ spec:
       rules:
 `+rule(1000, "llm_total_token")+rule(300, "llm_output_token")))
 	d := deploy(t, tr, asEnvoyGatewayDeploysIt())
-	if len(tr.routes) != 1 {
-		t.Fatalf("routes with a rate limit: %v, want the HTTPRoute's one", keys(tr.routes))
-	}
+	route := onlyRoute(t, tr)
 	req := func(input, output uint64) call {
-		return call{route: keys(tr.routes)[0], headers: map[string]string{"x-tenant-id": "acme", "x-ai-eg-model": "gpt-4"},
+		return call{route: route, headers: map[string]string{"x-tenant-id": "acme", "x-ai-eg-model": "gpt-4"},
 			backend: "default/llm", model: "gpt-4", tokens: input + output, inputTokens: input, outputTokens: output}
 	}
 	d.play(t, []step{
@@ -156,4 +148,14 @@ spec:
 		{req(100, 1), false, promiseTokenCheck, "output 300 of 300 has reached its limit, though the total (600 of 1000) has room"},
 		{req(1, 0), false, promiseTokenCheck, "output still 300 of 300"},
 	})
+}
+
+// onlyRoute is the key of the one Envoy route with a rate limit (the
+// HTTPRoute's one rule).
+func onlyRoute(t *testing.T, tr translation) string {
+	t.Helper()
+	if len(tr.routes) != 1 {
+		t.Fatalf("routes with a rate limit: %v, want the HTTPRoute's one", keys(tr.routes))
+	}
+	return keys(tr.routes)[0]
 }
