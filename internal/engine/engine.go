@@ -360,6 +360,10 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 		d := &req.Descriptors[i]
 		cost := costOf(req, d)
 		r := w.roles[i]
+		if j := w.sameQuota(req, i); j >= 0 {
+			w.repeatUses(j, i)
+			continue
+		}
 		shadowCharge := shadowAll || r == shadow
 		// Each quota is a store quota of its own (store.Charge.Quota),
 		// numbered by its descriptor.
@@ -462,6 +466,39 @@ func (w *work) probeRepeats() {
 		c.Shadow, c.Probe = true, true
 		w.charges = append(w.charges, c)
 		u.probe = len(w.charges) - 1
+	}
+}
+
+// sameQuota returns the earlier descriptor of req that descriptor i names
+// again as a quota — the same quota_mode rule, entries, operation and
+// cost — or -1. Such a quota counts once: Envoy AI Gateway sends one
+// descriptor twice for two QuotaPolicies on one backend and model, and
+// promises that the first policy alone applies (see docs/envoy.md, "The
+// same bucket named twice"). Any other bucket named twice is decided on
+// the running total, as upstream decides it (probeRepeats).
+func (w *work) sameQuota(req *Request, i int) int {
+	if w.roles[i] != quota || w.rules[i] == nil {
+		return -1
+	}
+	d := &req.Descriptors[i]
+	for j := range i {
+		e := &req.Descriptors[j]
+		if w.roles[j] == quota && w.rules[j] == w.rules[i] && e.Op == d.Op &&
+			costOf(req, e) == costOf(req, d) && slices.Equal(e.Entries, d.Entries) {
+			return j
+		}
+	}
+	return -1
+}
+
+// repeatUses gives descriptor i the uses of descriptor j, whose quota it
+// names again: the same charges and decisions, charged once.
+func (w *work) repeatUses(j, i int) {
+	for _, u := range w.uses {
+		if u.descriptor == j {
+			u.descriptor = i
+			w.uses = append(w.uses, u)
+		}
 	}
 }
 

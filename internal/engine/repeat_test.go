@@ -129,12 +129,12 @@ func sameBucket(t *testing.T, e *Engine, costs ...int64) *Response {
 }
 
 // TestSameQuotaTwice: two quota_mode descriptors naming one bucket, as two
-// QuotaPolicies on one backend and model make Envoy send, are one quota
-// charge of their summed cost (the store's quota rule admits or spends a
-// charge whole): decided together, not on the running total as upstream
-// decides them — 9 of 10 used and two quotas of 1 are denied, where
-// upstream lets the first through. Both statuses say so, and nothing is
-// charged for nothing.
+// QuotaPolicies on one backend and model make Envoy AI Gateway send, are
+// one quota charged once — AI Gateway promises the first policy alone
+// applies — where upstream increments the counter once per naming: 9 of 10
+// used and the quota named twice at 1 admits, both statuses OK with 0
+// left, and 1 is charged. Named twice at different costs, it is two
+// namings, one quota charge of their summed cost.
 func TestSameQuotaTwice(t *testing.T) {
 	e := newEngine(t, `
 domain: d
@@ -146,13 +146,27 @@ descriptors:
 	sameBucket(t, e, 9)
 	r := sameBucket(t, e, 1, 1)
 	got := fmt.Sprintf("%v: %v %d, %v %d", r.Code, r.Statuses[0].Code, r.Statuses[0].Remaining, r.Statuses[1].Code, r.Statuses[1].Remaining)
-	if want := "denied: denied 1, denied 1"; got != want {
-		t.Errorf("9 of 10 used, two quotas of 1: %s, want %s", got, want)
+	if want := "allowed: allowed 0, allowed 0"; got != want {
+		t.Errorf("9 of 10 used, one quota named twice at 1: %s, want %s", got, want)
 	}
-	if got := sameBucket(t, e, 0).Statuses[0].Remaining; got != 1 {
-		t.Errorf("after it, %d remaining, want 1 (nothing charged)", got)
+	if got := sameBucket(t, e, 0).Statuses[0].Remaining; got != 0 {
+		t.Errorf("after it, %d remaining, want 0 (charged once)", got)
 	}
-	if r := sameBucket(t, e, 1); r.Code != algorithms.Allowed || r.Statuses[0].Remaining != 0 {
-		t.Errorf("one quota of 1 with 1 left: %+v", r)
+	if r := sameBucket(t, e, 1, 1); r.Code != algorithms.Denied || r.Statuses[0].Code != algorithms.Denied || r.Statuses[1].Code != algorithms.Denied {
+		t.Errorf("the quota spent, named twice: %+v, want both denied and the request", r)
+	}
+
+	// Different costs are two namings, charged together.
+	e = newEngine(t, `
+domain: d
+descriptors:
+  - key: k
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	sameBucket(t, e, 7)
+	r = sameBucket(t, e, 1, 2)
+	if r.Code != algorithms.Allowed || r.Statuses[0].Remaining != 0 || r.Statuses[1].Remaining != 0 {
+		t.Errorf("7 of 10 used, the quota named at 1 then 2: %+v, want allowed, 0 left for both (3 charged)", r)
 	}
 }
