@@ -136,7 +136,7 @@ func renderErr(values map[string]any) (map[string]string, error) {
 // valueSets are the values files the tests render: each a way the chart is
 // deployed.
 var valueSets = map[string]map[string]any{
-	"defaults": nil,
+	"defaults":     nil,
 	"state volume": {"stateVolume": map[string]any{"enabled": true, "storageClassName": "fast"}},
 	"redis, three replicas, everything from Secrets": {
 		"store": "redis", "replicaCount": 3,
@@ -144,13 +144,13 @@ var valueSets = map[string]map[string]any{
 		"redis": map[string]any{"addr": "redis.limits:6379", "username": "ratelimitd", "keyPrefix": "edge:", "timeout": "100ms",
 			"passwordSecret": map[string]any{"name": "redis-auth"},
 			"tlsSecret":      map[string]any{"name": "redis-tls", "certKey": "tls.crt", "keyKey": "tls.key"}},
-		"grpcTLS":        map[string]any{"secretName": "ratelimitd-tls", "clientCAKey": "ca.crt"},
-		"authz":          map[string]any{"secretName": "ratelimitd-authz"},
-		"allowedHosts":   []any{"limits.example.com"},
-		"serviceMonitor": map[string]any{"enabled": true},
-		"extraArgs":      []any{"--shadow-mode"},
-		"extraEnv":       []any{map[string]any{"name": "GOMAXPROCS", "value": "2"}},
-		"extraVolumes":   []any{map[string]any{"name": "xds-ca", "configMap": map[string]any{"name": "xds-ca"}}},
+		"grpcTLS":           map[string]any{"secretName": "ratelimitd-tls", "clientCAKey": "ca.crt"},
+		"authz":             map[string]any{"secretName": "ratelimitd-authz"},
+		"allowedHosts":      []any{"limits.example.com"},
+		"serviceMonitor":    map[string]any{"enabled": true},
+		"extraArgs":         []any{"--shadow-mode"},
+		"extraEnv":          []any{map[string]any{"name": "GOMAXPROCS", "value": "2"}},
+		"extraVolumes":      []any{map[string]any{"name": "xds-ca", "configMap": map[string]any{"name": "xds-ca"}}},
 		"extraVolumeMounts": []any{map[string]any{"name": "xds-ca", "mountPath": "/etc/xds-ca", "readOnly": true}},
 	},
 	"sentinel, own spread": {

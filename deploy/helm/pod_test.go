@@ -35,7 +35,7 @@ func TestRenderedPodRuns(t *testing.T) {
 	secrets := map[string]map[string]string{
 		"ratelimitd-tls": serverTLS(t),
 		"ratelimitd-authz": {
-			"authz.yaml": "clients:\n  - name: envoy\n    match: [{tokens: envoy.tokens}]\n    grants: [{domains: [default], access: charge}]\n",
+			"authz.yaml":   "clients:\n  - name: envoy\n    match: [{tokens: envoy.tokens}]\n    grants: [{domains: [default], access: charge}]\n",
 			"envoy.tokens": token + "\n",
 		},
 	}
