@@ -192,8 +192,9 @@
 // These are deliberate. Most reject a file that upstream reads without
 // complaint but probably not as its author meant.
 //
-//   - requests_per_unit: 0 denies every request, as upstream; it is
-//     reported as over capacity (no wait admits it). Missing
+//   - requests_per_unit: 0 denies every request, as upstream, whatever
+//     algorithm the limit names (burst and overdraft are refused beside
+//     it); it is reported as over capacity (no wait admits it). Missing
 //     requests_per_unit (upstream: 0, the same) is an error: write the 0.
 //   - Unknown fields are errors where they stand; upstream accepts a known
 //     field name at any level (unit directly under a descriptor) and ignores

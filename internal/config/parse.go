@@ -718,9 +718,11 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	l.RetryJitter = p.retryJitter(m["retry_jitter"], yamlnode.Join(path, "retry_jitter"))
 	l.Overdraft = p.overdraft(m["overdraft"], yamlnode.Join(path, "overdraft"))
 	if l.DenyAll {
-		for _, f := range []string{"algorithm", "burst", "overdraft"} {
+		// An algorithm may be named (a policy's rules often all name one):
+		// with nothing to admit, it decides nothing.
+		for _, f := range []string{"burst", "overdraft"} {
 			if m[f] != nil {
-				p.errorf(y, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; algorithm, burst and overdraft do not apply")
+				p.errorf(y, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; burst and overdraft do not apply")
 				break
 			}
 		}

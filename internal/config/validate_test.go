@@ -85,8 +85,8 @@ func TestValidation(t *testing.T) {
 		{"unit unknown in envoy's enum", head + "      unit: unknown\n      requests_per_unit: 1\n", []problem{{5, "descriptors[0].rate_limit.unit", "unknown unit"}}},
 
 		// requests_per_unit.
-		{"requests 0 with an algorithm", head + "      unit: second\n      requests_per_unit: 0\n      algorithm: token_bucket\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; algorithm, burst and overdraft do not apply"}}},
-		{"requests 0 with overdraft", head + "      unit: second\n      requests_per_unit: 0\n      overdraft: true\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; algorithm, burst and overdraft do not apply"}}},
+		{"requests 0 with a burst", head + "      unit: second\n      requests_per_unit: 0\n      algorithm: token_bucket\n      burst: 5\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; burst and overdraft do not apply"}}},
+		{"requests 0 with overdraft", head + "      unit: second\n      requests_per_unit: 0\n      overdraft: true\n", []problem{{5, "descriptors[0].rate_limit.requests_per_unit", "0 denies every request; burst and overdraft do not apply"}}},
 		{"requests negative", head + "      unit: second\n      requests_per_unit: -5\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "negative: -5"}}},
 		{"requests fractional", head + "      unit: second\n      requests_per_unit: 1.5\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", "want a whole number; got 1.5"}}},
 		{"requests quoted", head + "      unit: second\n      requests_per_unit: '10'\n", []problem{{6, "descriptors[0].rate_limit.requests_per_unit", `want a whole number; got "10"`}}},
