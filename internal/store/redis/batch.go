@@ -50,7 +50,7 @@ type call struct {
 	args     []any     // appendRequest's
 	slot     int       // the hash slot of its keys (0 on a standalone Redis)
 	now      [2]string // settle.lua's now (Store.scriptTime)
-	expire   bool      // settle.lua sets expiry (Store.scriptTime)
+	expire   expiry    // how settle.lua sets expiry (Store.scriptTime)
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).
