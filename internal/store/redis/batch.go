@@ -220,7 +220,8 @@ func (s *Store) sendBatch(batch []*call) {
 	}
 	s.metrics.batchSize.Observe(float64(len(live)))
 
-	// Group by slot (and by now, which differs only on a test clock).
+	// Group by slot (and by now, which differs only on a test clock and,
+	// by the millisecond, with Config.Counters).
 	slices.SortStableFunc(live, func(a, b *call) int {
 		return cmp.Or(a.slot-b.slot, cmp.Compare(a.now[0], b.now[0]), cmp.Compare(a.now[1], b.now[1]))
 	})

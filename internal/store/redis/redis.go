@@ -94,10 +94,12 @@ type Config struct {
 	// continue each other's counts. Every other bucket keeps its own key.
 	//
 	// The key names the window, so the daemon must know the window before
-	// Redis decides: with Counters, the scripts decide at Clock's time
-	// rather than Redis TIME, as upstream decides at each daemon's own
-	// clock (keep the daemons' clocks in sync). An empty KeyPrefix is
-	// then no prefix, as upstream's CACHE_KEY_PREFIX.
+	// Redis decides: with Counters, the scripts decide at Clock's time,
+	// whole milliseconds (so that the requests of a millisecond share a
+	// script call, as on Redis TIME they share one), rather than Redis
+	// TIME, as upstream decides at each daemon's own clock (keep the
+	// daemons' clocks in sync). An empty KeyPrefix is then no prefix, as
+	// upstream's CACHE_KEY_PREFIX.
 	Counters bool
 	// Clock is the time the scripts decide at with Counters (nil: the
 	// system's, clock.NewMonotonic).
@@ -181,7 +183,7 @@ func New(cfg Config) (*Store, error) {
 		if c == nil {
 			c = clock.NewMonotonic()
 		}
-		s.scriptTime = func() ([2]string, expiry) { return nowArgs(c.Now()), expireIn }
+		s.scriptTime = func() ([2]string, expiry) { return nowArgs(c.Now() / 1e6 * 1e6), expireIn }
 	}
 	s.life, s.end = context.WithCancel(context.Background())
 	s.metrics = newHistograms()
