@@ -28,33 +28,15 @@ type redisFlags struct {
 	// --redis-sentinel-password-file nor its variable gives one:
 	// REDIS_SENTINEL_AUTH's.
 	fallbackSentinelPassword string
-	// layout is --redis-key-layout; prefixSet says whether
-	// --redis-key-prefix was given (its default is none with the upstream
-	// layout).
-	layout    string
-	prefixSet bool
-}
-
-// setString is a string flag that records whether it was set.
-type setString struct {
-	s   *string
-	set *bool
-}
-
-func (v setString) String() string {
-	if v.s == nil {
-		return ""
-	}
-	return *v.s
-}
-
-func (v setString) Set(s string) error {
-	*v.s, *v.set = s, true
-	return nil
+	// layout is --redis-key-layout.
+	layout string
+	// fs holds the flags: whether --redis-key-prefix was given (its default
+	// is none with the upstream layout).
+	fs *flag.FlagSet
 }
 
 func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
-	f := &redisFlags{}
+	f := &redisFlags{fs: fs}
 	r, g := &cfg.Redis, &cfg.RedisGuard
 	fs.StringVar(&cfg.Store, "store", "memory", "where buckets live: memory (this daemon's own) or redis (shared by every daemon on the same Redis; see docs/redis.md)")
 	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis); with --redis-sentinel, the sentinels' addresses, comma-separated")
@@ -73,8 +55,7 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	fs.Var(&g.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
 	fs.IntVar(&g.BreakerFailures, "redis-breaker-failures", guard.DefaultBreakerFailures, "open the circuit breaker after `n` failed exchanges with Redis in a row: requests are then decided by the failure mode at once, without waiting for Redis")
 	fs.DurationVar(&g.BreakerCooloff, "redis-breaker-cooloff", guard.DefaultBreakerCooloff, "how long the open circuit breaker decides by the failure mode before one request probes Redis again")
-	r.KeyPrefix = redisstore.DefaultKeyPrefix
-	fs.Var(setString{&r.KeyPrefix, &f.prefixSet}, "redis-key-prefix", "`prefix` of every Redis key (none by default with --redis-key-layout upstream, as upstream's CACHE_KEY_PREFIX)")
+	fs.StringVar(&r.KeyPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "`prefix` of every Redis key (none by default with --redis-key-layout upstream, as upstream's CACHE_KEY_PREFIX)")
 	fs.StringVar(&f.layout, "redis-key-layout", "ratelimitd", "`layout` of the keys: ratelimitd, or upstream to keep fixed windows of a second to a day as envoyproxy/ratelimit keeps them (<domain>_<key>_<value>_…_<window start>, a plain count), so that a deployment replaces upstream on its Redis keeping every count (see docs/redis.md)")
 	fs.BoolVar(&r.SpreadKeys, "redis-spread-keys", false, "no {domain} hash tag: spread a domain's buckets over a cluster's nodes; requests then settle per slot (see docs/redis.md)")
 	fs.IntVar(&g.DenyCache, "redis-deny-cache", 0, "remember up to `n` buckets over their limit until their retry_after, denying them without asking Redis (0: off)")
@@ -90,7 +71,9 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 			return errors.New("--redis-key-layout upstream: needs --store redis")
 		}
 		cfg.Redis.Counters = true
-		if !f.prefixSet {
+		prefixSet := false
+		f.fs.Visit(func(fl *flag.Flag) { prefixSet = prefixSet || fl.Name == "redis-key-prefix" })
+		if !prefixSet {
 			cfg.Redis.KeyPrefix = ""
 		}
 	default:

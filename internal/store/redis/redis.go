@@ -118,9 +118,10 @@ type Store struct {
 	timeout  time.Duration
 	log      *slog.Logger
 
-	// scriptTime returns the scripts' now and whether they set expiry:
-	// Redis TIME, with expiry (redisTimeArgs), unless a test says
-	// otherwise (export_test.go).
+	// scriptTime returns the scripts' now and how they set expiry: Redis
+	// TIME, with expiry at rest (redisTimeArgs); with Config.Counters,
+	// Config.Clock's time, with expiry from now; a test's otherwise
+	// (export_test.go).
 	scriptTime func() (now [2]string, expire expiry)
 
 	queue   chan *call         // requests waiting for a sender (batch.go)
