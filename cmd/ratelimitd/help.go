@@ -20,7 +20,7 @@ var flagGroups = []flagGroup{
 	{"Policy over xDS (Envoy Gateway)", []string{"xds-server", "xds-node-id", "xds-headers", "xds-start-without-policy", "xds-max-message-bytes",
 		"xds-backoff-initial", "xds-backoff-max", "xds-tls", "xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name"}},
 	{"Redis store", []string{"redis-addr", "redis-cluster", "redis-sentinel", "redis-username", "redis-password-file", "redis-sentinel-username",
-		"redis-sentinel-password-file", "redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-key-prefix", "redis-spread-keys",
+		"redis-sentinel-password-file", "redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-key-prefix", "redis-key-layout", "redis-spread-keys",
 		"redis-timeout", "redis-failure-mode", "redis-breaker-failures", "redis-breaker-cooloff", "redis-deny-cache"}},
 	{"Memory store", []string{"max-buckets", "sweep-interval", "snapshot-interval"}},
 	{"Requests and responses", []string{"max-descriptors", "max-entries", "max-key-bytes", "max-value-bytes", "response-headers", "response-dynamic-metadata"}},

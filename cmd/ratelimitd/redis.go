@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -27,10 +28,15 @@ type redisFlags struct {
 	// --redis-sentinel-password-file nor its variable gives one:
 	// REDIS_SENTINEL_AUTH's.
 	fallbackSentinelPassword string
+	// layout is --redis-key-layout.
+	layout string
+	// fs holds the flags: whether --redis-key-prefix was given (its default
+	// is none with the upstream layout).
+	fs *flag.FlagSet
 }
 
 func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
-	f := &redisFlags{}
+	f := &redisFlags{fs: fs}
 	r, g := &cfg.Redis, &cfg.RedisGuard
 	fs.StringVar(&cfg.Store, "store", "memory", "where buckets live: memory (this daemon's own) or redis (shared by every daemon on the same Redis; see docs/redis.md)")
 	fs.StringVar(&r.Addr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis); with --redis-sentinel, the sentinels' addresses, comma-separated")
@@ -49,7 +55,8 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 	fs.Var(&g.FailureMode, "redis-failure-mode", "`mode` while Redis fails or is slower than --redis-timeout: open (default: admit, as a bucket at rest would) or closed (deny, retry after 1s)")
 	fs.IntVar(&g.BreakerFailures, "redis-breaker-failures", guard.DefaultBreakerFailures, "open the circuit breaker after `n` failed exchanges with Redis in a row: requests are then decided by the failure mode at once, without waiting for Redis")
 	fs.DurationVar(&g.BreakerCooloff, "redis-breaker-cooloff", guard.DefaultBreakerCooloff, "how long the open circuit breaker decides by the failure mode before one request probes Redis again")
-	fs.StringVar(&r.KeyPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "`prefix` of every Redis key")
+	fs.StringVar(&r.KeyPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "`prefix` of every Redis key (none by default with --redis-key-layout upstream, as upstream's CACHE_KEY_PREFIX)")
+	fs.StringVar(&f.layout, "redis-key-layout", "ratelimitd", "`layout` of the keys: ratelimitd, or upstream to keep fixed windows of a second to a day as envoyproxy/ratelimit keeps them (<domain>_<key>_<value>_…_<window start>, a plain count), so that a deployment replaces upstream on its Redis keeping every count (see docs/redis.md)")
 	fs.BoolVar(&r.SpreadKeys, "redis-spread-keys", false, "no {domain} hash tag: spread a domain's buckets over a cluster's nodes; requests then settle per slot (see docs/redis.md)")
 	fs.IntVar(&g.DenyCache, "redis-deny-cache", 0, "remember up to `n` buckets over their limit until their retry_after, denying them without asking Redis (0: off)")
 	return f
@@ -57,6 +64,21 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 
 // apply fills cfg.Redis from the flags that need work.
 func (f *redisFlags) apply(cfg *daemon.Config) error {
+	switch f.layout {
+	case "ratelimitd":
+	case "upstream":
+		if cfg.Store != "redis" {
+			return errors.New("--redis-key-layout upstream: needs --store redis")
+		}
+		cfg.Redis.Counters = true
+		prefixSet := false
+		f.fs.Visit(func(fl *flag.Flag) { prefixSet = prefixSet || fl.Name == "redis-key-prefix" })
+		if !prefixSet {
+			cfg.Redis.KeyPrefix = ""
+		}
+	default:
+		return fmt.Errorf("--redis-key-layout: %q is neither ratelimitd nor upstream", f.layout)
+	}
 	if cfg.Store != "redis" {
 		return nil
 	}

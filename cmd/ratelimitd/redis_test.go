@@ -93,6 +93,29 @@ func TestRedisFlags(t *testing.T) {
 		args:    []string{"--store", "redis", "--redis-failure-mode", "maybe"},
 		wantErr: true,
 	}, {
+		name:  "upstream's key layout: counters, and no prefix unless given, as upstream's CACHE_KEY_PREFIX",
+		args:  []string{"--store", "redis", "--redis-key-layout", "upstream"},
+		want:  redisstore.Config{Addr: "127.0.0.1:6379", Timeout: redisstore.DefaultTimeout, Counters: true},
+		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
+	}, {
+		name:  "upstream's key layout under a prefix",
+		args:  []string{"--redis-key-prefix", "rl_", "--store", "redis", "--redis-key-layout", "upstream"},
+		want:  redisstore.Config{Addr: "127.0.0.1:6379", Timeout: redisstore.DefaultTimeout, Counters: true, KeyPrefix: "rl_"},
+		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
+	}, {
+		name:  "ratelimitd's key layout, said",
+		args:  []string{"--store", "redis", "--redis-key-layout", "ratelimitd"},
+		want:  redisstore.Config{Addr: "127.0.0.1:6379", Timeout: redisstore.DefaultTimeout, KeyPrefix: redisstore.DefaultKeyPrefix},
+		guard: guard.Config{BreakerFailures: guard.DefaultBreakerFailures, BreakerCooloff: guard.DefaultBreakerCooloff},
+	}, {
+		name:    "upstream's key layout without Redis",
+		args:    []string{"--redis-key-layout", "upstream"},
+		wantErr: true,
+	}, {
+		name:    "an unknown key layout",
+		args:    []string{"--store", "redis", "--redis-key-layout", "envoy"},
+		wantErr: true,
+	}, {
 		name:    "a client certificate without its key",
 		args:    []string{"--store", "redis", "--redis-tls-cert", "c.pem"},
 		wantErr: true,

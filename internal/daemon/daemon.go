@@ -290,7 +290,8 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.engine = engine.New(d.loadedPolicy().Policy, d.tracedStore(),
 		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
-		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe))
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe),
+		engine.WithCounterKeys(cfg.Store == "redis" && cfg.Redis.Counters))
 	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout, recvlimit.WithEnded(d.pacer.Strike))
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.longStreams = d.newLongStreams()

@@ -3,15 +3,19 @@ package daemon_test
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
@@ -228,5 +232,49 @@ func TestQuotaDaemonsWithRedis(t *testing.T) {
 		Redis: redisstore.Config{Addr: "127.0.0.1:1"}, QuotaDaemons: 2})
 	if err == nil || !strings.Contains(err.Error(), "--quota-daemons 2 with --store redis") {
 		t.Fatalf("started with --quota-daemons 2 on redis: %v", err)
+	}
+}
+
+// TestRedisUpstreamCounters: with the Redis store's Counters (the
+// daemon's --redis-key-layout upstream), a fixed window continues the count
+// envoyproxy/ratelimit left under its key, and keeps it there; a token
+// bucket keeps ratelimitd's own key.
+func TestRedisUpstreamCounters(t *testing.T) {
+	srv := redistest.Start(t)
+	const policy = `
+domain: shared
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: api
+    rate_limit: {algorithm: token_bucket, unit: hour, requests_per_unit: 1000, burst: 1000}
+`
+	// 20s into a minute, on the daemon's clock, which names the window.
+	now := time.Date(2026, 1, 1, 10, 0, 20, 0, time.UTC)
+	d := daemontest.Start(t, policy, func(c *daemon.Config) {
+		c.Store = "redis"
+		c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, Counters: true, Clock: clock.NewFake(now.UnixNano())}
+	})
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	key := "shared_user_alice_" + strconv.FormatInt(now.Truncate(time.Minute).Unix(), 10)
+	rdb.IncrBy(ctx, key, 3) // upstream's count
+
+	client := rl.NewRateLimitServiceClient(d.Dial(t))
+	r, err := client.ShouldRateLimit(ctx, req("shared", desc("user", "alice"), desc("api", "v1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 1 {
+		t.Fatalf("after upstream's 3 of 5: %v, user %d remaining; want OK, 1 remaining", r.OverallCode, r.Statuses[0].Remaining)
+	}
+	if got := rdb.Get(ctx, key).Val(); got != "4" {
+		t.Errorf("%s = %q, want \"4\"", key, got)
+	}
+	// The buckets' keys, besides those the store's check at start writes.
+	keys := slices.DeleteFunc(rdb.Keys(ctx, "*").Val(), func(k string) bool { return strings.HasPrefix(k, "{ratelimitd-check}") })
+	if len(keys) != 2 || !slices.Contains(keys, key) || !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, "{shared}") }) {
+		t.Errorf("keys %q: want upstream's counter and the token bucket's own key, without a prefix", keys)
 	}
 }

@@ -99,6 +99,7 @@ type Engine struct {
 	jitter             func(max time.Duration) time.Duration
 	shadow             bool     // WithShadowMode
 	overdraftByDefault bool     // WithOverdraftByDefault
+	counterKeys        bool     // WithCounterKeys
 	observer           Observer // WithObserver; nil for none
 }
 
@@ -136,6 +137,17 @@ func WithOverdraftByDefault(on bool) Option {
 // OverdraftByDefault reports WithOverdraftByDefault: whether limits whose
 // policy does not say overdraft: take overdraft charges.
 func (e *Engine) OverdraftByDefault() bool { return e.overdraftByDefault }
+
+// WithCounterKeys gives the charges of fixed-window limits a
+// store.Charge.Counter (off by default): envoyproxy/ratelimit's name for
+// the bucket, "<domain>_<key>_<value>_…_" (at a share_threshold depth the
+// wildcard pattern for the value, as upstream names it), which a store
+// that keeps such counters (the Redis store's Config.Counters) keeps the
+// bucket under. Only where the name is the bucket's alone, as upstream's
+// is: a limit of a rule whose other limits are not fixed windows (upstream
+// names every period's counter alike), or a limit the request carries;
+// and in one request, only the first charge of a name.
+func WithCounterKeys(on bool) Option { return func(e *Engine) { e.counterKeys = on } }
 
 // Observer is told about each request the engine decides. It is called
 // once per call of ShouldRateLimit that returns nil, after resp is
@@ -203,6 +215,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 	w := workPool.Get().(*work)
 	defer w.release()
 
+	w.counterKeys = e.counterKeys
 	if err := w.plan(e.policy.Load(), req, e.shadow, e.overdraftByDefault); err != nil {
 		return err
 	}
@@ -221,15 +234,21 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request, resp *Respon
 // work is one request's scratch space, pooled so that a decision does not
 // allocate.
 type work struct {
-	keys      []byte         // every charge's bucket key, back to back
-	keyEnds   []int          // keys[keyEnds[i-1]:keyEnds[i]] is charge i's key
-	charges   []store.Charge // one per distinct bucket
-	decisions []algorithms.Decision
-	uses      []use          // one per (descriptor, limit) pair
-	rules     []*config.Rule // per descriptor; nil when unmatched
-	roles     []role         // per descriptor
-	limits    [][]*config.Limit
-	replaced  map[string]bool // names replaced by a matched limit
+	keys    []byte // every charge's bucket key, back to back
+	keyEnds []int  // keys[keyEnds[i-1]:keyEnds[i]] is charge i's key
+	// With WithCounterKeys (counterKeys), counters holds the charges'
+	// store.Charge.Counter back to back, as keys does: empty for a charge
+	// without one.
+	counterKeys bool
+	counters    []byte
+	counterEnds []int
+	charges     []store.Charge // one per distinct bucket
+	decisions   []algorithms.Decision
+	uses        []use          // one per (descriptor, limit) pair
+	rules       []*config.Rule // per descriptor; nil when unmatched
+	roles       []role         // per descriptor
+	limits      [][]*config.Limit
+	replaced    map[string]bool // names replaced by a matched limit
 
 	repeats bool    // two uses name one bucket (see probeRepeats)
 	running []int64 // probeRepeats' running costs, per charge
@@ -308,6 +327,7 @@ func (w *work) release() {
 		w.uses[i].limit = nil
 	}
 	w.keys, w.keyEnds = w.keys[:0], w.keyEnds[:0]
+	w.counters, w.counterEnds = w.counters[:0], w.counterEnds[:0]
 	w.charges, w.decisions, w.uses = w.charges[:0], w.decisions[:0], w.uses[:0]
 	w.rules, w.roles, w.limits = w.rules[:0], w.roles[:0], w.limits[:0]
 	w.quotas, w.quotasOutright, w.quotaOpen = 0, 0, false
@@ -421,6 +441,9 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 		if denied && w.charges[i].Kind == store.Admit {
 			w.charges[i].Cost = 0
 		}
+	}
+	if w.counterKeys {
+		w.setCounters()
 	}
 	if w.repeats {
 		w.probeRepeats()
@@ -594,7 +617,73 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	}
 	w.keyEnds = append(w.keyEnds, len(w.keys))
 	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &u.limit.Rate, Cost: u.cost, Kind: u.kind, Shadow: shadow, Quota: quota})
+	if w.counterKeys {
+		if counterLimit(rule, u.limit) {
+			w.counters = appendCounter(w.counters, domain, entries, shared)
+		}
+		w.counterEnds = append(w.counterEnds, len(w.counters))
+	}
 	return len(w.charges) - 1, nil
+}
+
+// counterLimit reports whether a charge of limit l of rule (nil for a
+// limit the request carries) has a store.Charge.Counter (WithCounterKeys):
+// whether l is a fixed window and no other limit of rule is.
+func counterLimit(rule *config.Rule, l *config.Limit) bool {
+	if l.Rate.Algorithm() != algorithms.FixedWindow {
+		return false
+	}
+	if rule != nil {
+		for _, o := range rule.Limits {
+			if o != l && o.Bucket != "" && o.Rate.Algorithm() == algorithms.FixedWindow {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// appendCounter appends envoyproxy/ratelimit's name of the bucket that
+// entries charge in domain, before its window: the domain, then each
+// entry's key and value (at a depth where shared holds a pattern, the
+// pattern), each followed by "_".
+func appendCounter(b []byte, domain string, entries []config.Entry, shared []string) []byte {
+	b = append(append(b, domain...), '_')
+	for i, e := range entries {
+		b = append(append(b, e.Key...), '_')
+		if i < len(shared) && shared[i] != "" {
+			b = append(b, shared[i]...)
+		} else {
+			b = append(b, e.Value...)
+		}
+		b = append(b, '_')
+	}
+	return b
+}
+
+// setCounters sets the charges' store.Charge.Counter from w.counters, once
+// they are final: each charge's, but a name that an earlier charge of the
+// request has (two limits' charges, of a rule and of the request, on one
+// descriptor), which is left to the store's own key.
+func (w *work) setCounters() {
+	start := 0
+	for i, end := range w.counterEnds {
+		c := w.counters[start:end]
+		start = end
+		if len(c) == 0 {
+			continue
+		}
+		repeated := false
+		for j := range i {
+			if bytes.Equal(w.charges[j].Counter, c) {
+				repeated = true
+				break
+			}
+		}
+		if !repeated {
+			w.charges[i].Counter = c
+		}
+	}
 }
 
 // conflict reports u, whose bucket charge i already charges with another

@@ -87,6 +87,15 @@ type Charge struct {
 	// them is over its limit (Settle states the rule). 0: an ordinary
 	// charge. Ignored on a Shadow charge, which never denies.
 	Quota uint32
+	// Counter, when not nil, asks a store that can keep the bucket as
+	// envoyproxy/ratelimit keeps its counters to do so: a fixed window of
+	// a whole number of seconds, kept as a plain count under Counter
+	// followed by the start of the window in Unix seconds (Counter is
+	// "<domain>_<key>_<value>_…_", as upstream names them). The engine
+	// sets it only with engine.WithCounterKeys; a store that does not
+	// keep such counters (the memory store) ignores it. The decisions are
+	// the same either way. The caller may reuse the bytes after Apply.
+	Counter []byte
 }
 
 // Decide decides c alone against its bucket's state s at now, as its Kind

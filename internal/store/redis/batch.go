@@ -50,7 +50,7 @@ type call struct {
 	args     []any     // appendRequest's
 	slot     int       // the hash slot of its keys (0 on a standalone Redis)
 	now      [2]string // settle.lua's now (Store.scriptTime)
-	expire   bool      // settle.lua sets expiry (Store.scriptTime)
+	expire   expiry    // how settle.lua sets expiry (Store.scriptTime)
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).
@@ -220,7 +220,8 @@ func (s *Store) sendBatch(batch []*call) {
 	}
 	s.metrics.batchSize.Observe(float64(len(live)))
 
-	// Group by slot (and by now, which differs only on a test clock).
+	// Group by slot (and by now, which differs only on a test clock and,
+	// by the millisecond, with Config.Counters).
 	slices.SortStableFunc(live, func(a, b *call) int {
 		return cmp.Or(a.slot-b.slot, cmp.Compare(a.now[0], b.now[0]), cmp.Compare(a.now[1], b.now[1]))
 	})

@@ -20,7 +20,9 @@ import (
 )
 
 // BenchmarkApply compares the memory store with Redis (on Redis TIME, as
-// in production) on requests of one fixed-window charge, one token-bucket
+// in production; and "redis counters", with Config.Counters: its fixed
+// windows kept as envoyproxy/ratelimit's counters, on the daemon's clock)
+// on requests of one fixed-window charge, one token-bucket
 // charge, one token-bucket check (store.Check: it must cost no more than
 // a charge), three charges (fixed window, sliding window, token bucket),
 // and three charges of which two are quotas (store.Charge.Quota), one of
@@ -59,7 +61,8 @@ func BenchmarkApply(b *testing.B) {
 			s    store.Store
 		}{
 			{"memory", memory.New(clock.NewMonotonic())},
-			{"redis", newBenchStore(b, srv.Addr())},
+			{"redis", newBenchStore(b, srv.Addr(), false)},
+			{"redis counters", newBenchStore(b, srv.Addr(), true)},
 		}
 		for _, st := range stores {
 			b.Run(st.name+"/"+tc.name, func(b *testing.B) {
@@ -82,6 +85,9 @@ func BenchmarkApply(b *testing.B) {
 							charges[j] = store.Charge{Domain: "bench", Key: engineKey("bench", fmt.Sprint(j), fmt.Sprint(i%1024)), Limit: tc.limits[j], Cost: 1, Kind: tc.kind}
 							if tc.quotas != nil {
 								charges[j].Quota = tc.quotas[j]
+							}
+							if st.name == "redis counters" {
+								charges[j].Counter = fmt.Appendf(nil, "bench_%d_%d_", j, i%1024)
 							}
 						}
 						if err := st.s.Apply(context.Background(), charges, d); err != nil {
@@ -216,8 +222,8 @@ func redisCPU(b *testing.B, admin *goredis.Client) float64 {
 }
 
 // newBenchStore returns a Redis store in its guard, as the daemon runs it.
-func newBenchStore(b *testing.B, addr string) *testStore {
-	s := newTestStore(b, redis.Config{Addr: addr, KeyPrefix: "bench:", Timeout: 5 * time.Second}, nil)
+func newBenchStore(b *testing.B, addr string, counters bool) *testStore {
+	s := newTestStore(b, redis.Config{Addr: addr, KeyPrefix: "bench:", Timeout: 5 * time.Second, Counters: counters}, nil)
 	// Load the script, so that no request pays the EVAL fallback.
 	apply(b, s, store.Charge{Domain: "bench", Key: engineKey("bench"), Limit: mustLimit(b, algorithms.FixedWindow, 1, time.Hour, 0), Cost: 0})
 	return s

@@ -135,7 +135,7 @@ func (s *Store) check(ctx context.Context) error {
 	}
 	charges := []store.Charge{{Limit: &l, Cost: 1}}
 	keys := []string{key + ":settle"}
-	args := appendRequest(settleHead(redisTime, true, false, 1), &s.specs, charges, []int{0})
+	args := appendRequest(settleHead(redisTime, expireAt, false, 1), &s.specs, charges, []int{0}, nil)
 	if err := settleScript.Eval(ctx, s.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("EVAL of the settle script: %w", err)
 	}
@@ -146,7 +146,7 @@ func (s *Store) check(ctx context.Context) error {
 	// undo.lua takes back a charge made in try mode (as a request spread
 	// over slots does), deleting the key it set.
 	keys = []string{key + ":undo"}
-	v, err := settleScript.Run(ctx, s.client, keys, appendRequest(settleHead(redisTime, true, true, 1), &s.specs, charges, []int{0})...).Result()
+	v, err := settleScript.Run(ctx, s.client, keys, appendRequest(settleHead(redisTime, expireAt, true, 1), &s.specs, charges, []int{0}, nil)...).Result()
 	if err != nil {
 		return fmt.Errorf("the settle script in try mode: %w", err)
 	}

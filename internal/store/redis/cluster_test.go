@@ -21,7 +21,9 @@ import (
 // TestCluster runs against one three-node Redis Cluster, made with
 // redis-cli --cluster create: the conformance suite with the domain hash
 // tag (each request one script on one node) and with keys spread over the
-// slots (each request one script per slot, undone where another denied).
+// slots (each request one script per slot, undone where another denied),
+// and with fixed windows kept as counters (Config.Counters: keys without a
+// tag, so in several slots).
 func TestCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
 	for _, spread := range []bool{false, true} {
@@ -35,6 +37,12 @@ func TestCluster(t *testing.T) {
 			}, storetest.Options{RandomRequests: 500})
 		})
 	}
+
+	t.Run("counters/conformance", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T, c *clock.Fake) store.Store {
+			return countingStore{newTestStore(t, redis.Config{ClusterAddrs: cluster.Addrs(), Counters: true}, c)}
+		}, storetest.Options{RandomRequests: 500, ForwardOnly: true})
+	})
 
 	t.Run("round trips", func(t *testing.T) {
 		l := mustLimit(t, algorithms.TokenBucket, 1000, time.Hour, 0)

@@ -14,7 +14,7 @@ import (
 // timeline), and write keys without expiry, as Redis's own clock no
 // longer says when a bucket is at rest. Call it before the first Apply.
 func SetTestClock(s *Store, c clock.Clock) {
-	s.scriptTime = func() ([2]string, bool) { return nowArgs(c.Now()), false }
+	s.scriptTime = func() ([2]string, expiry) { return nowArgs(c.Now()), noExpiry }
 }
 
 // Paths returns how many charges the script has decided on plain numbers
@@ -25,9 +25,9 @@ func Paths(s *Store) (fast, bignum uint64) { return s.stats.fast.Load(), s.stats
 // one request per charge: charges[i] on the key keys[i] (the key as
 // stored, prefix included), on Redis TIME, with expiry.
 func SettleBatch(ctx context.Context, c goredis.Scripter, keys []string, charges []store.Charge) error {
-	args := settleHead([2]string{"", ""}, true, false, len(charges))
+	args := settleHead([2]string{"", ""}, expireAt, false, len(charges))
 	for i := range charges {
-		args = appendRequest(args, &exportedSpecs, charges, []int{i})
+		args = appendRequest(args, &exportedSpecs, charges, []int{i}, nil)
 	}
 	return settleScript.Run(ctx, c, keys, args...).Err()
 }

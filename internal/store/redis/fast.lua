@@ -128,10 +128,10 @@ local function fastPut(key, t, n, m, restAt, expire, kept)
     end
     local at = expiries[ms]
     if not at then
-      at = format("%.0f", ms)
+      at = format("%.0f", expireIn and ms - nowMs or ms)
       expiries[ms] = at
     end
-    redis.call("SET", key, v, "PXAT", at)
+    redis.call("SET", key, v, expireIn and "PX" or "PXAT", at)
   end
   return v
 end

@@ -1,5 +1,10 @@
 package redis
 
+import (
+	"strconv"
+	"time"
+)
+
 // redisKeyLen returns the length of the key redisKey appends.
 func redisKeyLen(prefix, domain string, key []byte, spread bool) int {
 	n := len(prefix) + len(key)
@@ -25,6 +30,18 @@ func redisKey(buf []byte, prefix, domain string, key []byte, spread bool) []byte
 		buf = append(buf, '}')
 	}
 	return append(buf, key...)
+}
+
+// counterKey appends the Redis key of a fixed window kept as a counter, as
+// envoyproxy/ratelimit names its counters: the prefix, counter (the
+// charge's store.Charge.Counter, "<domain>_<key>_<value>_…_"), then the
+// start of the window of period that holds now, in Unix seconds. Without a
+// hash tag: a cluster hashes the whole key.
+func counterKey(buf []byte, prefix string, counter []byte, now int64, period time.Duration) []byte {
+	buf = append(buf, prefix...)
+	buf = append(buf, counter...)
+	p := int64(period)
+	return strconv.AppendInt(buf, (now-now%p)/int64(time.Second), 10)
 }
 
 // slotOf returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its

@@ -34,6 +34,21 @@ local function readNow(ms, sub)
   end
 end
 
+-- expireIn: keys expire in how long their bucket takes to come back to
+-- rest from now (PX), not at that instant (PXAT): now is not Redis's clock
+-- but the daemon's (readExpiry).
+local expireIn = false
+
+-- readExpiry reads how the script sets expiry from a (its ARGV[3]): "1"
+-- at the instant the bucket is back at rest, now being Redis TIME; "2" in
+-- as long as it takes from now, now being the daemon's clock (which may
+-- differ from Redis's); "0" not at all (tests on injected time). It
+-- returns whether keys expire.
+local function readExpiry(a)
+  expireIn = a == "2"
+  return a ~= "0"
+end
+
 -- A bucket's state is stored as STATE, 41 bytes (a Redis string of at
 -- most 44 bytes is one allocation): a format byte, 1; t as whole
 -- milliseconds and the nanoseconds beyond them; n and m; restAt as t is.

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 )
@@ -82,23 +84,45 @@ type Config struct {
 	// buckets spread over a cluster's nodes; requests whose buckets are in
 	// several slots are then settled per slot (see the package doc).
 	SpreadKeys bool
+	// Counters keeps the fixed windows of the charges that carry a
+	// store.Charge.Counter (engine.WithCounterKeys) as envoyproxy/ratelimit
+	// keeps its counters, when their period is a whole number of seconds
+	// below 2^49 ns (a second, minute, hour or day, or a multiple): a plain
+	// count under KeyPrefix, the charge's Counter and the window's start in
+	// Unix seconds ("<domain>_<key>_<value>_…_<start>"), without a hash
+	// tag, expiring when the window ends. Upstream and ratelimitd then
+	// continue each other's counts. Every other bucket keeps its own key.
+	//
+	// The key names the window, so the daemon must know the window before
+	// Redis decides: with Counters, the scripts decide at Clock's time,
+	// whole milliseconds (so that the requests of a millisecond share a
+	// script call, as on Redis TIME they share one), rather than Redis
+	// TIME, as upstream decides at each daemon's own clock (keep the
+	// daemons' clocks in sync). An empty KeyPrefix is then no prefix, as
+	// upstream's CACHE_KEY_PREFIX.
+	Counters bool
+	// Clock is the time the scripts decide at with Counters (nil: the
+	// system's, clock.NewMonotonic).
+	Clock clock.Clock
 	// Logger receives the store's state changes (nil: slog.Default()).
 	Logger *slog.Logger
 }
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client  goredis.UniversalClient
-	cluster *goredis.ClusterClient // nil for a standalone Redis
-	prefix  string
-	spread  bool
-	timeout time.Duration
-	log     *slog.Logger
+	client   goredis.UniversalClient
+	cluster  *goredis.ClusterClient // nil for a standalone Redis
+	prefix   string
+	spread   bool
+	counters bool // Config.Counters
+	timeout  time.Duration
+	log      *slog.Logger
 
-	// scriptTime returns the scripts' now and whether they set expiry:
-	// Redis TIME, with expiry (redisTimeArgs), unless a test says
-	// otherwise (export_test.go).
-	scriptTime func() (now [2]string, expire bool)
+	// scriptTime returns the scripts' now and how they set expiry: Redis
+	// TIME, with expiry at rest (redisTimeArgs); with Config.Counters,
+	// Config.Clock's time, with expiry from now; a test's otherwise
+	// (export_test.go).
+	scriptTime func() (now [2]string, expire expiry)
 
 	queue   chan *call         // requests waiting for a sender (batch.go)
 	specs   chargeSpecs        // the charges' strings for settle.lua
@@ -138,7 +162,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	if cfg.KeyPrefix == "" {
+	if cfg.KeyPrefix == "" && !cfg.Counters {
 		cfg.KeyPrefix = DefaultKeyPrefix
 	}
 	if cfg.Logger == nil {
@@ -147,12 +171,20 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		prefix:     cfg.KeyPrefix,
 		spread:     cfg.SpreadKeys,
+		counters:   cfg.Counters,
 		timeout:    cfg.Timeout,
 		log:        cfg.Logger,
 		scriptTime: redisTimeArgs,
 		done:       make(chan struct{}),
 		warmed:     make(chan struct{}),
 		queue:      make(chan *call, 4*maxBatch),
+	}
+	if cfg.Counters {
+		c := cfg.Clock
+		if c == nil {
+			c = clock.NewMonotonic()
+		}
+		s.scriptTime = func() ([2]string, expiry) { return nowArgs(c.Now() / 1e6 * 1e6), expireIn }
 	}
 	s.life, s.end = context.WithCancel(context.Background())
 	s.metrics = newHistograms()
@@ -292,7 +324,7 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 
 // redisTimeArgs is Store.scriptTime in production: the scripts read Redis
 // TIME and set expiry.
-func redisTimeArgs() ([2]string, bool) { return redisTime, true }
+func redisTimeArgs() ([2]string, expiry) { return redisTime, expireAt }
 
 // indexes returns 0, 1, ..., n-1, to be read only: for the common counts,
 // a part of one shared slice.
@@ -317,44 +349,88 @@ func makeIndexes(n int) []int {
 // the store's timeout.
 func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
 	now, expire := s.scriptTime()
-	// The keys, built into one string that each key is a part of: one
-	// allocation for them all.
-	size := 0
-	for i := range charges {
-		size += redisKeyLen(s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+	var keys []string
+	var counters []bool
+	if s.counters {
+		keys, counters = s.counterKeys(charges, now)
 	}
-	buf := make([]byte, 0, size)
-	for i := range charges {
-		buf = redisKey(buf, s.prefix, charges[i].Domain, charges[i].Key, s.spread)
-	}
-	joined := string(buf)
-	keys := make([]string, len(charges))
-	for i := range charges {
-		n := redisKeyLen(s.prefix, charges[i].Domain, charges[i].Key, s.spread)
-		keys[i], joined = joined[:n], joined[n:]
+	if counters == nil {
+		// The keys, built into one string that each key is a part of: one
+		// allocation for them all.
+		size := 0
+		for i := range charges {
+			size += redisKeyLen(s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+		}
+		buf := make([]byte, 0, size)
+		for i := range charges {
+			buf = redisKey(buf, s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+		}
+		joined := string(buf)
+		keys = make([]string, len(charges))
+		for i := range charges {
+			n := redisKeyLen(s.prefix, charges[i].Domain, charges[i].Key, s.spread)
+			keys[i], joined = joined[:n], joined[n:]
+		}
 	}
 	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, expire, charges, decisions, counters)
 	}
 	groups := groupBySlot(keys, all)
 	if len(groups) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions)
+		return s.settleOne(ctx, keys, all, now, expire, charges, decisions, counters)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.settleSlots(ctx, keys, groups, now, expire, charges, decisions)
+	return s.settleSlots(ctx, keys, groups, now, expire, charges, decisions, counters)
+}
+
+// counterKeys returns the keys of charges with Config.Counters at the
+// scripts' now, and which of them are counters (counterKey); nil, nil when
+// none is (then every key is redisKey's), and always when the scripts read
+// Redis TIME (not with Counters; Check's keys).
+func (s *Store) counterKeys(charges []store.Charge, now [2]string) ([]string, []bool) {
+	if now[0] == "" {
+		return nil, nil
+	}
+	var counters []bool
+	for i := range charges {
+		if charges[i].Counter != nil && isCounter(charges[i].Limit) {
+			if counters == nil {
+				counters = make([]bool, len(charges))
+			}
+			counters[i] = true
+		}
+	}
+	if counters == nil {
+		return nil, nil
+	}
+	ms, _ := strconv.ParseInt(now[0], 10, 64)
+	sub, _ := strconv.ParseInt(now[1], 10, 64)
+	t := ms*1e6 + sub
+	keys := make([]string, len(charges))
+	var buf []byte
+	for i := range charges {
+		c := &charges[i]
+		if counters[i] {
+			buf = counterKey(buf[:0], s.prefix, c.Counter, t, c.Limit.Period())
+		} else {
+			buf = redisKey(buf[:0], s.prefix, c.Domain, c.Key, s.spread)
+		}
+		keys[i] = string(buf)
+	}
+	return keys, counters
 }
 
 // settleOne settles the charges idx, all in one slot, in one script call
 // that a sender may share with other requests (batch.go), within the
 // store's timeout.
-func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, expire expiry, charges []store.Charge, decisions []algorithms.Decision, counters []bool) error {
 	c := &call{
 		ctx:      ctx,
 		deadline: time.Now().Add(s.timeout),
 		keys:     keys,
-		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), &s.specs, charges, idx),
+		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), &s.specs, charges, idx, counters),
 		now:      now,
 		expire:   expire,
 		done:     make(chan struct{}),
@@ -402,7 +478,7 @@ func groupBySlot(keys []string, idx []int) [][]int {
 // try-mode script per slot, pipelined (the cluster client sends each
 // node's at once), then the undo of the charged shares if any share was
 // denied or failed.
-func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire bool, charges []store.Charge, decisions []algorithms.Decision) error {
+func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire expiry, charges []store.Charge, decisions []algorithms.Decision, counters []bool) error {
 	groupKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
@@ -411,7 +487,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	}
 	args := make([][]any, len(groups))
 	for g, idx := range groups {
-		args[g] = appendRequest(settleHead(now, expire, true, 1), &s.specs, charges, idx)
+		args[g] = appendRequest(settleHead(now, expire, true, 1), &s.specs, charges, idx, counters)
 	}
 	cmds := s.runScripts(ctx, groupKeys, args)
 
@@ -496,7 +572,7 @@ func shareReply(c *goredis.Cmd, keys int) (settleReply, error) {
 }
 
 // undo runs undo.lua on every share that was charged.
-func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now [2]string, expire bool) error {
+func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now [2]string, expire expiry) error {
 	pipe := s.client.Pipeline()
 	n := 0
 	for g := range groups {
@@ -505,7 +581,7 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 			continue
 		}
 		var keys []string
-		args := []any{now[0], now[1], flag(expire)}
+		args := []any{now[0], now[1], string(expire)}
 		for _, w := range r.writes {
 			keys = append(keys, groupKeys[g][w.index])
 			args = append(args, w.new, w.old)
@@ -534,7 +610,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // scripts (paused, busy) does not answer it, though it answers PING. When
 // ctx ends first, it returns ctx's error.
 func (s *Store) Probe(ctx context.Context) error {
-	args := settleHead(redisTime, true, false, 0)
+	args := settleHead(redisTime, expireAt, false, 0)
 	return s.eachNode(ctx, s.timeout, func(ctx context.Context, c goredis.Cmdable) error {
 		return settleScript.Run(ctx, c, nil, args...).Err()
 	})

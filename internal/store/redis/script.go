@@ -58,18 +58,35 @@ var (
 // argsPerCharge is how many ARGV settle.lua takes per key.
 const argsPerCharge = 1
 
+// expiry is how settle.lua and undo.lua set their keys' expiry (their
+// ARGV[3]).
+type expiry string
+
+const (
+	// noExpiry: keys do not expire (tests on injected time).
+	noExpiry expiry = "0"
+	// expireAt: a key expires when its bucket is back at rest (PXAT), on
+	// Redis's clock, which now is.
+	expireAt expiry = "1"
+	// expireIn: a key expires in as long as its bucket takes to come back
+	// to rest from now (PX): now is the daemon's clock (Config.Counters),
+	// which may differ from Redis's.
+	expireIn expiry = "2"
+)
+
 // settleHead returns the start of settle.lua's ARGV: now as nowArgs makes
-// it, whether to set expiry, whether in try mode. The requests' arguments
+// it, how to set expiry, whether in try mode. The requests' arguments
 // (appendRequest) follow.
-func settleHead(now [2]string, expire, try bool, requests int) []any {
-	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], flag(expire), flag(try))
+func settleHead(now [2]string, expire expiry, try bool, requests int) []any {
+	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], string(expire), flag(try))
 }
 
 // appendRequest appends settle.lua's arguments for the request of
 // charges[i], i in idx: their number (followed, when one of them is a
 // quota's, by each one's store.Charge.Quota: see settle.lua), then each
-// charge as one string (see settle.lua), taken from specs.
-func appendRequest(args []any, specs *chargeSpecs, charges []store.Charge, idx []int) []any {
+// charge as one string (see settle.lua), taken from specs; counters[i]
+// says that charges[i] is kept as a counter (nil: none is).
+func appendRequest(args []any, specs *chargeSpecs, charges []store.Charge, idx []int, counters []bool) []any {
 	switch {
 	case hasQuota(charges, idx):
 		b := strconv.AppendInt(make([]byte, 0, 8+4*len(idx)), int64(len(idx)), 10)
@@ -87,7 +104,7 @@ func appendRequest(args []any, specs *chargeSpecs, charges []store.Charge, idx [
 		args = append(args, strconv.Itoa(len(idx)))
 	}
 	for _, i := range idx {
-		args = append(args, specs.of(&charges[i]))
+		args = append(args, specs.of(&charges[i], counters != nil && counters[i]))
 	}
 	return args
 }
@@ -125,20 +142,21 @@ type chargeSpecs struct {
 const maxChargeSpecs = 4096
 
 type chargeSpecKey struct {
-	limit  algorithms.Limit
-	cost   int64
-	kind   store.Kind
-	shadow bool
-	probe  bool
+	limit   algorithms.Limit
+	cost    int64
+	kind    store.Kind
+	shadow  bool
+	probe   bool
+	counter bool
 }
 
-// of returns the charge string of c.
-func (cs *chargeSpecs) of(c *store.Charge) any {
-	k := chargeSpecKey{*c.Limit, c.Cost, c.Kind, c.Shadow, c.Probe}
+// of returns the charge string of c, kept as a counter when counter.
+func (cs *chargeSpecs) of(c *store.Charge, counter bool) any {
+	k := chargeSpecKey{*c.Limit, c.Cost, c.Kind, c.Shadow, c.Probe, counter}
 	if v, ok := cs.m.Load(k); ok {
 		return v
 	}
-	v := any(formatCharge(c))
+	v := any(formatCharge(c, counter))
 	if cs.n.Add(1) > maxChargeSpecs {
 		cs.m.Clear()
 		cs.n.Store(1)
@@ -147,8 +165,9 @@ func (cs *chargeSpecs) of(c *store.Charge) any {
 	return v
 }
 
-// formatCharge returns c as one settle.lua charge string.
-func formatCharge(c *store.Charge) string {
+// formatCharge returns c as one settle.lua charge string; counter marks a
+// charge kept as a counter (isCounter), which always takes fast.lua's path.
+func formatCharge(c *store.Charge, counter bool) string {
 	l := c.Limit
 	capacity := l.Capacity()
 	kind := c.Kind
@@ -210,7 +229,10 @@ func formatCharge(c *store.Charge) string {
 			rational(l.Times(capacity - k)) // a1 = a, for a cost of 1
 		}
 	}
-	if fast {
+	switch {
+	case counter:
+		b[0] = '3'
+	case fast:
 		b[0] = '1'
 	}
 	return string(b)
@@ -237,6 +259,16 @@ func fastPath(l *algorithms.Limit) bool {
 	default:
 		return products
 	}
+}
+
+// isCounter reports whether a charge on l whose store.Charge.Counter is set
+// is kept as a counter under envoyproxy/ratelimit's key (counterKey): when l
+// is a fixed window whose period is a whole number of seconds and takes
+// fast.lua's path (shorter than 2^49 ns, about 6.5 days: a second, minute,
+// hour or day; a week, month or year keep ratelimitd's own keys).
+func isCounter(l *algorithms.Limit) bool {
+	p := int64(l.Period())
+	return l.Algorithm() == algorithms.FixedWindow && p%int64(time.Second) == 0 && fastPath(l)
 }
 
 // appendRational appends ns + frac/R (Limit.Times) as settle.lua takes

@@ -26,7 +26,7 @@ func TestChargeSpecs(t *testing.T) {
 	for round := range 2 {
 		for i := range charges {
 			c := &charges[i]
-			got, want := cs.of(c), formatCharge(c)
+			got, want := cs.of(c, false), formatCharge(c, false)
 			if got != want {
 				t.Fatalf("round %d, charge %d: %q, want %q", round, i, got, want)
 			}
@@ -37,10 +37,10 @@ func TestChargeSpecs(t *testing.T) {
 	}
 	// The same limit at another cost or shadow flag is another charge.
 	l, _ := algorithms.NewLimit(algorithms.TokenBucket, 5, time.Second, 0)
-	a := cs.of(&store.Charge{Limit: &l, Cost: 1})
-	b := cs.of(&store.Charge{Limit: &l, Cost: 2})
-	c := cs.of(&store.Charge{Limit: &l, Cost: 1, Shadow: true})
-	d := cs.of(&store.Charge{Limit: &l, Cost: 1, Kind: store.Overdraft})
+	a := cs.of(&store.Charge{Limit: &l, Cost: 1}, false)
+	b := cs.of(&store.Charge{Limit: &l, Cost: 2}, false)
+	c := cs.of(&store.Charge{Limit: &l, Cost: 1, Shadow: true}, false)
+	d := cs.of(&store.Charge{Limit: &l, Cost: 1, Kind: store.Overdraft}, false)
 	if a == b || a == c || b == c || d == a || d == b || d == c {
 		t.Errorf("charges differing in cost, shadow or kind share a string: %q %q %q %q", a, b, c, d)
 	}

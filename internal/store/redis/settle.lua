@@ -8,7 +8,9 @@
 -- ARGV[1], ARGV[2]  now as readNow takes it: ms and sub decimal, or "" and
 --          "" to read Redis TIME
 -- ARGV[3]  "1": set each written key to expire when its bucket is back at
---          rest; "0": write keys without expiry (tests on injected time)
+--          rest; "2": likewise, but in how long from now (now being the
+--          daemon's clock: readExpiry); "0": write keys without expiry
+--          (tests on injected time)
 -- ARGV[4]  "1": try mode, for one slot's share of a request that spans
 --          several (see below; then there is one request); "0": whole
 --          requests
@@ -21,7 +23,8 @@
 -- (a request's charges on the same limit and cost are the same string,
 -- parsed once per script call):
 --
---          fast ("1": the charge may take fast.lua's path) and algorithm
+--          fast ("1": the charge may take fast.lua's path; "3": it takes
+--          it, and its bucket is a counter, see below) and algorithm
 --          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
 --          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (store.Kind, 0..3) as two digits, cost,
 --          and for the buckets C, k and a (see decide.lua), each as whole
@@ -36,7 +39,11 @@
 --
 -- Each charge is decided on fast.lua's path when its limit and state fit
 -- it, and on decide.lua's bignums otherwise: the same decision either way.
--- Each charged bucket's state is written as state.lua's put writes it.
+-- Each charged bucket's state is written as state.lua's put writes it,
+-- but a counter's: a fixed window kept as envoyproxy/ratelimit keeps its
+-- counters, a plain count (a decimal integer) under a key that ends in its
+-- window's start in Unix seconds, now's window (the store names it at the
+-- now it passes), expiring when the window ends (counterState, counterPut).
 -- A request is committed (admitted) iff no non-shadow charge that is not a
 -- quota's is denied and, when it has quotas, one of them has room (none of
 -- its charges denied); its admits are written only then (those that were
@@ -59,7 +66,7 @@
 -- and refunds are never undone).
 
 readNow(ARGV[1], ARGV[2])
-local expire = ARGV[3] == "1"
+local expire = readExpiry(ARGV[3])
 local try = ARGV[4] == "1"
 
 local match = string.match
@@ -78,7 +85,7 @@ local function spec(i)
   if c then return c end
   local f, alg, r, p, cap, shadow, kind, cost, rest = match(s, "^(%d)(%d) (%d+) (%x+) (%d+) (%d)(%d) (%d+)(.*)$")
   c = {
-    fast = f == "1", alg = tonumber(alg), r = tonumber(r), ph = p, p = tonumber(p, 16), cap = tonumber(cap),
+    fast = f == "1" or f == "3", counter = f == "3", alg = tonumber(alg), r = tonumber(r), ph = p, p = tonumber(p, 16), cap = tonumber(cap),
     shadow = shadow ~= "0", probe = shadow == "2", kind = tonumber(kind), cost = tonumber(cost),
   }
   c.spanHex, c.kHex, c.aHex, c.a1Hex, c.spanFrac, c.kFrac, c.aFrac, c.a1Frac = "0", "0", "0", "0", 0, 0, 0, 0
@@ -106,6 +113,63 @@ end
 -- stateOf returns the state v holds, or the zero State for none.
 local function stateOf(B, v)
   return B.parseState(v) or { t = B.ZERO, n = 0, m = 0 }
+end
+
+-- counterState returns the state a counter under key holds when its value
+-- is v, in STATE: t the window's start (the key's last digits, seconds),
+-- n the count (at most MAXCOUNT, where a window's count saturates), m 0,
+-- restAt the window's end (sp's period after t); nil for no count (no key,
+-- 0, or a value that is not a decimal count, decided as none).
+local function counterState(key, v, sp)
+  if not v or not match(v, "^%d+$") then
+    return nil
+  end
+  local n = math.min(tonumber(v), MAXCOUNT)
+  if n == 0 then
+    return nil
+  end
+  local ms = tonumber(match(key, "(%d+)$")) * 1000
+  return packState(ms, 0, n, 0, ms + sp.p / 1000000, 0)
+end
+
+-- get returns the value of the bucket under key that sp charges, to
+-- decide on (a counter's as counterState makes it), and the value as
+-- stored.
+local function get(key, sp)
+  local v = redis.call("GET", key)
+  if sp.counter then
+    return counterState(key, v, sp), v
+  end
+  return v, v
+end
+
+-- counterPut writes a counter's next state, relative to now as fast.lua's
+-- (t false for the zero State): its count n as a decimal integer, expiring
+-- at restAt, the window's end (PX: how long from Redis's now, so that the
+-- key lives as long as the window whatever the two clocks say), or without
+-- expiry for tests on injected time; the key is deleted when the count is
+-- 0. It returns the value written.
+local function counterPut(key, t, n, restAt, expire)
+  if t == false or n == 0 then
+    redis.call("DEL", key)
+    return ""
+  end
+  local v = format("%d", n)
+  if expire then
+    redis.call("SET", key, v, "PX", format("%d", math.ceil(restAt / 1000000)))
+  else
+    redis.call("SET", key, v)
+  end
+  return v
+end
+
+-- put is fastWrite for the charge sp, a counter's as counterPut.
+local function put(key, sp, inWindow, t, n, m, restAt, kept)
+  if sp.counter then
+    counterPut(key, t, n, restAt, expire)
+  else
+    fastWrite(key, inWindow, t, n, m, restAt, expire, kept)
+  end
 end
 
 -- A charge is a table: kind, cost, shadow, and on the fast path (fast
@@ -192,9 +256,9 @@ end
 local function charge(key, i)
   local sp = spec(i)
   local kind, cost, shadow = sp.kind, sp.cost, sp.shadow
-  local old = redis.call("GET", key)
+  local v, old = get(key, sp)
   if sp.fast then
-    local ok, t, n, m, kept = fastState(old, sp)
+    local ok, t, n, m, kept = fastState(v, sp)
     if ok then
       local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m)
       return {
@@ -204,7 +268,7 @@ local function charge(key, i)
     end
   end
   local B = bignums()
-  local bl, bs = bigLimit(B, sp), stateOf(B, old)
+  local bl, bs = bigLimit(B, sp), stateOf(B, v)
   local next, d = B.apply(bl, bs, B.bigNow(), kind, cost)
   return { kind = kind, cost = cost, shadow = shadow, probe = sp.probe, bl = bl, bs = bs, d = d, code = d.code, nt = next }, old
 end
@@ -213,6 +277,9 @@ end
 -- State) and returns the value written.
 local function store(key, c)
   if c.fast then
+    if c.l.counter then
+      return counterPut(key, c.nt, c.nn, c.nr, expire)
+    end
     return fastPut(key, c.nt, c.nn, c.nm, c.nr, expire, c.kept)
   end
   if c.nt == false then
@@ -231,7 +298,7 @@ end
 -- for one charge on locals instead of the shared arrays: measured about
 -- 0.3 µs less per request, of about 2 µs with its GET and SET.)
 local function settleOneFast(key, sp)
-  local ok, t, n, m, kept, inWindow = fastRead(redis.call("GET", key), sp)
+  local ok, t, n, m, kept, inWindow = fastRead((get(key, sp)), sp)
   if not ok then
     return false
   end
@@ -240,7 +307,7 @@ local function settleOneFast(key, sp)
   -- admit was not allowed, so has nothing to write.
   local committed = code == ALLOWED or sp.shadow
   if written(sp.kind, nt, committed, sp.probe) then
-    fastWrite(key, inWindow, nt, nn, nm, nr, expire, kept)
+    put(key, sp, inWindow, nt, nn, nm, nr, kept)
   end
   size = size + 1
   reply[size] = committed and 1 or 0
@@ -266,7 +333,7 @@ local function settleManyFast(k, a, count, q)
     if not sp.fast then
       return false
     end
-    local ok, t, n, m, kept, inWindow = fastRead(redis.call("GET", KEYS[k + i]), sp)
+    local ok, t, n, m, kept, inWindow = fastRead((get(KEYS[k + i], sp)), sp)
     if not ok then
       return false
     end
@@ -285,7 +352,7 @@ local function settleManyFast(k, a, count, q)
   for i = 1, count do
     local sp, code = fSp[i], fCode[i]
     if written(sp.kind, fNt[i], commit, sp.probe) then
-      fastWrite(KEYS[k + i], fIn[i], fNt[i], fNn[i], fNm[i], fNr[i], expire, fKept[i])
+      put(KEYS[k + i], sp, fIn[i], fNt[i], fNn[i], fNm[i], fNr[i], fKept[i])
     end
     if not commit and peeked(sp.kind, code, sp.cost) then
       -- Settle's denial: the admitted charges as peeks of their bucket's

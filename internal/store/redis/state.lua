@@ -71,8 +71,9 @@ end
 
 -- put stores under key the state value v, whose bucket is at rest at
 -- restAt (a bignum). With expire, the key expires at restAt rounded up to
--- the millisecond (PXAT), or is deleted when the bucket is at rest already
--- at now; without (tests on injected time), the key does not expire.
+-- the millisecond (PXAT; with expireIn, PX: that long after now), or is
+-- deleted when the bucket is at rest already at now; without (tests on
+-- injected time), the key does not expire.
 local function put(key, v, restAt, expire)
   local now = bigNow()
   if not expire then
@@ -80,7 +81,12 @@ local function put(key, v, restAt, expire)
   elseif cmp(restAt, now) <= 0 then
     redis.call("DEL", key)
   else
-    redis.call("SET", key, v, "PXAT", string.format("%.0f", ceilMs(restAt, now)))
+    local ms = ceilMs(restAt, now)
+    if expireIn then
+      redis.call("SET", key, v, "PX", string.format("%.0f", ms - nowMs))
+    else
+      redis.call("SET", key, v, "PXAT", string.format("%.0f", ms))
+    end
   end
 end
 
