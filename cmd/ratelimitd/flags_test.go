@@ -130,8 +130,9 @@ func TestHelpGroupsEveryFlag(t *testing.T) {
 	}
 }
 
-// TestContradictoryFlags: flags that cannot go together are a usage error
-// (exit 2) told in one line naming them, before any log line.
+// TestContradictoryFlags: flags that cannot go together, or a state file
+// in a directory that does not exist, are a usage error (exit 2) told in
+// one line naming them, before any log line.
 func TestContradictoryFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -142,6 +143,7 @@ func TestContradictoryFlags(t *testing.T) {
 		{[]string{"--state-file", "s", "--store", "redis", "--redis-addr", "127.0.0.1:1"}, "ratelimitd: --state-file with --store redis: "},
 		{[]string{"--xds-server", "127.0.0.1:1", "--state-file", "s"}, "ratelimitd: --state-file and --xds-server: "},
 		{[]string{"--authz-policy", "a.yaml"}, "ratelimitd: --authz-policy without --admin-addr: "},
+		{[]string{"--state-file", "/no/such/dir/buckets.snap"}, "ratelimitd: --state-file /no/such/dir/buckets.snap: the directory /no/such/dir does not exist"},
 	} {
 		var stdout, stderr strings.Builder
 		code := run(tc.args, &stdout, &stderr)

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -388,6 +390,11 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	}
 	if cfg.StateFile != "" && cfg.Store == "redis" {
 		return cfg, errors.New("--state-file with --store redis: a state file keeps the memory store's buckets; Redis keeps its own")
+	}
+	if cfg.StateFile != "" {
+		if fi, err := os.Stat(filepath.Dir(cfg.StateFile)); err != nil || !fi.IsDir() {
+			return cfg, stateFileError(cfg.StateFile, fs.ErrNotExist)
+		}
 	}
 	if cfg.NearLimitRatio == 0 {
 		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
