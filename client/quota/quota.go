@@ -265,10 +265,14 @@ func (b *Bucket) Allow(ctx context.Context) bool {
 	now := b.c.now()
 	a := b.assigned.Load()
 	if a == nil || now >= a.until {
-		if !b.subscribed.Load() && b.subscribed.CompareAndSwap(false, true) {
+		first := !b.subscribed.Load() && b.subscribed.CompareAndSwap(false, true)
+		ok := b.count(b.fallback(ctx))
+		if first {
+			// After counting, so that the first report carries the first
+			// request, as Envoy's filter's does.
 			b.c.reportNow()
 		}
-		return b.count(b.fallback(ctx))
+		return ok
 	}
 	if a.every == 0 {
 		return b.count(a.rule != typev3.RateLimitStrategy_DENY_ALL)
