@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/ratelimitd/ratelimitd/client"
-	"github.com/ratelimitd/ratelimitd/internal/ratelimitheader"
+	"github.com/ratelimitd/ratelimitd/internal/api/ratelimitheader"
 )
 
 // setRateLimit sets the RateLimit-Policy and RateLimit headers of d, a

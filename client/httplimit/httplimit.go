@@ -64,7 +64,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/client/quota"
-	"github.com/ratelimitd/ratelimitd/internal/ratelimitheader"
+	"github.com/ratelimitd/ratelimitd/internal/api/ratelimitheader"
 )
 
 // Middleware limits the requests of the handlers it wraps. Make one with

@@ -8,12 +8,12 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
-	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	"github.com/ratelimitd/ratelimitd/internal/rlqsapi/quotasim"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/quotasim"
 )
 
 // local is the client's own code (Bucket.Allow, apply, abandon, report)

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/ratelimitd/ratelimitd/internal/loadgen"
+	"github.com/ratelimitd/ratelimitd/internal/operator/loadgen"
 )
 
 // defaultBenchDescriptor is the embedded default policy's per-user tier.

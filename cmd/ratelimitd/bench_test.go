@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	"github.com/ratelimitd/ratelimitd/internal/loadgen"
+	"github.com/ratelimitd/ratelimitd/internal/operator/loadgen"
 )
 
 const benchPolicy = `

@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/docsnippets"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/docsnippets"
 )
 
 // The documentation test runs every command of README.md, docs/ and
 // examples/ as a new user would type it on a fresh clone, and compares what
 // it prints with the sample output the page shows after it
-// (internal/docsnippets has the rules). Each page runs in one bash session,
+// (internal/testkit/docsnippets has the rules). Each page runs in one bash session,
 // in a temporary directory that links every top-level entry of the
 // repository (so relative paths work and files the commands write stay out
 // of the checkout), with the built daemon as `ratelimitd` and the pinned
@@ -36,7 +36,7 @@ import (
 // missing tool fails the test. A field a sample says varies is checked
 // against the bounds the page states (varying). examples/ has no page
 // today: its programs are run by their own tests (examples/httpservice,
-// internal/envoyapi's example_test.go, kubernetes_test.go).
+// internal/api/envoyapi's example_test.go, kubernetes_test.go).
 
 // excusedPages are pages whose commands another test runs.
 var excusedPages = map[string]string{
@@ -55,7 +55,7 @@ var excusedLines = []struct{ page, prefix, reason string }{
 	{"README.md", "ratelimitd --store redis --redis-cluster", "a Redis cluster of three hosts"},
 	{"docs/redis.md", "ratelimitd --store redis --redis-addr 10.0.0.5:6379", "a Redis at another host's address; redis_test.go and internal/store/redis run real ones"},
 	{"docs/redis.md", "ratelimitd --store redis --redis-cluster", "a Redis cluster of three hosts"},
-	{"docs/envoy.md", "envoy -c examples/envoy/envoy.yaml", "Envoy is not installed here; internal/envoyapi/example_test.go validates the bootstrap with go-control-plane"},
+	{"docs/envoy.md", "envoy -c examples/envoy/envoy.yaml", "Envoy is not installed here; internal/api/envoyapi/example_test.go validates the bootstrap with go-control-plane"},
 	{"docs/envoy.md", "curl -i -H 'x-user-id: alice' 'http://127.0.0.1:10000/", "goes through Envoy (above)"},
 }
 

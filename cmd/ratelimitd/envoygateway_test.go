@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/ratelimitd/ratelimitd/internal/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
 // freeAddr returns a loopback address with a port free a moment ago.

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/metrics/metricstest"
+	"github.com/ratelimitd/ratelimitd/internal/observe/metrics/metricstest"
 )
 
 // floodRSSBound is the resident memory a daemon with default flags must

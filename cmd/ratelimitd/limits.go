@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
-	"github.com/ratelimitd/ratelimitd/internal/readpace"
+	"github.com/ratelimitd/ratelimitd/internal/transport/readpace"
 )
 
 // surfaceFlags are the flags of the admin address, the allowed hosts and

@@ -22,13 +22,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
-	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/upstreamenv"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/observe/buildinfo"
+	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
-	"github.com/ratelimitd/ratelimitd/internal/upstreamenv"
 )
 
 // memoryHeadroom is what the daemon's soft memory limit allows above

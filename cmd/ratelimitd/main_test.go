@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
 )
 
 // binary builds ratelimitd once into a temporary directory.

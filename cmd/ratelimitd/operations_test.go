@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/observe/tracing/otlptest"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
-	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
 )
 
 // operationsSnippets returns the commands of the sh blocks in

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/simulate"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/operator/simulate"
 )
 
 // simulateCmd runs `ratelimitd simulate`: traffic against limits on a

@@ -23,9 +23,9 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/h2raw"
-	"github.com/ratelimitd/ratelimitd/internal/readpace"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/h2raw"
+	"github.com/ratelimitd/ratelimitd/internal/transport/readpace"
 )
 
 // transportRSSBound is what the daemon's resident memory must stay under
@@ -432,7 +432,7 @@ func (pr *wellBehaved) report(t *testing.T, rss *rssWatch, what string) {
 }
 
 // attacker is the address the floods of unfinished messages come from: a
-// source (internal/source) other than the well-behaved client's, as an
+// source (internal/transport/source) other than the well-behaved client's, as an
 // attacker's would be.
 const attacker = "127.0.0.2"
 

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ratelimitd/ratelimitd/internal/upstreamenv"
+	"github.com/ratelimitd/ratelimitd/internal/daemon/upstreamenv"
 )
 
 // upstreamName is the name envoyproxy/ratelimit's binary has in its image

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
+	"github.com/ratelimitd/ratelimitd/internal/observe/tracing/otlptest"
 )
 
 // TestUpstreamEnvFileConfigAndFlagsWin: under upstream's environment

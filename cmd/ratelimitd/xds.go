@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
 )
 
 // xdsFlags are the flags of the policy over xDS that need work after

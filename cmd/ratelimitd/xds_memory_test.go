@@ -10,7 +10,7 @@ import (
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 )
 
 // flatConfig is a resource of n descriptors side by side, each with a

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/ratelimitd/ratelimitd/internal/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
 )
 
 // translation is what a control plane's code makes of a user's resources:

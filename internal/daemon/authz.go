@@ -3,7 +3,7 @@ package daemon
 import (
 	"google.golang.org/grpc"
 
-	"github.com/ratelimitd/ratelimitd/internal/authz"
+	"github.com/ratelimitd/ratelimitd/internal/api/authz"
 )
 
 // loadAuthz reads the authorization policy, when Config.AuthzPolicy names

@@ -21,7 +21,7 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
 // Two tenants' domains, each a small token bucket per user: 3 at once.

@@ -2,7 +2,7 @@
 // the gRPC server (ratelimit.v1, Envoy's envoy.service.ratelimit.v3 and its
 // quota service envoy.service.rate_limit_quota.v3, health, reflection; TLS
 // optional) and the HTTP server (health, metrics, admin, and
-// both decision APIs as JSON: internal/httpapi), and runs them until stopped.
+// both decision APIs as JSON: internal/api/httpapi), and runs them until stopped.
 //
 // While it runs, the daemon reloads the policy when the files at
 // Config.ConfigPath change (Reload), and the TLS files when they change.
@@ -32,29 +32,29 @@ import (
 	"google.golang.org/grpc/status"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/admin"
-	"github.com/ratelimitd/ratelimitd/internal/authz"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/config"
-	"github.com/ratelimitd/ratelimitd/internal/connlimit"
-	"github.com/ratelimitd/ratelimitd/internal/console"
+	"github.com/ratelimitd/ratelimitd/internal/api/authz"
+	"github.com/ratelimitd/ratelimitd/internal/api/envoyapi"
+	"github.com/ratelimitd/ratelimitd/internal/api/grpcapi"
+	"github.com/ratelimitd/ratelimitd/internal/api/grpcdecode"
+	"github.com/ratelimitd/ratelimitd/internal/api/httpapi"
+	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
-	"github.com/ratelimitd/ratelimitd/internal/grpcapi"
-	"github.com/ratelimitd/ratelimitd/internal/grpcdecode"
-	"github.com/ratelimitd/ratelimitd/internal/httpapi"
-	"github.com/ratelimitd/ratelimitd/internal/metrics"
-	"github.com/ratelimitd/ratelimitd/internal/readpace"
-	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
-	"github.com/ratelimitd/ratelimitd/internal/reload"
-	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
+	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/observe/topdenied"
+	"github.com/ratelimitd/ratelimitd/internal/observe/tracing"
+	"github.com/ratelimitd/ratelimitd/internal/operator/admin"
+	"github.com/ratelimitd/ratelimitd/internal/operator/console"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
+	"github.com/ratelimitd/ratelimitd/internal/policy/reload"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
-	"github.com/ratelimitd/ratelimitd/internal/streamlimit"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
-	"github.com/ratelimitd/ratelimitd/internal/topdenied"
-	"github.com/ratelimitd/ratelimitd/internal/tracing"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
+	"github.com/ratelimitd/ratelimitd/internal/transport/connlimit"
+	"github.com/ratelimitd/ratelimitd/internal/transport/readpace"
+	"github.com/ratelimitd/ratelimitd/internal/transport/recvlimit"
+	"github.com/ratelimitd/ratelimitd/internal/transport/streamlimit"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
 )
 
 // Config is what the daemon is started with.
@@ -63,7 +63,7 @@ type Config struct {
 	// embedded default policy (or with XDS).
 	ConfigPath string
 	// XDS, when XDS.Server is set, takes the policy from an xDS control
-	// plane instead (internal/xdspolicy; see xds.go): not with ConfigPath
+	// plane instead (internal/policy/xdspolicy; see xds.go): not with ConfigPath
 	// or StateFile. Its Logger is the daemon's.
 	XDS xdspolicy.Config
 	// StartWithoutPolicy, with XDS, decides calls before the first policy
@@ -93,7 +93,7 @@ type Config struct {
 	// show every tenant's buckets to whoever reaches the decision port).
 	AdminAddr string
 	// AllowedHosts are the host names (without port) the HTTP ports answer
-	// to, besides IP addresses and "localhost" (internal/hostcheck): a
+	// to, besides IP addresses and "localhost" (internal/transport/hostcheck): a
 	// request naming another Host is refused, so that a web page cannot
 	// reach a daemon through DNS rebinding. "*" allows any.
 	AllowedHosts []string
@@ -120,7 +120,7 @@ type Config struct {
 	// SweepInterval is how often idle buckets are reclaimed (0: 10s).
 	SweepInterval time.Duration
 	// StateFile, when set, keeps the memory store's buckets across
-	// restarts in that file (internal/snapshot's format): loaded at start
+	// restarts in that file (internal/store/snapshot's format): loaded at start
 	// before serving (a missing file starts empty; a bad one is logged,
 	// counted, renamed to StateFile.rejected and the store starts empty),
 	// written every SnapshotInterval and on shutdown after the last call.
@@ -184,13 +184,13 @@ type Config struct {
 	// ResponseDynamicMetadata makes Envoy v3 responses carry
 	// dynamic_metadata (envoyapi.WithDynamicMetadata).
 	ResponseDynamicMetadata bool
-	// AuthzPolicy is an authorization policy file (internal/authz): which
+	// AuthzPolicy is an authorization policy file (internal/api/authz): which
 	// callers, by client certificate or bearer token, may check, charge or
 	// refund in which domains. It and its token files are reloaded when they
 	// change and on ReloadAuthz. Empty: no authorization, every caller that
 	// can connect may check, charge and refund in every domain.
 	AuthzPolicy string
-	// Tracing configures OpenTelemetry traces (internal/tracing): off
+	// Tracing configures OpenTelemetry traces (internal/observe/tracing): off
 	// unless it or the standard OTEL_* environment turns them on.
 	Tracing tracing.Config
 	// UnaryInterceptors run on every unary call after the daemon's own

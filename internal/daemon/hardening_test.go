@@ -17,11 +17,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/api/grpcdecode/grpcdecodetest"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	"github.com/ratelimitd/ratelimitd/internal/grpcdecode/grpcdecodetest"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
 // TestCertificateExpiryWarning: an expired certificate, or one expiring

@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
-	"github.com/ratelimitd/ratelimitd/internal/connlimit"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/hostcheck"
-	"github.com/ratelimitd/ratelimitd/internal/recvlimit"
-	"github.com/ratelimitd/ratelimitd/internal/streamlimit"
+	"github.com/ratelimitd/ratelimitd/internal/transport/connlimit"
+	"github.com/ratelimitd/ratelimitd/internal/transport/hostcheck"
+	"github.com/ratelimitd/ratelimitd/internal/transport/recvlimit"
+	"github.com/ratelimitd/ratelimitd/internal/transport/streamlimit"
 )
 
 // Limits bounds what a caller can make the daemon hold before its call is
@@ -27,7 +27,7 @@ type Limits struct {
 	// MaxConnections is how many connections each port (gRPC, HTTP,
 	// admin, metrics) holds open at once; with that many open, a new one closes the
 	// connection idle longest, or is closed itself when none is idle
-	// (internal/connlimit). A gRPC connection is busy while a call of it
+	// (internal/transport/connlimit). A gRPC connection is busy while a call of it
 	// runs its handler (a long-lived stream does not count:
 	// MaxLongStreams), an HTTP one from a request's first byte to its
 	// answer.
@@ -39,7 +39,7 @@ type Limits struct {
 	// MaxWaitingStreams is how many gRPC calls, on all connections
 	// together, may be waiting for their request message at once; a call
 	// beyond it ends the oldest waiting on the connection with the most
-	// waiting (internal/recvlimit). The bytes buffered for messages on the
+	// waiting (internal/transport/recvlimit). The bytes buffered for messages on the
 	// way are at most this many times the largest request the bounds allow
 	// (MaxMessageBytes).
 	MaxWaitingStreams int
@@ -52,11 +52,11 @@ type Limits struct {
 	// bound the gRPC streams that last as long as their client wants (the
 	// health service's Watch, Envoy's quota streams, reflection: every
 	// streaming method of the gRPC server) in all, per caller (a source address:
-	// internal/source) and per connection. A stream beyond its caller's or
+	// internal/transport/source) and per connection. A stream beyond its caller's or
 	// its connection's bound is refused (ResourceExhausted); with
 	// MaxLongStreams held, a new one ends the oldest of the caller holding
 	// the most, when that caller holds more than the new one's
-	// (internal/streamlimit). Such streams never make a connection busy
+	// (internal/transport/streamlimit). Such streams never make a connection busy
 	// (MaxConnections).
 	MaxLongStreams          int
 	MaxLongStreamsPerCaller int
@@ -67,7 +67,7 @@ type Limits struct {
 	// message (MaxWaitingStreams, MessageTimeout) is read at most its equal
 	// share of this until PacedQuiet passes without another such call, and
 	// each new call on it costs readpace.StreamCost bytes of its share
-	// (internal/readpace). So is every connection its source (an IPv4
+	// (internal/transport/readpace). So is every connection its source (an IPv4
 	// address, an IPv6 /64) opens meanwhile, from its first byte, and at
 	// most readpace.MaxPacedPerSource of a source's connections are paced
 	// at once (one more closes the one owing the most). Other connections
@@ -268,7 +268,7 @@ func chainTaps(taps []tap.ServerInHandle) tap.ServerInHandle {
 // idle timeouts of the limits (the body's: MessageTimeout after the
 // header) and l's connection states tracked, answering only the hosts
 // allowedHosts names and no unsafe cross-origin request
-// (internal/hostcheck).
+// (internal/transport/hostcheck).
 func (d *Daemon) httpServer(h http.Handler, l *connlimit.Listener) *http.Server {
 	lim := d.cfg.Limits
 	return &http.Server{

@@ -25,7 +25,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/h2raw"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/h2raw"
 )
 
 const v1Method = "/ratelimit.v1.RateLimitService/ShouldRateLimit"
@@ -134,7 +134,7 @@ func TestMessageNeverArriving(t *testing.T) {
 
 // TestWaitingStreamsBounded: with as many calls waiting for their message
 // as the limit allows, one more ends the call waiting longest, and its
-// connection is paced from then on (internal/readpace), and so is a new
+// connection is paced from then on (internal/transport/readpace), and so is a new
 // connection from the same address; another caller's connection is not.
 func TestWaitingStreamsBounded(t *testing.T) {
 	d := daemontest.Start(t, "", func(c *daemon.Config) {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 )
 
 // TestXDSMetadata: a descriptor's metadata sent over xDS (go-control-plane's

@@ -26,14 +26,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
-	"github.com/ratelimitd/ratelimitd/internal/metrics/metricstest"
+	"github.com/ratelimitd/ratelimitd/internal/observe/metrics/metricstest"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig/tlstest"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
 // dial returns a plaintext client of d.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/authz"
-	"github.com/ratelimitd/ratelimitd/internal/config"
-	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
+	"github.com/ratelimitd/ratelimitd/internal/api/authz"
+	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 )
 
 // quotaTick is how often the quota service rebalances between reports, so

@@ -3,10 +3,10 @@ package daemon
 import (
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/admin"
-	"github.com/ratelimitd/ratelimitd/internal/config"
-	"github.com/ratelimitd/ratelimitd/internal/console"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
+	"github.com/ratelimitd/ratelimitd/internal/operator/admin"
+	"github.com/ratelimitd/ratelimitd/internal/operator/console"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
 )
 
 // Reload reads the policy at Config.ConfigPath again. A valid policy is

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimitd/ratelimitd/internal/snapshot"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	"github.com/ratelimitd/ratelimitd/internal/store/snapshot"
 )
 
 // DefaultSnapshotInterval is how often the memory store is written to

@@ -17,15 +17,15 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/metrics"
-	"github.com/ratelimitd/ratelimitd/internal/rlqsapi"
-	"github.com/ratelimitd/ratelimitd/internal/snapshot"
+	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
+	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
+	"github.com/ratelimitd/ratelimitd/internal/store/snapshot"
+	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
 )
 
 // RedisHealthService is the gRPC health service that says whether the Redis

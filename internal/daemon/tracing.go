@@ -8,10 +8,10 @@ import (
 	"google.golang.org/grpc"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
-	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
+	"github.com/ratelimitd/ratelimitd/internal/api/envoyapi"
+	"github.com/ratelimitd/ratelimitd/internal/observe/buildinfo"
+	"github.com/ratelimitd/ratelimitd/internal/observe/tracing"
 	"github.com/ratelimitd/ratelimitd/internal/store"
-	"github.com/ratelimitd/ratelimitd/internal/tracing"
 )
 
 // startTracing starts the OTLP exporter when Config.Tracing or the

@@ -14,10 +14,10 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/observe/tracing"
+	"github.com/ratelimitd/ratelimitd/internal/observe/tracing/otlptest"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
-	"github.com/ratelimitd/ratelimitd/internal/tracing"
-	"github.com/ratelimitd/ratelimitd/internal/tracing/otlptest"
 )
 
 const tracedPolicy = `

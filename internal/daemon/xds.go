@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/admin"
-	"github.com/ratelimitd/ratelimitd/internal/config"
-	"github.com/ratelimitd/ratelimitd/internal/console"
-	"github.com/ratelimitd/ratelimitd/internal/envoyapi"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
+	"github.com/ratelimitd/ratelimitd/internal/api/envoyapi"
+	"github.com/ratelimitd/ratelimitd/internal/operator/admin"
+	"github.com/ratelimitd/ratelimitd/internal/operator/console"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
 )
 
 // checkXDS refuses what cannot go with an xDS policy.

@@ -14,8 +14,8 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy"
-	"github.com/ratelimitd/ratelimitd/internal/xdspolicy/xdstest"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
+	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 )
 
 const xdsNode = "envoy-ratelimit"

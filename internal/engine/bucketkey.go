@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 )
 
 // BucketKey is what a bucket's store key is made of. Append encodes it and
@@ -160,7 +160,7 @@ func (e *Engine) ruleOf(k *BucketKey) *config.Rule {
 }
 
 // Adopt returns what becomes of a bucket of a snapshot of the given format
-// version (internal/snapshot): the key and state to restore it under, and
+// version (internal/store/snapshot): the key and state to restore it under, and
 // whether to restore it at all. A bucket of a version 4 snapshot is kept as
 // it is when InPolicy. One of an earlier version is converted first: its
 // key named the limit by its whole arithmetic (config.Limit.Key), which

@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 )
 
 // TestDenyAllWithAnAlgorithm: requests_per_unit: 0 denies every request,

@@ -85,8 +85,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
@@ -195,7 +195,7 @@ func (e *Engine) Policy() *config.Policy { return e.policy.Load() }
 // SetPolicy replaces the policy for requests that start after it returns.
 // A bucket whose limit keeps its config.Limit.Bucket (the same rule, kind
 // of state and period) keeps its state, read by the changed limit as
-// internal/algorithms says ("A changed limit"): what was used stays used.
+// internal/core/algorithms says ("A changed limit"): what was used stays used.
 func (e *Engine) SetPolicy(p *config.Policy) { e.policy.Store(p) }
 
 // ShouldRateLimit decides req and writes the answer into resp, reusing

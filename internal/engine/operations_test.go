@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 )
 
 // TestReloadKeepsWhatWasUsed: a reload that changes a limit's requests or

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/config"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
@@ -289,7 +289,7 @@ func (e *InvalidError) Error() string { return e.Field + ": " + e.Problem }
 // outright, whatever the buckets hold: a descriptor asking a refund of a
 // rule that takes none (config.Rule.NoRefunds). Nothing of the request is
 // applied. Field names the descriptor as InvalidError's does; every API
-// answers it PermissionDenied (internal/grpcstatus).
+// answers it PermissionDenied (internal/api/grpcstatus).
 type RefusedError struct {
 	Field   string
 	Problem string

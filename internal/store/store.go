@@ -13,7 +13,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 )
 
 // Kind says how a Charge is applied.

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/internal/buildinfo"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/observe/buildinfo"
 )
 
 func smokeRun(t *testing.T, d *daemontest.Daemon, extra ...string) (int, string) {

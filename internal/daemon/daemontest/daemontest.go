@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
-	"github.com/ratelimitd/ratelimitd/internal/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
 )
 
 // T0 is the daemon's starting time: a whole minute since the epoch, so

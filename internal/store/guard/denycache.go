@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 

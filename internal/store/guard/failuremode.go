@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 

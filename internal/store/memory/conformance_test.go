@@ -3,7 +3,7 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 	"github.com/ratelimitd/ratelimitd/internal/store/storetest"

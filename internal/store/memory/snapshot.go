@@ -3,8 +3,8 @@ package memory
 import (
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/snapshot"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/store/snapshot"
 )
 
 // Written is what WriteSnapshot wrote.
@@ -21,7 +21,7 @@ type Written struct {
 }
 
 // WriteSnapshot writes the store's buckets to a snapshot file at path
-// (internal/snapshot: a temporary file, fsynced, renamed over path), for
+// (internal/store/snapshot: a temporary file, fsynced, renamed over path), for
 // ReadSnapshot to bring back after a restart. wallNow is the wall clock's
 // reading now (time.Now().UnixNano()), recorded with the store clock's so
 // that a reader can carry the states to its own clock.
@@ -126,7 +126,7 @@ type Restored struct {
 // store before it serves. wallNow is the wall clock's reading now.
 //
 // States are times on the decision clock, which counts from the Unix epoch
-// (internal/clock), so a state written by one process means the same in
+// (internal/core/clock), so a state written by one process means the same in
 // the next one and the time between the two passes by itself: a bucket
 // drained before a restart has refilled by exactly the downtime after it.
 // Nothing is re-based unless the writing process's clock ran behind the

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/snapshot"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
+	"github.com/ratelimitd/ratelimitd/internal/store/snapshot"
 	"github.com/ratelimitd/ratelimitd/internal/store/storetest"
 )
 

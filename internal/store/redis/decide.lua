@@ -1,4 +1,4 @@
--- decide.lua: internal/algorithms' Limit.Decide, line for line, on bignums
+-- decide.lua: internal/core/algorithms' Limit.Decide, line for line, on bignums
 -- (bignum.lua; the constants are now.lua's). Each function names the Go function it mirrors; read them
 -- side by side. Times are bignums of nanoseconds; counts, fractions,
 -- Requests, Capacity and costs are below 2^33 and kept as plain numbers,
@@ -238,7 +238,7 @@ end
 
 -- newLimit builds a limit from its parts (see the top of this file).
 
--- Checks, overdraft and refunds: internal/algorithms' usage.go. A next
+-- Checks, overdraft and refunds: internal/core/algorithms' usage.go. A next
 -- state false is the zero State (a refund brought the bucket back to rest:
 -- its key is deleted). The limit of an overdraft or a refund carries
 -- a1Ns, a1Frac (C - I) and kNs, kFrac for its whole cost or units (at most

@@ -1,4 +1,4 @@
--- fast.lua: internal/algorithms' Limit.Decide, line for line as decide.lua,
+-- fast.lua: internal/core/algorithms' Limit.Decide, line for line as decide.lua,
 -- on plain Lua numbers instead of bignums, for the limits and states where
 -- every value fits below 2^53 (so every operation below is exact). After
 -- bignum.lua and state.lua.
@@ -374,7 +374,7 @@ local function fastDecide(l, t, n, m, cost)
   return fastGcra(l, t, n, cost)
 end
 
--- Checks, overdraft and refunds (internal/algorithms' usage.go). Each
+-- Checks, overdraft and refunds (internal/core/algorithms' usage.go). Each
 -- returns what fastDecide returns, with t false for a bucket brought back
 -- to rest: the zero State, whose key is deleted. The limit of a check, an
 -- overdraft or a refund carries a1Ns, a1Frac (C - I: the most backlog that

@@ -13,8 +13,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratelimitd/ratelimitd/internal/clock"
-	"github.com/ratelimitd/ratelimitd/internal/quota"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
+	"github.com/ratelimitd/ratelimitd/internal/core/quota"
 )
 
 //go:embed quotaledger.lua

@@ -4,7 +4,7 @@
 //
 // The suite drives a store on a fake timeline — the store must decide at
 // the Fake clock's time — and checks it three ways: against decisions
-// written out by hand (algotest's cases, which internal/algorithms' table
+// written out by hand (algotest's cases, which internal/core/algorithms' table
 // tests decide too: from the longest period at the latest time to
 // MaxRequests per nanosecond, costs up to MaxInt64 and clocks going back),
 // against store.Settle applied directly to a map of states on long random
@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/algorithms"
-	"github.com/ratelimitd/ratelimitd/internal/algorithms/algotest"
-	"github.com/ratelimitd/ratelimitd/internal/clock"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms/algotest"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
@@ -55,7 +55,7 @@ type Options struct {
 	// Redis store's Config.Counters, envoyproxy/ratelimit's layout), and so
 	// decides a now that went back into an earlier window in that window,
 	// where Limit.Decide settles it in the later one. Such a store runs on
-	// a clock that never goes back (internal/clock). EdgeCases then decides
+	// a clock that never goes back (internal/core/clock). EdgeCases then decides
 	// each case up to its first step back, and RandomTimelines' steps back
 	// stay where they are.
 	ForwardOnly bool
@@ -88,7 +88,7 @@ const (
 )
 
 // EdgeCases decides algotest's cases, the specification of decisions that
-// internal/algorithms' table tests decide with Limit.Decide, through the
+// internal/core/algorithms' table tests decide with Limit.Decide, through the
 // store: one bucket per case and algorithm, every decision exactly the
 // case's, a step that changes the limit charging the bucket with the new
 // one (as after a policy reload).

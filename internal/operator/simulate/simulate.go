@@ -1,0 +1,315 @@
+// Package simulate replays traffic against rate limits to show what each
+// algorithm admits: the arithmetic of internal/core/algorithms, decided on a
+// simulated clock, so a simulation answers exactly as the daemon would for
+// one bucket receiving that traffic.
+//
+// A simulation is a Traffic (arrival times, and what each request costs)
+// and one or more Lanes (a limit each); every lane sees the same arrivals,
+// so lanes side by side compare algorithms on equal terms. A lane may be a
+// token budget charged after the fact (Lane.Overdraft): each request is
+// checked first and, admitted, charged its whole cost, so the budget can go
+// into debt and stay denied until its refill pays the debt back; Bin.InDebt
+// shows when. Time starts at 0 on the simulated clock, the
+// Unix epoch, where every window boundary of every period falls, so a
+// fixed window's first boundary is at exactly one period.
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
+)
+
+// Pattern names a shape of traffic.
+type Pattern string
+
+const (
+	// Steady sends Rate requests a second, evenly spaced.
+	Steady Pattern = "steady"
+	// Bursts sends Burst requests at once every Every, from time 0.
+	Bursts Pattern = "bursts"
+	// Boundary sends Burst requests just before the first window boundary
+	// (at Period − Period/100) and Burst more exactly at it (at Period):
+	// the case where a fixed window admits twice its limit within a
+	// hundredth of a period.
+	Boundary Pattern = "boundary"
+	// Poisson sends requests at random, Rate a second on average
+	// (exponential gaps drawn from Seed, so a seed always gives the same
+	// traffic).
+	Poisson Pattern = "poisson"
+	// Recorded sends a request at each of Times.
+	Recorded Pattern = "recorded"
+)
+
+// Patterns lists every pattern.
+func Patterns() []Pattern { return []Pattern{Steady, Bursts, Boundary, Poisson, Recorded} }
+
+// MaxArrivals bounds the requests of one simulation.
+const MaxArrivals = 1_000_000
+
+// Traffic describes arrivals over Duration from time 0.
+type Traffic struct {
+	Pattern  Pattern
+	Duration time.Duration
+	// Rate is requests a second, for Steady and Poisson.
+	Rate float64
+	// Burst is requests at once, for Bursts and Boundary.
+	Burst int
+	// Every is the time between bursts, for Bursts.
+	Every time.Duration
+	// Period places Boundary's burst: normally the period of the limits
+	// compared.
+	Period time.Duration
+	// Seed seeds Poisson.
+	Seed uint64
+	// Times are the arrival times for Recorded, from 0; those outside
+	// [0, Duration) are ignored.
+	Times []time.Duration
+	// Cost is what each request uses (tokens, for a token budget); 0
+	// means 1.
+	Cost int64
+}
+
+// cost returns what each request uses.
+func (t Traffic) cost() int64 { return max(t.Cost, 1) }
+
+// Arrivals returns the arrival times, sorted, or an error naming the field
+// that is missing or out of range.
+func (t Traffic) Arrivals() ([]time.Duration, error) {
+	if t.Duration <= 0 {
+		return nil, errors.New("duration: must be positive")
+	}
+	if t.Cost < 0 {
+		return nil, errors.New("cost: must not be negative (0 means 1)")
+	}
+	var out []time.Duration
+	add := func(at time.Duration) error {
+		if len(out) >= MaxArrivals {
+			return fmt.Errorf("traffic: more than %d requests; shorten the duration or lower the rate", MaxArrivals)
+		}
+		out = append(out, at)
+		return nil
+	}
+	switch t.Pattern {
+	case Steady, Poisson:
+		if !(t.Rate > 0) || math.IsInf(t.Rate, 0) {
+			return nil, errors.New("rate: must be a positive number of requests a second")
+		}
+		if t.Rate*t.Duration.Seconds() > MaxArrivals {
+			return nil, fmt.Errorf("traffic: rate × duration is more than %d requests", MaxArrivals)
+		}
+		rng := rand.New(rand.NewPCG(t.Seed, t.Seed^0x5eed))
+		gap := float64(time.Second) / t.Rate
+		for at := 0.0; at < float64(t.Duration); {
+			if err := add(time.Duration(at)); err != nil {
+				return nil, err
+			}
+			if t.Pattern == Steady {
+				at += gap
+			} else {
+				at += rng.ExpFloat64() * gap
+			}
+		}
+	case Bursts:
+		if t.Burst <= 0 || t.Every <= 0 {
+			return nil, errors.New("burst and every: bursts need a positive size and interval")
+		}
+		for at := time.Duration(0); at < t.Duration; at += t.Every {
+			for range t.Burst {
+				if err := add(at); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case Boundary:
+		if t.Burst <= 0 || t.Period <= 0 {
+			return nil, errors.New("burst and period: a boundary burst needs a positive size and the window period")
+		}
+		for _, at := range []time.Duration{t.Period - t.Period/100, t.Period} {
+			for range t.Burst {
+				if at < t.Duration {
+					if err := add(at); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+	case Recorded:
+		for _, at := range t.Times {
+			if at >= 0 && at < t.Duration {
+				if err := add(at); err != nil {
+					return nil, err
+				}
+			}
+		}
+		slices.Sort(out)
+	default:
+		return nil, fmt.Errorf("pattern %q: want one of steady, bursts, boundary, poisson, recorded", t.Pattern)
+	}
+	return out, nil
+}
+
+// Lane is one limit to simulate.
+type Lane struct {
+	// Name labels the lane (for example the algorithm or the rule).
+	Name  string
+	Limit algorithms.Limit
+	// Capacity is the limit's capacity, for scaling the chart's remaining.
+	Capacity int64
+	// Overdraft: the limit takes overdraft charges, as a token budget
+	// behind Envoy Gateway: each request is admitted when a check says a
+	// charge of 1 would be (the budget neither spent nor in debt), and an
+	// admitted request is then charged its whole cost, whatever is left.
+	// Otherwise a request is admitted only when its cost fits.
+	Overdraft bool
+}
+
+// NewLane returns a lane named after its algorithm, for a limit of
+// requests per period (and burst, for the buckets; 0 means requests).
+func NewLane(alg algorithms.Algorithm, requests int64, period time.Duration, burst int64) (Lane, error) {
+	l, err := algorithms.NewLimit(alg, requests, period, burst)
+	if err != nil {
+		return Lane{}, fmt.Errorf("%s: %w", alg, err)
+	}
+	return Lane{Name: alg.String(), Limit: l, Capacity: l.Capacity()}, nil
+}
+
+// Bin is what one lane did in one interval of the simulation.
+type Bin struct {
+	// Start is when the interval began; it lasts Result.BinWidth.
+	Start    time.Duration
+	Admitted int
+	Denied   int
+	// Remaining is what the bucket held at the end of the interval: the
+	// cost that would have been admitted then.
+	Remaining int64
+	// MaxDelay is the longest queue delay given to a request admitted in
+	// the interval (leaky_bucket_queue only).
+	MaxDelay time.Duration
+	// InDebt: at the end of the interval the bucket was in debt (an
+	// Overdraft lane charged more than was left), so Remaining is 0 and
+	// every request is denied until its refill has paid the debt back.
+	InDebt bool
+}
+
+// LaneResult is one lane's simulation.
+type LaneResult struct {
+	Name     string
+	Capacity int64
+	Bins     []Bin
+	Admitted int
+	Denied   int
+	// MaxAdmittedIn is the most requests admitted within any interval of
+	// one period (the Traffic's Period, or the limit's capacity's worth
+	// otherwise): the burst a caller can get through.
+	MaxAdmittedIn int
+}
+
+// Result is a whole simulation.
+type Result struct {
+	Arrivals int
+	Duration time.Duration
+	BinWidth time.Duration
+	// Window is the interval MaxAdmittedIn was measured over.
+	Window time.Duration
+	Lanes  []LaneResult
+}
+
+// MaxLanes bounds the lanes of one simulation: its cost is the arrivals
+// times the lanes.
+const MaxLanes = 8
+
+// Run decides every arrival, one request of the Traffic's cost each, in
+// each lane (as Lane.Overdraft says), and sums what happened into bins of
+// width binWidth (≤ 0: Duration/100).
+// window is the interval for LaneResult.MaxAdmittedIn (≤ 0: none). It
+// stops, returning ctx's error, when ctx ends (checked at every bin).
+func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Duration) (*Result, error) {
+	switch {
+	case len(lanes) == 0:
+		return nil, errors.New("lanes: nothing to simulate")
+	case len(lanes) > MaxLanes:
+		return nil, fmt.Errorf("lanes: %d; at most %d", len(lanes), MaxLanes)
+	}
+	arrivals, err := t.Arrivals()
+	if err != nil {
+		return nil, err
+	}
+	if binWidth <= 0 {
+		binWidth = max(t.Duration/100, 1)
+	}
+	nbins := int((t.Duration + binWidth - 1) / binWidth)
+	if nbins > 10_000 {
+		return nil, fmt.Errorf("bins: %d intervals of %v; at most 10000", nbins, binWidth)
+	}
+	res := &Result{Arrivals: len(arrivals), Duration: t.Duration, BinWidth: binWidth, Window: window}
+	for _, lane := range lanes {
+		lr := LaneResult{Name: lane.Name, Capacity: lane.Capacity, Bins: make([]Bin, nbins)}
+		var st algorithms.State
+		var admittedAt []time.Duration
+		next := 0
+		for b := range lr.Bins {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			bin := &lr.Bins[b]
+			bin.Start = time.Duration(b) * binWidth
+			end := bin.Start + binWidth
+			for ; next < len(arrivals) && arrivals[next] < end; next++ {
+				var d algorithms.Decision
+				st, d = lane.decide(st, int64(arrivals[next]), t.cost())
+				if d.Code == algorithms.Allowed {
+					bin.Admitted++
+					bin.MaxDelay = max(bin.MaxDelay, d.Delay)
+					admittedAt = append(admittedAt, arrivals[next])
+				} else {
+					bin.Denied++
+				}
+			}
+			_, peek := lane.Limit.Decide(st, int64(end), 0)
+			bin.Remaining = peek.Remaining
+			bin.InDebt = lane.Limit.InDebt(st, int64(end))
+			lr.Admitted += bin.Admitted
+			lr.Denied += bin.Denied
+		}
+		lr.MaxAdmittedIn = mostWithin(admittedAt, window)
+		res.Lanes = append(res.Lanes, lr)
+	}
+	return res, nil
+}
+
+// decide decides one request of cost at now: for an Overdraft lane, a
+// check and, admitted, an overdraft charge of cost; else a charge that
+// must fit.
+func (l *Lane) decide(st algorithms.State, now, cost int64) (algorithms.State, algorithms.Decision) {
+	if !l.Overdraft {
+		return l.Limit.Decide(st, now, cost)
+	}
+	if d := l.Limit.Check(st, now); d.Code != algorithms.Allowed {
+		return st, d
+	}
+	st, _ = l.Limit.Overdraft(st, now, cost)
+	return st, algorithms.Decision{Code: algorithms.Allowed}
+}
+
+// mostWithin returns the most of the sorted times that fall within any
+// half-open interval of length w.
+func mostWithin(times []time.Duration, w time.Duration) int {
+	if w <= 0 {
+		return 0
+	}
+	most, lo := 0, 0
+	for hi := range times {
+		for times[hi]-times[lo] >= w {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}
