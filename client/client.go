@@ -77,7 +77,7 @@ func WithFailClosed(retryAfter time.Duration) Option {
 
 // WithFailureHook calls hook for every request the service could not
 // decide, with the error and the decision the failure policy made, before
-// Check returns. Count them in a metric here. hook must be safe for
+// Charge returns. Count them in a metric here. hook must be safe for
 // concurrent use and quick: it runs on the request's path.
 func WithFailureHook(hook func(err error, d Decision)) Option {
 	return func(c *Client) { c.onFailure = hook }
@@ -205,11 +205,13 @@ func (c *Client) Close() error { return c.conn.Close() }
 // (a Decision's Delay) on the same time.
 func (c *Client) Clock() Clock { return c.clock }
 
-// Check asks whether a request named by domain and descriptors may go
+// Charge asks whether a request named by domain and descriptors may go
 // through, and charges it when it may: all descriptors or, when any
-// denies, none. Each descriptor costs 1 unless given WithHits.
+// denies, none. Each descriptor costs 1 unless given WithHits, and asks
+// what its WithOperation says (a charge unless told; OPERATION_CHECK asks
+// without charging).
 //
-// Check returns an error only when ctx ends before a decision (the
+// Charge returns an error only when ctx ends before a decision (the
 // caller's deadline or cancellation: the caller is gone, so no failure
 // policy applies). Everything else yields a Decision:
 //
@@ -223,7 +225,7 @@ func (c *Client) Clock() Clock { return c.clock }
 //     for the fail-closed wait (SourceFailClosed), with the cause in Err.
 //     Such a decision is reported to the failure hook and, at the change
 //     from working to failing, to the log.
-func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
+func (c *Client) Charge(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
@@ -286,6 +288,9 @@ func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision
 		Response: resp,
 	}
 	sts := resp.GetStatuses()
+	for _, st := range sts {
+		d.Overdrew = d.Overdrew || st.GetOverdrew()
+	}
 	if d.Allowed {
 		for _, st := range sts {
 			if !st.GetShadow() { // a shadow rule only observes
@@ -295,7 +300,7 @@ func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision
 		return d
 	}
 	d.RetryAfter = resp.GetRetryAfter().AsDuration()
-	if i := d.MostRestrictive(); i >= 0 && rank(sts[i].GetCode()) > 0 {
+	if i := d.MostRestrictive(); i >= 0 && sts[i].GetCode() != ratelimitv1.Code_CODE_OK {
 		var desc Descriptor
 		if i < len(ds) {
 			desc = ds[i]

@@ -104,7 +104,7 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 		}
 		return nil
 	}
-	d, err := i.client.Check(ctx, i.domain, ds...)
+	d, err := i.client.Charge(ctx, i.domain, ds...)
 	if err != nil {
 		return status.FromContextError(err).Err()
 	}

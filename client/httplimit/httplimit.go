@@ -136,7 +136,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		d, err := m.client.Check(ctx, m.domain, ds...)
+		d, err := m.client.Charge(ctx, m.domain, ds...)
 		if err != nil {
 			// The request's context ended: the client is gone or the
 			// server's own deadline passed.

@@ -31,14 +31,15 @@ type RateLimitServiceClient interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
 	// charges every matching bucket — all of them or, when any denies, none —
 	// and answers with one status per descriptor. Each descriptor asks one
-	// Operation of its buckets (a charge by default); overdraft charges and
-	// refunds are applied whatever the other descriptors decide (see
-	// Operation).
+	// Operation of its buckets (a charge by default) and says whether its
+	// charge may overdraw (Overdraft: the policy's choice by default);
+	// charges that may overdraw and refunds are applied whatever the other
+	// descriptors decide (see Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
-	// descriptors, an entry has an empty key, a limit is malformed, or a size
-	// bound (descriptors, entries, key or value length) is exceeded; the
-	// message names the field.
+	// descriptors, an entry has an empty key, a limit is malformed, a check
+	// or a refund sets overdraft, or a size bound (descriptors, entries, key
+	// or value length) is exceeded; the message names the field.
 	ShouldRateLimit(ctx context.Context, in *ShouldRateLimitRequest, opts ...grpc.CallOption) (*ShouldRateLimitResponse, error)
 }
 
@@ -69,14 +70,15 @@ type RateLimitServiceServer interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
 	// charges every matching bucket — all of them or, when any denies, none —
 	// and answers with one status per descriptor. Each descriptor asks one
-	// Operation of its buckets (a charge by default); overdraft charges and
-	// refunds are applied whatever the other descriptors decide (see
-	// Operation).
+	// Operation of its buckets (a charge by default) and says whether its
+	// charge may overdraw (Overdraft: the policy's choice by default);
+	// charges that may overdraw and refunds are applied whatever the other
+	// descriptors decide (see Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
-	// descriptors, an entry has an empty key, a limit is malformed, or a size
-	// bound (descriptors, entries, key or value length) is exceeded; the
-	// message names the field.
+	// descriptors, an entry has an empty key, a limit is malformed, a check
+	// or a refund sets overdraft, or a size bound (descriptors, entries, key
+	// or value length) is exceeded; the message names the field.
 	ShouldRateLimit(context.Context, *ShouldRateLimitRequest) (*ShouldRateLimitResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
-	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Server implements ratelimit.v1.RateLimitService on an engine.
@@ -67,21 +66,19 @@ var operationOf = map[ratelimitv1.Operation]engine.Op{
 	ratelimitv1.Operation_OPERATION_UNSPECIFIED: engine.OpCharge,
 	ratelimitv1.Operation_OPERATION_CHARGE:      engine.OpCharge,
 	ratelimitv1.Operation_OPERATION_CHECK:       engine.OpCheck,
-	ratelimitv1.Operation_OPERATION_OVERDRAFT:   engine.OpOverdraft,
 	ratelimitv1.Operation_OPERATION_REFUND:      engine.OpRefund,
-	ratelimitv1.Operation_OPERATION_ADMIT:       engine.OpAdmit,
 }
 
-// operationTo translates how a status's limit was charged.
-var operationTo = [...]ratelimitv1.Operation{
-	store.Admit:     ratelimitv1.Operation_OPERATION_CHARGE,
-	store.Check:     ratelimitv1.Operation_OPERATION_CHECK,
-	store.Overdraft: ratelimitv1.Operation_OPERATION_OVERDRAFT,
-	store.Refund:    ratelimitv1.Operation_OPERATION_REFUND,
+// overdraftOf translates whether a descriptor's charge may overdraw.
+var overdraftOf = map[ratelimitv1.Overdraft]engine.Overdraft{
+	ratelimitv1.Overdraft_OVERDRAFT_UNSPECIFIED: engine.OverdraftPolicy,
+	ratelimitv1.Overdraft_OVERDRAFT_POLICY:      engine.OverdraftPolicy,
+	ratelimitv1.Overdraft_OVERDRAFT_NEVER:       engine.OverdraftNever,
+	ratelimitv1.Overdraft_OVERDRAFT_ALWAYS:      engine.OverdraftAlways,
 }
 
 // request translates a v1 request. It rejects only what the engine's types
-// cannot hold (an unknown algorithm or operation, an unrepresentable
+// cannot hold (an unknown algorithm, operation or overdraft, an unrepresentable
 // period); the engine validates the rest.
 func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 	req := &engine.Request{
@@ -104,6 +101,9 @@ func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 			return nil, fmt.Errorf("descriptors[%d].operation: unknown value %d", i, d.GetOperation())
 		}
 		out.Op = op
+		if out.Overdraft, ok = overdraftOf[d.GetOverdraft()]; !ok {
+			return nil, fmt.Errorf("descriptors[%d].overdraft: unknown value %d", i, d.GetOverdraft())
+		}
 		if l := d.GetLimit(); l != nil {
 			alg, ok := algorithmOf[l.GetAlgorithm()]
 			if !ok {
@@ -147,7 +147,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 			Matched:   st.Matched,
 			Remaining: uint64(st.Remaining),
 			Shadow:    st.Shadow,
-			Operation: operationTo[st.Kind],
+			Overdrew:  st.Overdrew,
 		}
 		if st.Limit != nil {
 			ds.Rule = rule(st.Limit)
@@ -168,6 +168,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 		}
 		out.Statuses[i] = ds
 	}
+	out.MostRestrictive = uint32(r.MostRestrictive() + 1)
 	out.Metadata = r.Metadata()
 	if len(r.Scopes) > 0 {
 		out.Quotas = &ratelimitv1.Quotas{}
