@@ -60,7 +60,7 @@ func check(t *testing.T, c *client.Client, ds ...client.Descriptor) client.Decis
 	t.Helper()
 	d, err := c.Charge(context.Background(), "default", ds...)
 	if err != nil {
-		t.Fatalf("Check: %v", err)
+		t.Fatalf("Charge: %v", err)
 	}
 	return d
 }
@@ -337,7 +337,7 @@ func TestFailurePolicy(t *testing.T) {
 				c := newClient(t, target, append(opts, client.WithTimeout(svc.timeout))...)
 				got, err := c.Charge(context.Background(), "default", svc.ask...)
 				if err != nil {
-					t.Fatalf("Check returned an error: %v; a failure is a decision", err)
+					t.Fatalf("Charge returned an error: %v; a failure is a decision", err)
 				}
 				if got.Allowed != p.wantAllowed || got.Source != p.wantSource || got.RetryAfter != p.wantRetry {
 					t.Errorf("decision %+v, want allowed=%v source=%v retry=%v", got, p.wantAllowed, p.wantSource, p.wantRetry)
