@@ -8,20 +8,20 @@
 // # Operations and how they combine
 //
 // Each descriptor asks one operation (Descriptor.Op) of each of its
-// limits' buckets, and each becomes one store.Charge of a store.Kind:
+// limits' buckets, and each becomes one store.Charge of an algorithms.Kind:
 //
 //   - OpCharge of Cost > 0: on a limit that takes overdraft
 //     (config.Limit.TakesOverdraft, with the engine's
-//     WithOverdraftByDefault) an overdraft charge (store.Overdraft): taken in
+//     WithOverdraftByDefault) an overdraft charge (algorithms.Overdraft): taken in
 //     full whatever is left, the bucket going into debt if need be; on any
-//     other limit an admission (store.Admit), taken only if it fits. Cost 0
+//     other limit an admission (algorithms.Admit), taken only if it fits. Cost 0
 //     is a peek: reported, not charged.
-//   - OpCheck: would a charge of 1 be admitted now (store.Check)? Nothing is
+//   - OpCheck: would a charge of 1 be admitted now (algorithms.Check)? Nothing is
 //     charged; a check denies exactly when such a charge would be denied, a
 //     bucket in debt included.
 //   - OpOverdraft: an overdraft charge on every limit, whatever the policy
 //     says of overdraft.
-//   - OpRefund: Cost units given back (store.Refund), never past the
+//   - OpRefund: Cost units given back (algorithms.Refund), never past the
 //     bucket's rest state (a full bucket, an empty window). A request in
 //     which a descriptor asks a refund of a rule that takes none
 //     (refunds: false, config.Rule.NoRefunds) is refused as a whole with a
@@ -294,10 +294,10 @@ type use struct {
 	descriptor int
 	limit      *config.Limit
 	cost       int64
-	kind       store.Kind // how the limit's bucket is charged
-	replaced   bool       // another matched limit replaces this one
-	charge     int        // index in charges; -1 when nothing is charged
-	probe      int        // index in charges of the probe that decides it; -1 for none (probeRepeats)
+	kind       algorithms.Kind // how the limit's bucket is charged
+	replaced   bool            // another matched limit replaces this one
+	charge     int             // index in charges; -1 when nothing is charged
+	probe      int             // index in charges of the probe that decides it; -1 for none (probeRepeats)
 }
 
 // decision returns what decided u: its probe's decision, or its charge's.
@@ -311,7 +311,7 @@ func (w *work) decision(u *use) algorithms.Decision {
 // deniedOutright reports whether u is a requests_per_unit: 0 limit that
 // denies its descriptor without a bucket: anything but a refund or a peek.
 func (u *use) deniedOutright() bool {
-	return !u.replaced && u.limit.DenyAll && (u.kind == store.Check || u.kind != store.Refund && u.cost > 0)
+	return !u.replaced && u.limit.DenyAll && (u.kind == algorithms.Check || u.kind != algorithms.Refund && u.cost > 0)
 }
 
 var workPool = sync.Pool{New: func() any { return new(work) }}
@@ -438,7 +438,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 	for i := range w.charges {
 		w.charges[i].Key = w.keys[start:w.keyEnds[i]]
 		start = w.keyEnds[i]
-		if denied && w.charges[i].Kind == store.Admit {
+		if denied && w.charges[i].Kind == algorithms.Admit {
 			w.charges[i].Cost = 0
 		}
 	}
@@ -480,7 +480,7 @@ func (w *work) probeRepeats() {
 		total := addCost(w.running[u.charge], u.cost)
 		w.running[u.charge] = total
 		c := w.charges[u.charge]
-		if i == w.lastUse[u.charge] || c.Kind == store.Check || c.Quota != 0 {
+		if i == w.lastUse[u.charge] || c.Kind == algorithms.Check || c.Quota != 0 {
 			continue
 		}
 		if c.Cost != 0 { // not a request denied outright (its admits are peeks)
@@ -541,10 +541,10 @@ func (w *work) unquota(i int) {
 }
 
 // kindOf returns how a descriptor asking op at cost charges limit l.
-func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.Kind {
+func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) algorithms.Kind {
 	k := op.kind()
 	if op == OpCharge && cost > 0 && l.TakesOverdraft(overdraftByDefault) {
-		return store.Overdraft
+		return algorithms.Overdraft
 	}
 	return k
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
-	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Request is one question: may this request, named by its domain and
@@ -77,16 +76,16 @@ func (o Op) String() string {
 
 // kind returns the store kind of o on a limit that takes no overdraft
 // (unknown ops are charges).
-func (o Op) kind() store.Kind {
+func (o Op) kind() algorithms.Kind {
 	switch o {
 	case OpCheck:
-		return store.Check
+		return algorithms.Check
 	case OpOverdraft:
-		return store.Overdraft
+		return algorithms.Overdraft
 	case OpRefund:
-		return store.Refund
+		return algorithms.Refund
 	}
-	return store.Admit
+	return algorithms.Admit
 }
 
 // InlineLimit is a limit carried by the request itself.
@@ -203,11 +202,11 @@ type Status struct {
 	// mode), is 1 + the index of its scope in Response.Scopes; 0 for any
 	// other descriptor.
 	Scope int
-	// Kind is how the deciding limit's bucket was charged (store.Admit for
-	// a charge that must fit, or a peek; store.Overdraft, store.Check,
-	// store.Refund); for a descriptor without a deciding limit, what its
+	// Kind is how the deciding limit's bucket was charged (algorithms.Admit for
+	// a charge that must fit, or a peek; algorithms.Overdraft, algorithms.Check,
+	// algorithms.Refund); for a descriptor without a deciding limit, what its
 	// Op asks of a limit that takes no overdraft.
-	Kind store.Kind
+	Kind algorithms.Kind
 }
 
 // MostRestrictive returns the index of the status whose limit binds this

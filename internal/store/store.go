@@ -11,44 +11,9 @@ package store
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 )
-
-// Kind says how a Charge is applied.
-type Kind uint8
-
-const (
-	// Admit is the default: Cost is admitted iff it fits now; a denial
-	// denies the request. Cost 0 is a peek.
-	Admit Kind = iota
-	// Check decides as a charge of cost 1 would be decided right now, and
-	// stores nothing (Cost is ignored). A denied Check denies the request
-	// like a denied Admit. An allowed Check reports the bucket as a peek
-	// does (uncharged); a denied one has the RetryAfter of a cost of 1.
-	Check
-	// Overdraft takes Cost in full whatever is left: the bucket may go into
-	// debt (bounded; see the algorithms package doc). Its decision reports
-	// the bucket after the charge and is Denied when that leaves the bucket
-	// in debt (as envoyproxy/ratelimit answers OVER_LIMIT once its counter
-	// passes the limit), Allowed otherwise; either way the charge is
-	// applied.
-	Overdraft
-	// Refund gives Cost units back, never past the bucket's rest state.
-	// Always Allowed; its decision reports the bucket after the refund.
-	Refund
-)
-
-var kindNames = [...]string{Admit: "admit", Check: "check", Overdraft: "overdraft", Refund: "refund"}
-
-// String returns "admit", "check", "overdraft" or "refund".
-func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
 
 // Charge is one bucket that a request charges.
 type Charge struct {
@@ -66,9 +31,9 @@ type Charge struct {
 	// Cost is the number of hits (for a Refund, the units given back); for
 	// an Admit, 0 is a peek. A Cost ≤ 0 charges nothing whatever the Kind.
 	Cost int64
-	// Kind says how the charge is applied; Admit when zero. A Kind above
-	// Refund is taken as Admit.
-	Kind Kind
+	// Kind says how the charge is applied (algorithms.Kind); Admit when
+	// zero. A Kind above Refund is taken as Admit.
+	Kind algorithms.Kind
 	// Shadow marks a charge whose denial does not deny the request. A
 	// denied shadow Admit is reported as denied and not applied; a shadow
 	// Overdraft or Refund is applied as any other.
@@ -99,20 +64,11 @@ type Charge struct {
 }
 
 // Decide decides c alone against its bucket's state s at now, as its Kind
-// says, and returns the state the bucket would have if c is applied (s for
-// a Check) and c's decision. Settle combines such decisions.
+// says (algorithms.Limit.Apply), and returns the state the bucket would
+// have if c is applied (s for a Check) and c's decision. Settle combines
+// such decisions.
 func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algorithms.Decision) {
-	switch c.Kind {
-	case Admit: // first: the ordinary charge's path
-		return c.Limit.Decide(s, now, c.Cost)
-	case Check:
-		return s, c.Limit.Check(s, now)
-	case Overdraft:
-		return c.Limit.Overdraft(s, now, c.Cost)
-	case Refund:
-		return c.Limit.Refund(s, now, c.Cost)
-	}
-	return c.Limit.Decide(s, now, c.Cost)
+	return c.Limit.Apply(c.Kind, s, now, c.Cost)
 }
 
 // Applied reports whether c, decided d by Settle with the result admitted,
@@ -125,9 +81,9 @@ func (c *Charge) Applied(d algorithms.Decision, admitted bool) bool {
 		return false
 	}
 	switch c.Kind {
-	case Check:
+	case algorithms.Check:
 		return false
-	case Overdraft, Refund:
+	case algorithms.Overdraft, algorithms.Refund:
 		return c.Cost > 0
 	}
 	return admitted && c.Cost > 0 && d.Code == algorithms.Allowed
@@ -190,7 +146,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 		c := &charges[i]
 		next, d := c.Decide(states[i], now)
 		decisions[i] = d
-		if d.Code == algorithms.Allowed || c.Kind == Overdraft {
+		if d.Code == algorithms.Allowed || c.Kind == algorithms.Overdraft {
 			states[i] = next
 		}
 		switch {
@@ -209,7 +165,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 	}
 	for i := range charges {
 		c := &charges[i]
-		if c.Kind == Check || c.Kind == Overdraft || c.Kind == Refund {
+		if c.Kind == algorithms.Check || c.Kind == algorithms.Overdraft || c.Kind == algorithms.Refund {
 			continue
 		}
 		states[i] = before[i]

@@ -26,7 +26,7 @@
 --          fast ("1": the charge may take fast.lua's path; "3": it takes
 --          it, and its bucket is a counter, see below) and algorithm
 --          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
---          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (store.Kind, 0..3) as two digits, cost,
+--          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (algorithms.Kind, 0..3) as two digits, cost,
 --          and for the buckets C, k and a (see decide.lua), each as whole
 --          ns (hex) and remainder over R (decimal), and for a check, an
 --          overdraft or a refund a1 = C - I likewise. Requests, Capacity,
