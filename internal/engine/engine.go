@@ -31,41 +31,21 @@
 //   - OpAdmit: an admission on every limit, whatever the policy says of
 //     overdraft.
 //
-// One request's charges combine by one rule, which the stores implement
-// (store.Settle):
-//
-//  1. Overdraft charges and refunds are always applied, whatever the other
-//     descriptors decide: they record usage that already happened, or give
-//     it back.
-//  2. Admissions are applied all or nothing: iff no descriptor that is not
-//     a shadow denies, where a check denies when a charge of 1 would be
-//     denied, an admission when its cost does not fit, and an overdraft
-//     charge when it leaves its bucket in debt. A refund never denies. A
-//     request denied outright by a requests_per_unit: 0 limit applies no
-//     admission either.
-//  3. What was not applied is reported as a peek would report it.
-//  4. A shadow_mode rule (and global shadow mode) never denies the request,
-//     but its overdraft charges and refunds are applied like any other:
-//     shadow mode means "never hold a request back", not "do not count".
-//  5. Quotas (quota_mode rules) deny the request only together: only when
-//     every one of them is spent (see Response.Code); a spent quota's
-//     admissions are not applied when the request is admitted, as a
-//     shadow rule's denied ones are not.
-//
-// The decision of an overdraft charge reports its bucket after the charge:
-// Denied, with the wait until a charge of 1 would be admitted, when the
-// bucket is left in debt (as envoyproxy/ratelimit answers OVER_LIMIT once
-// its counter is past the limit); Allowed otherwise. A bucket in debt
-// reports Remaining 0 and a ResetAfter that includes the debt.
+// One request's charges combine by the store's settle rule (see package
+// store: all or nothing, overdraft charges and refunds always, what a
+// denied request reports). The engine makes a shadow_mode rule's charges
+// (and, in global shadow mode, every charge) shadow charges — shadow mode
+// means "never hold a request back", not "do not count" — and the charges
+// of a quota_mode rule one quota's (see Response.Code); a request denied
+// outright by a requests_per_unit: 0 limit applies no admission either.
 //
 // Descriptors of one request that name the same bucket (two QuotaPolicies
 // on one backend and model make Envoy send one descriptor twice) are
 // decided as envoyproxy/ratelimit decides them, on the running total: each
 // as if the bucket had been charged the costs of the descriptors up to and
 // including it, in request order (upstream pipelines one INCRBY per
-// descriptor). The bucket is charged their summed cost, by the rules above
-// (all or nothing: a request denied is charged nothing, and its
-// descriptors that fitted report the bucket uncharged). Quotas are the
+// descriptor). The bucket is charged their summed cost, by the settle
+// rule. Quotas are the
 // exception: descriptors that name one bucket match one rule, and when it
 // is a quota_mode rule their charge is one quota's, which the store's rule
 // admits or spends whole — they are decided together on their summed cost

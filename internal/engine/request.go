@@ -99,11 +99,11 @@ type InlineLimit struct {
 
 // Response is the answer to a Request.
 type Response struct {
-	// Code is Allowed when every non-shadow descriptor was admitted, else
-	// Denied (OverCapacity is reported per status only). When Denied, no
-	// admission was charged anywhere; overdraft charges and refunds are
-	// applied whatever Code says (see the package doc), and an overdraft
-	// charge that leaves its bucket in debt is itself a denial.
+	// Code is Allowed when every non-shadow descriptor was admitted (quotas
+	// are the exception, below), else Denied (OverCapacity is reported per
+	// status only). A Denied request charged no admission and applied its
+	// overdraft charges and refunds all the same: the store's settle rule
+	// (see package store).
 	//
 	// Descriptors of quota_mode rules (config.Rule.QuotaMode; not in
 	// shadow mode) are quotas, the exception: they deny the request only
@@ -113,8 +113,8 @@ type Response struct {
 	// are not, the request is admitted: the spent quotas report Denied (or
 	// OverCapacity) in their statuses and are not charged (as a shadow
 	// rule's denied bucket is not), the rest is charged. The store settles
-	// this in the one call that settles the request (store.Settle's rule
-	// 5), so it is atomic. A quota whose limits are unlimited or replaced
+	// this in the one call that settles the request (the settle rule), so
+	// it is atomic. A quota whose limits are unlimited or replaced
 	// has room; one that a requests_per_unit: 0 limit denies is spent. A
 	// shadow_mode quota is a shadow rule: it never denies and gives the
 	// other quotas no room. When every quota is spent, RetryAfter is the
