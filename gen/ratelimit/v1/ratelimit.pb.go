@@ -48,7 +48,10 @@ const (
 	// Give the cost back, never past the bucket's rest state (full, or an
 	// empty window): what a reservation did not use, or the release of a
 	// unit in flight. Always CODE_OK; the status reports the bucket after
-	// the refund.
+	// the refund. The units go back to the bucket as it is now (a sliding
+	// window's current count first, then its previous one's): after a
+	// window's end since they were charged, that is more than the charge
+	// still holds (docs/clients.md, reservations).
 	Operation_OPERATION_REFUND Operation = 3
 )
 
