@@ -13,7 +13,8 @@
 // InvalidArgument). Its caller is authorized for the domain (WithAuthorize)
 // at that first report, and named as the tenant its buckets count against
 // (WithTenant). A BucketId's entries, sorted by key, are the bucket's
-// descriptor: a report whose BucketId or time_elapsed is out of bounds
+// descriptor (BucketId {name: api, user: alice} is the descriptor
+// [(name, api), (user, alice)]): a report whose BucketId or time_elapsed is out of bounds
 // (engine.Bounds.CheckEntries, as requests' descriptors are bounded) is
 // InvalidArgument naming the field, and none of its usages is applied.
 //

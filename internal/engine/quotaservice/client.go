@@ -124,12 +124,13 @@ func (c *Client) usage(d *config.Domain, u *Usage) {
 	s := c.s
 	rule := d.Match(u.Entries)
 	limit, blanket := ruleLimit(rule)
-	id := string(engine.AppendBucketKey(nil, c.domain, u.Entries, nil, ""))
+	var buf [256]byte // the keys are built here, and copied into their strings
+	id := string(engine.AppendBucketKey(buf[:0], c.domain, u.Entries, nil, ""))
 	if limit == nil {
 		c.send(Action{Bucket: u.Bucket, Kind: blanket, Assignment: quota.Assignment{TTL: s.ttl(u.Elapsed)}, id: id})
 		return
 	}
-	key := string(engine.AppendBucketKey(nil, c.domain, u.Entries, rule.Shared, limit.Key))
+	key := string(engine.AppendBucketKey(buf[:0], c.domain, u.Entries, rule.Shared, limit.Key))
 	ql := quota.Limit{Requests: limit.Rate.Requests() / s.daemons, Period: limit.Rate.Period()}
 	b := clientBucket{name: u.Bucket, id: id}
 	s.mu.Lock()
