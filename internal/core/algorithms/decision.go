@@ -118,6 +118,8 @@ func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
 			return l.gcraChanged(s, now, cost, changedDecide)
 		}
 		return l.gcra(s, now, cost)
+	case Concurrency:
+		return l.concurrency(s, now, cost)
 	}
 	if cost > 0 {
 		return s, Decision{Code: OverCapacity}

@@ -34,6 +34,8 @@ func (l *Limit) Check(s State, now int64) Decision {
 			return o.gcraCheck(s, now)
 		}
 		return l.gcraCheck(s, now)
+	case Concurrency:
+		return l.concurrencyCheck(s, now)
 	}
 	return Decision{Code: OverCapacity}
 }
@@ -90,6 +92,8 @@ func (l *Limit) Overdraft(s State, now int64, cost int64) (State, Decision) {
 			return l.gcraChanged(s, now, cost, changedOverdraft)
 		}
 		return l.gcraOverdraft(s, now, cost)
+	case Concurrency:
+		return l.concurrencyOverdraft(s, now, cost)
 	}
 	return s, Decision{}
 }
@@ -112,6 +116,8 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 			return l.gcraChanged(s, now, units, changedRefund)
 		}
 		return l.gcraRefund(s, now, units)
+	case Concurrency:
+		return l.concurrencyRefund(s, now, units)
 	}
 	return s, Decision{}
 }

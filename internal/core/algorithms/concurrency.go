@@ -1,0 +1,219 @@
+package algorithms
+
+import (
+	"math"
+	"time"
+)
+
+// This file holds Concurrency: a count of units in flight, charged on a
+// request and given back by a refund, each unit expiring by itself a lease
+// after it was charged (see "Concurrency" in the package doc).
+//
+// Notation: L = the limit (Requests, at most MaxInFlight), T = the lease
+// (Period). Units are counted in generations: time is cut into slots of
+// G = ceil(T/(Generations-1)) nanoseconds aligned to multiples of G from 0,
+// and the units charged in slot j form generation j. Every unit of
+// generation j expires at E(j) = (j+1)·G - 1 + T: a unit charged at c in
+// [j·G, (j+1)·G) expires G-1-(c-j·G) nanoseconds after c + T, never sooner
+// and at most G-1 later. At now, in slot c, generation c-Generations has
+// always expired: T ≤ (Generations-1)·G, so E(c-Generations) ≤ c·G - 1 <
+// now. So a state keeps the counts of Generations generations.
+//
+// The State: restAt = E(j), j the newest generation holding a unit (0 for
+// the zero State, which holds none); the counts of generations j, j-1, …,
+// j-Generations+1 as 16-bit fields, newest first: three in t (from its low
+// bits) with t's sign bit set, two in n, two in m. j is read back from
+// restAt (generation). The sign of t tells a Concurrency state from the
+// others' (whose t is a time, never negative): Later moves only its restAt.
+
+// Generations is the number of generations a Concurrency state counts: a
+// unit never released expires at most ceil(lease/(Generations-1)) - 1
+// nanoseconds after its lease, less than a sixth of the lease.
+const Generations = 7
+
+// MaxInFlight is the largest max_in_flight of a Concurrency limit: a
+// generation's count is 16 bits.
+const MaxInFlight = math.MaxUint16
+
+// countsFlag is t's sign bit, set in every Concurrency State but the zero
+// State.
+const countsFlag = uint64(1) << 63
+
+// gens is a Concurrency state's counts, newest generation first.
+type gens [Generations]int64
+
+// unpackGens returns s's counts, newest first.
+func unpackGens(s State) gens {
+	t := uint64(s.t)
+	return gens{
+		int64(t & 0xffff), int64(t >> 16 & 0xffff), int64(t >> 32 & 0xffff),
+		int64(s.n & 0xffff), int64(s.n >> 16), int64(s.m & 0xffff), int64(s.m >> 16),
+	}
+}
+
+// leaseAt returns the counts of s as they stand at now — shifted so that
+// g[0] is generation cur, and those expired at now cleared — with cur, now's
+// generation (or s's newest, for a clock that went back before it).
+func (l *Limit) leaseAt(s State, now int64) (g gens, cur int64) {
+	cur = now / l.gen
+	if s.restAt <= now {
+		// Every generation expired (or the zero State).
+		return g, cur
+	}
+	newest := l.generation(s.restAt)
+	g = unpackGens(s)
+	if newest >= cur {
+		// A clock that went back, or now in the newest generation.
+		cur = newest
+	} else if shift := cur - newest; shift >= Generations {
+		return gens{}, cur
+	} else {
+		copy(g[shift:], g[:Generations-shift])
+		clear(g[:shift])
+	}
+	// Generation cur-i expires at E(cur-i); clear the expired, oldest first.
+	for i := Generations - 1; i > 0; i-- {
+		if l.expiry(cur-int64(i)) > now {
+			break
+		}
+		g[i] = 0
+	}
+	return g, cur
+}
+
+// generation returns j, the newest generation of a state whose restAt is
+// E(j): (restAt - T + 1)/G - 1, rounded up so that E(j) ≥ restAt — a
+// restAt moved off the slots by Later expires no unit sooner.
+func (l *Limit) generation(restAt int64) int64 {
+	x := restAt - l.period + 1
+	if x <= 0 {
+		return -1
+	}
+	return (x+l.gen-1)/l.gen - 1
+}
+
+// expiry returns E(j) = (j+1)·G - 1 + T, when generation j's units expire.
+func (l *Limit) expiry(j int64) int64 { return (j+1)*l.gen - 1 + l.period }
+
+// leaseState returns the state holding counts g, g[0] being generation cur.
+func (l *Limit) leaseState(g gens, cur int64) State {
+	i := 0
+	for i < Generations && g[i] == 0 {
+		i++
+	}
+	if i == Generations {
+		return State{}
+	}
+	// The newest non-empty generation is cur-i: it goes first.
+	var h gens
+	copy(h[:], g[i:])
+	return State{
+		restAt: l.expiry(cur - int64(i)),
+		t:      int64(countsFlag | uint64(h[0]) | uint64(h[1])<<16 | uint64(h[2])<<32),
+		n:      uint32(h[3]) | uint32(h[4])<<16,
+		m:      uint32(h[5]) | uint32(h[6])<<16,
+	}
+}
+
+// inFlight returns the sum of g: the units in flight.
+func (g *gens) inFlight() int64 {
+	var sum int64
+	for _, c := range g {
+		sum += c
+	}
+	return sum
+}
+
+// leaseReport is the decision reporting counts g (g[0] generation cur,
+// in flight in all) at now: Remaining, ResetAfter and, when a cost of
+// extra more does not fit (extra 0: in debt; 1: a check), Denied with the
+// RetryAfter of a cost of max(extra, 1).
+func (l *Limit) leaseReport(g *gens, in, cur, now, extra int64) Decision {
+	d := Decision{Remaining: max(l.capacity-in, 0)}
+	if in > 0 {
+		i := 0
+		for g[i] == 0 {
+			i++
+		}
+		d.ResetAfter = time.Duration(l.expiry(cur-int64(i)) - now)
+	}
+	if in+extra > l.capacity {
+		d.Code = Denied
+		d.RetryAfter = l.leaseRetry(g, cur, now, in+max(extra, 1)-l.capacity)
+	}
+	return d
+}
+
+// leaseRetry returns how long until excess units of g have expired if
+// none is released: until the expiry of the generation, oldest first, by
+// which the counts add up to excess (excess ≤ the sum of g).
+func (l *Limit) leaseRetry(g *gens, cur, now, excess int64) time.Duration {
+	for i := Generations - 1; i > 0; i-- {
+		if excess -= g[i]; excess <= 0 {
+			return time.Duration(l.expiry(cur-int64(i)) - now)
+		}
+	}
+	return time.Duration(l.expiry(cur) - now)
+}
+
+// concurrency decides Concurrency: a cost is admitted iff the units in
+// flight at now plus cost are at most L; it joins now's generation.
+//
+// A now in a generation before s's newest (a clock that went back) is
+// settled in s's newest generation, with every count s holds: no unit
+// expires sooner and the count is no lower than it was.
+func (l *Limit) concurrency(s State, now, cost int64) (State, Decision) {
+	g, cur := l.leaseAt(s, now)
+	in := g.inFlight()
+	switch {
+	case cost <= 0 || cost > l.capacity:
+		d := l.leaseReport(&g, in, cur, now, 0)
+		d.Code, d.RetryAfter = Allowed, 0
+		if cost > 0 {
+			d.Code = OverCapacity
+		}
+		return s, d
+	case in+cost > l.capacity:
+		return s, l.leaseReport(&g, in, cur, now, cost)
+	}
+	g[0] += cost
+	return l.leaseState(g, cur), l.leaseReport(&g, in+cost, cur, now, 0)
+}
+
+// concurrencyCheck is Check for Concurrency.
+func (l *Limit) concurrencyCheck(s State, now int64) Decision {
+	g, cur := l.leaseAt(s, now)
+	return l.leaseReport(&g, g.inFlight(), cur, now, 1)
+}
+
+// concurrencyOverdraft charges cost in full into now's generation, whose
+// count stops at MaxInFlight.
+func (l *Limit) concurrencyOverdraft(s State, now, cost int64) (State, Decision) {
+	g, cur := l.leaseAt(s, now)
+	if cost > 0 {
+		g[0] = min(g[0]+min(cost, MaxInFlight), MaxInFlight)
+		s = l.leaseState(g, cur)
+	}
+	return s, l.leaseReport(&g, g.inFlight(), cur, now, 0)
+}
+
+// concurrencyRefund releases units, taking them from the oldest live
+// generation first (see "Concurrency" in the package doc for why), never
+// below zero.
+func (l *Limit) concurrencyRefund(s State, now, units int64) (State, Decision) {
+	g, cur := l.leaseAt(s, now)
+	in := g.inFlight()
+	if units > 0 && in > 0 {
+		back := min(units, in)
+		in -= back
+		for i := Generations - 1; back > 0; i-- {
+			b := min(back, g[i])
+			g[i] -= b
+			back -= b
+		}
+		s = l.leaseState(g, cur)
+	}
+	d := l.leaseReport(&g, in, cur, now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return s, d
+}
