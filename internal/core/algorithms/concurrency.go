@@ -22,8 +22,10 @@ import (
 // The State: restAt = E(j), j the newest generation holding a unit (0 for
 // the zero State, which holds none); the counts of generations j, j-1, …,
 // j-Generations+1 as 16-bit fields, newest first: three in t (from its low
-// bits) with t's sign bit set, two in n, two in m. j is read back from
-// restAt (generation). The sign of t tells a Concurrency state from the
+// bits) with t's sign bit set, two in n, two in m. The slots of the
+// generations after j are read from restAt: [restAt-T+1+(k-1)·G,
+// restAt-T+1+k·G) is generation j+k's (aligned to multiples of G unless
+// Later moved restAt, which moves the slots with it). The sign of t tells a Concurrency state from the
 // others' (whose t is a time, never negative): Later moves only its restAt.
 
 // Generations is the number of generations a Concurrency state counts: a
@@ -40,63 +42,57 @@ const MaxInFlight = math.MaxUint16
 const countsFlag = uint64(1) << 63
 
 // gens is a Concurrency state's counts, newest generation first.
-type gens [Generations]int64
+type gens [Generations]int32
 
 // unpackGens returns s's counts, newest first.
 func unpackGens(s State) gens {
 	t := uint64(s.t)
 	return gens{
-		int64(t & 0xffff), int64(t >> 16 & 0xffff), int64(t >> 32 & 0xffff),
-		int64(s.n & 0xffff), int64(s.n >> 16), int64(s.m & 0xffff), int64(s.m >> 16),
+		int32(t & 0xffff), int32(t >> 16 & 0xffff), int32(t >> 32 & 0xffff),
+		int32(s.n & 0xffff), int32(s.n >> 16), int32(s.m & 0xffff), int32(s.m >> 16),
 	}
 }
 
-// leaseAt returns the counts of s as they stand at now — shifted so that
-// g[0] is generation cur, and those expired at now cleared — with cur, now's
-// generation (or s's newest, for a clock that went back before it).
-func (l *Limit) leaseAt(s State, now int64) (g gens, cur int64) {
-	cur = now / l.gen
+// leaseAt sets g, zero, to the counts of s as they stand at now — shifted so that
+// g[0] is now's generation, and those expired at now cleared — with end,
+// E of now's generation (of s's newest, for a clock that went back before
+// it), which it returns. Generation g[i] expires at end - i·G.
+func (l *Limit) leaseAt(g *gens, s State, now int64) (end int64) {
 	if s.restAt <= now {
-		// Every generation expired (or the zero State).
-		return g, cur
+		// Every generation expired (or the zero State): now's generation
+		// is the slot of G holding now.
+		return l.expiry(now / l.gen)
 	}
-	newest := l.generation(s.restAt)
-	g = unpackGens(s)
-	if newest >= cur {
-		// A clock that went back, or now in the newest generation.
-		cur = newest
-	} else if shift := cur - newest; shift >= Generations {
-		return gens{}, cur
-	} else {
+	*g = unpackGens(s)
+	// s's newest generation is the slot [restAt-T+1-G, restAt-T+1); as
+	// restAt > now and T ≤ (Generations-1)·G, now lies at most
+	// Generations-2 slots after it.
+	end = s.restAt
+	next := end - l.period + 1 // the end of the newest generation's slot
+	shift := 0
+	for now >= next {
+		shift++
+		end += l.gen
+		next += l.gen
+	}
+	if shift > 0 {
 		copy(g[shift:], g[:Generations-shift])
 		clear(g[:shift])
 	}
-	// Generation cur-i expires at E(cur-i); clear the expired, oldest first.
-	for i := Generations - 1; i > 0; i-- {
-		if l.expiry(cur-int64(i)) > now {
-			break
-		}
+	// Clear the expired, oldest first.
+	e := end - (Generations-1)*l.gen
+	for i := Generations - 1; i > 0 && e <= now; i-- {
 		g[i] = 0
+		e += l.gen
 	}
-	return g, cur
-}
-
-// generation returns j, the newest generation of a state whose restAt is
-// E(j): (restAt - T + 1)/G - 1, rounded up so that E(j) ≥ restAt — a
-// restAt moved off the slots by Later expires no unit sooner.
-func (l *Limit) generation(restAt int64) int64 {
-	x := restAt - l.period + 1
-	if x <= 0 {
-		return -1
-	}
-	return (x+l.gen-1)/l.gen - 1
+	return end
 }
 
 // expiry returns E(j) = (j+1)·G - 1 + T, when generation j's units expire.
 func (l *Limit) expiry(j int64) int64 { return (j+1)*l.gen - 1 + l.period }
 
-// leaseState returns the state holding counts g, g[0] being generation cur.
-func (l *Limit) leaseState(g gens, cur int64) State {
+// leaseState returns the state holding counts g, g[0] expiring at end.
+func (l *Limit) leaseState(g *gens, end int64) State {
 	i := 0
 	for i < Generations && g[i] == 0 {
 		i++
@@ -104,11 +100,11 @@ func (l *Limit) leaseState(g gens, cur int64) State {
 	if i == Generations {
 		return State{}
 	}
-	// The newest non-empty generation is cur-i: it goes first.
+	// The newest non-empty generation, g[i], goes first.
 	var h gens
 	copy(h[:], g[i:])
 	return State{
-		restAt: l.expiry(cur - int64(i)),
+		restAt: end - int64(i)*l.gen,
 		t:      int64(countsFlag | uint64(h[0]) | uint64(h[1])<<16 | uint64(h[2])<<32),
 		n:      uint32(h[3]) | uint32(h[4])<<16,
 		m:      uint32(h[5]) | uint32(h[6])<<16,
@@ -119,27 +115,27 @@ func (l *Limit) leaseState(g gens, cur int64) State {
 func (g *gens) inFlight() int64 {
 	var sum int64
 	for _, c := range g {
-		sum += c
+		sum += int64(c)
 	}
 	return sum
 }
 
-// leaseReport is the decision reporting counts g (g[0] generation cur,
+// leaseReport is the decision reporting counts g (g[0] expiring at end,
 // in flight in all) at now: Remaining, ResetAfter and, when a cost of
 // extra more does not fit (extra 0: in debt; 1: a check), Denied with the
 // RetryAfter of a cost of max(extra, 1).
-func (l *Limit) leaseReport(g *gens, in, cur, now, extra int64) Decision {
+func (l *Limit) leaseReport(g *gens, in, end, now, extra int64) Decision {
 	d := Decision{Remaining: max(l.capacity-in, 0)}
 	if in > 0 {
 		i := 0
 		for g[i] == 0 {
 			i++
 		}
-		d.ResetAfter = time.Duration(l.expiry(cur-int64(i)) - now)
+		d.ResetAfter = time.Duration(end - int64(i)*l.gen - now)
 	}
 	if in+extra > l.capacity {
 		d.Code = Denied
-		d.RetryAfter = l.leaseRetry(g, cur, now, in+max(extra, 1)-l.capacity)
+		d.RetryAfter = l.leaseRetry(g, end, now, in+max(extra, 1)-l.capacity)
 	}
 	return d
 }
@@ -147,13 +143,13 @@ func (l *Limit) leaseReport(g *gens, in, cur, now, extra int64) Decision {
 // leaseRetry returns how long until excess units of g have expired if
 // none is released: until the expiry of the generation, oldest first, by
 // which the counts add up to excess (excess ≤ the sum of g).
-func (l *Limit) leaseRetry(g *gens, cur, now, excess int64) time.Duration {
+func (l *Limit) leaseRetry(g *gens, end, now, excess int64) time.Duration {
 	for i := Generations - 1; i > 0; i-- {
-		if excess -= g[i]; excess <= 0 {
-			return time.Duration(l.expiry(cur-int64(i)) - now)
+		if excess -= int64(g[i]); excess <= 0 {
+			return time.Duration(end - int64(i)*l.gen - now)
 		}
 	}
-	return time.Duration(l.expiry(cur) - now)
+	return time.Duration(end - now)
 }
 
 // concurrency decides Concurrency: a cost is admitted iff the units in
@@ -163,57 +159,61 @@ func (l *Limit) leaseRetry(g *gens, cur, now, excess int64) time.Duration {
 // settled in s's newest generation, with every count s holds: no unit
 // expires sooner and the count is no lower than it was.
 func (l *Limit) concurrency(s State, now, cost int64) (State, Decision) {
-	g, cur := l.leaseAt(s, now)
+	var g gens
+	end := l.leaseAt(&g, s, now)
 	in := g.inFlight()
 	switch {
 	case cost <= 0 || cost > l.capacity:
-		d := l.leaseReport(&g, in, cur, now, 0)
+		d := l.leaseReport(&g, in, end, now, 0)
 		d.Code, d.RetryAfter = Allowed, 0
 		if cost > 0 {
 			d.Code = OverCapacity
 		}
 		return s, d
 	case in+cost > l.capacity:
-		return s, l.leaseReport(&g, in, cur, now, cost)
+		return s, l.leaseReport(&g, in, end, now, cost)
 	}
-	g[0] += cost
-	return l.leaseState(g, cur), l.leaseReport(&g, in+cost, cur, now, 0)
+	g[0] += int32(cost)
+	return l.leaseState(&g, end), l.leaseReport(&g, in+cost, end, now, 0)
 }
 
 // concurrencyCheck is Check for Concurrency.
 func (l *Limit) concurrencyCheck(s State, now int64) Decision {
-	g, cur := l.leaseAt(s, now)
-	return l.leaseReport(&g, g.inFlight(), cur, now, 1)
+	var g gens
+	end := l.leaseAt(&g, s, now)
+	return l.leaseReport(&g, g.inFlight(), end, now, 1)
 }
 
 // concurrencyOverdraft charges cost in full into now's generation, whose
 // count stops at MaxInFlight.
 func (l *Limit) concurrencyOverdraft(s State, now, cost int64) (State, Decision) {
-	g, cur := l.leaseAt(s, now)
+	var g gens
+	end := l.leaseAt(&g, s, now)
 	if cost > 0 {
-		g[0] = min(g[0]+min(cost, MaxInFlight), MaxInFlight)
-		s = l.leaseState(g, cur)
+		g[0] = int32(min(int64(g[0])+min(cost, MaxInFlight), MaxInFlight))
+		s = l.leaseState(&g, end)
 	}
-	return s, l.leaseReport(&g, g.inFlight(), cur, now, 0)
+	return s, l.leaseReport(&g, g.inFlight(), end, now, 0)
 }
 
 // concurrencyRefund releases units, taking them from the oldest live
 // generation first (see "Concurrency" in the package doc for why), never
 // below zero.
 func (l *Limit) concurrencyRefund(s State, now, units int64) (State, Decision) {
-	g, cur := l.leaseAt(s, now)
+	var g gens
+	end := l.leaseAt(&g, s, now)
 	in := g.inFlight()
 	if units > 0 && in > 0 {
 		back := min(units, in)
 		in -= back
 		for i := Generations - 1; back > 0; i-- {
-			b := min(back, g[i])
-			g[i] -= b
+			b := min(back, int64(g[i]))
+			g[i] -= int32(b)
 			back -= b
 		}
-		s = l.leaseState(g, cur)
+		s = l.leaseState(&g, end)
 	}
-	d := l.leaseReport(&g, in, cur, now, 0)
+	d := l.leaseReport(&g, in, end, now, 0)
 	d.Code, d.RetryAfter = Allowed, 0
 	return s, d
 }
