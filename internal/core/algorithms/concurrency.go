@@ -53,6 +53,51 @@ func unpackGens(s State) gens {
 	}
 }
 
+// settled reports whether s stands at now as it is: now in s's newest
+// generation's slot (or before it, a clock that went back) and none of its
+// generations expired. Then s's counts are the counts at now, and a charge
+// joins its newest generation.
+func (l *Limit) settled(s State, now int64) bool {
+	return now < s.restAt-l.period+1 && now < s.restAt-(Generations-1)*l.gen
+}
+
+// setLane sets s's count of generation i (0 the newest) to c, in its
+// packed field.
+func setLane(s *State, i int, c int64) {
+	switch i {
+	case 0, 1, 2:
+		sh := 16 * i
+		s.t = int64(uint64(s.t)&^(0xffff<<sh) | uint64(c)<<sh)
+	case 3, 4:
+		sh := 16 * (i - 3)
+		s.n = s.n&^(0xffff<<sh) | uint32(c)<<sh
+	default:
+		sh := 16 * (i - 5)
+		s.m = s.m&^(0xffff<<sh) | uint32(c)<<sh
+	}
+}
+
+// inFlight returns the sum of s's counts, from their packed fields.
+func inFlight(s State) int64 {
+	t := uint64(s.t)
+	return int64(t&0xffff + t>>16&0xffff + t>>32&0xffff + uint64(s.n&0xffff+s.n>>16+s.m&0xffff+s.m>>16))
+}
+
+// lane returns s's count of generation i (0 the newest), from its packed
+// field.
+func lane(s State, i int) int64 {
+	return laneOf(uint64(s.t)&(1<<48-1), uint64(s.n)|uint64(s.m)<<32, i)
+}
+
+// laneOf returns the count of generation i of the counts packed as lo
+// (generations 0 to 2, t without its sign) and hi (3 to 6, n then m).
+func laneOf(lo, hi uint64, i int) int64 {
+	if i < 3 {
+		return int64(lo >> (16 * i) & 0xffff)
+	}
+	return int64(hi >> (16 * (i - 3)) & 0xffff)
+}
+
 // leaseAt sets g, zero, to the counts of s as they stand at now — shifted so that
 // g[0] is now's generation, and those expired at now cleared — with end,
 // E of now's generation (of s's newest, for a clock that went back before
@@ -159,6 +204,36 @@ func (l *Limit) leaseRetry(g *gens, end, now, excess int64) time.Duration {
 // settled in s's newest generation, with every count s holds: no unit
 // expires sooner and the count is no lower than it was.
 func (l *Limit) concurrency(s State, now, cost int64) (State, Decision) {
+	if cost > 0 && cost <= l.capacity && now < s.restAt {
+		// Most charges, on s's packed counts: generations i+1 and older
+		// have expired at now (e is generation i's expiry).
+		i, e := Generations-1, s.restAt-(Generations-1)*l.gen
+		for e <= now {
+			i, e = i-1, e+l.gen
+		}
+		in, lo, hi := inFlight(s), uint64(s.t)&(1<<48-1), uint64(s.n)|uint64(s.m)<<32
+		for j := Generations - 1; j > i; j-- {
+			in -= laneOf(lo, hi, j)
+		}
+		reset := time.Duration(s.restAt - now)
+		if in+cost > l.capacity {
+			d := Decision{Code: Denied, Remaining: max(l.capacity-in, 0), ResetAfter: reset, RetryAfter: reset}
+			// Oldest first, until in+cost-L units have expired.
+			for excess := in + cost - l.capacity; i > 0; i, e = i-1, e+l.gen {
+				if excess -= laneOf(lo, hi, i); excess <= 0 {
+					d.RetryAfter = time.Duration(e - now)
+					break
+				}
+			}
+			return s, d
+		}
+		if i == Generations-1 && now < s.restAt-l.period+1 {
+			// Nothing expired and now's generation is s's newest: in+cost ≤
+			// L fits its 16 bits.
+			s.t += cost
+			return s, Decision{Remaining: l.capacity - in - cost, ResetAfter: reset}
+		}
+	}
 	var g gens
 	end := l.leaseAt(&g, s, now)
 	in := g.inFlight()
@@ -200,6 +275,22 @@ func (l *Limit) concurrencyOverdraft(s State, now, cost int64) (State, Decision)
 // generation first (see "Concurrency" in the package doc for why), never
 // below zero.
 func (l *Limit) concurrencyRefund(s State, now, units int64) (State, Decision) {
+	if units > 0 && l.settled(s, now) {
+		in := inFlight(s)
+		if units >= in {
+			return State{}, Decision{Remaining: l.capacity}
+		}
+		// Oldest first; the newest generation keeps at least one unit, so
+		// restAt holds.
+		for i, back := Generations-1, units; back > 0; i-- {
+			if c := lane(s, i); c > 0 {
+				b := min(back, c)
+				setLane(&s, i, c-b)
+				back -= b
+			}
+		}
+		return s, Decision{Remaining: max(l.capacity-in+units, 0), ResetAfter: time.Duration(s.restAt - now)}
+	}
 	var g gens
 	end := l.leaseAt(&g, s, now)
 	in := g.inFlight()
