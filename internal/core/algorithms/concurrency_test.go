@@ -18,28 +18,28 @@ func TestConcurrencyTimeline(t *testing.T) {
 	at := func(d time.Duration) int64 { return s0 + int64(d) }
 	steps := []struct {
 		name string
-		o    op
+		o    Kind
 		now  int64
 		cost int64
 		want Decision
 	}{
-		{"first unit", opAdmit, at(2 * sec), 1, Decision{Remaining: 2, ResetAfter: 68*sec - 1}},
-		{"two more fill it", opAdmit, at(15 * sec), 2, Decision{Remaining: 0, ResetAfter: 65*sec - 1}},
-		{"full: denied until the first unit's slot expires", opAdmit, at(20 * sec), 1,
+		{"first unit", Admit, at(2 * sec), 1, Decision{Remaining: 2, ResetAfter: 68*sec - 1}},
+		{"two more fill it", Admit, at(15 * sec), 2, Decision{Remaining: 0, ResetAfter: 65*sec - 1}},
+		{"full: denied until the first unit's slot expires", Admit, at(20 * sec), 1,
 			Decision{Code: Denied, Remaining: 0, ResetAfter: 60*sec - 1, RetryAfter: 50*sec - 1}},
-		{"two would wait for the second slot", opAdmit, at(20 * sec), 2,
+		{"two would wait for the second slot", Admit, at(20 * sec), 2,
 			Decision{Code: Denied, Remaining: 0, ResetAfter: 60*sec - 1, RetryAfter: 60*sec - 1}},
-		{"more than the limit never fits", opAdmit, at(20 * sec), 4, Decision{Code: OverCapacity, Remaining: 0, ResetAfter: 60*sec - 1}},
-		{"a check is denied too", opCheck, at(20 * sec), 0, Decision{Code: Denied, Remaining: 0, ResetAfter: 60*sec - 1, RetryAfter: 50*sec - 1}},
-		{"a release gives one back", opRefund, at(21 * sec), 1, Decision{Remaining: 1, ResetAfter: 59*sec - 1}},
-		{"and it is taken again", opAdmit, at(22 * sec), 1, Decision{Remaining: 0, ResetAfter: 68*sec - 1}},
-		{"releases never go below zero", opRefund, at(23 * sec), 10, Decision{Remaining: 3}},
-		{"a peek of the empty limit", opAdmit, at(23 * sec), 0, Decision{Remaining: 3}},
-		{"a crashed caller's units", opAdmit, at(30 * sec), 3, Decision{Remaining: 0, ResetAfter: 70*sec - 1}},
-		{"still held 1ns before their lease ends", opAdmit, at(100*sec - 2), 1,
+		{"more than the limit never fits", Admit, at(20 * sec), 4, Decision{Code: OverCapacity, Remaining: 0, ResetAfter: 60*sec - 1}},
+		{"a check is denied too", Check, at(20 * sec), 0, Decision{Code: Denied, Remaining: 0, ResetAfter: 60*sec - 1, RetryAfter: 50*sec - 1}},
+		{"a release gives one back", Refund, at(21 * sec), 1, Decision{Remaining: 1, ResetAfter: 59*sec - 1}},
+		{"and it is taken again", Admit, at(22 * sec), 1, Decision{Remaining: 0, ResetAfter: 68*sec - 1}},
+		{"releases never go below zero", Refund, at(23 * sec), 10, Decision{Remaining: 3}},
+		{"a peek of the empty limit", Admit, at(23 * sec), 0, Decision{Remaining: 3}},
+		{"a crashed caller's units", Admit, at(30 * sec), 3, Decision{Remaining: 0, ResetAfter: 70*sec - 1}},
+		{"still held 1ns before their lease ends", Admit, at(100*sec - 2), 1,
 			Decision{Code: Denied, Remaining: 0, ResetAfter: 1, RetryAfter: 1}},
-		{"healed after their lease", opAdmit, at(100*sec - 1), 1, Decision{Remaining: 2, ResetAfter: 60 * sec}},
-		{"an overdraft takes units beyond the limit", opOverdraft, at(101 * sec), 4,
+		{"healed after their lease", Admit, at(100*sec - 1), 1, Decision{Remaining: 2, ResetAfter: 60 * sec}},
+		{"an overdraft takes units beyond the limit", Overdraft, at(101 * sec), 4,
 			Decision{Code: Denied, Remaining: 0, ResetAfter: 69*sec - 1, RetryAfter: 69*sec - 1}},
 	}
 	var s State
