@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/api/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
@@ -37,7 +38,7 @@ descriptors:
 // once; a stream that never ends (its Envoy crashed) holds its unit until
 // its lease, on the daemon's fake clock, and not a nanosecond less.
 func TestConcurrencyOverEnvoy(t *testing.T) {
-	d := daemontest.Start(t, concurrencyDomain)
+	d := daemontest.Start(t, concurrencyDomain, func(c *daemon.Config) { c.ResponseHeaders = envoyapi.HeadersLegacy })
 	c := rlsv3.NewRateLimitServiceClient(d.Dial(t))
 	ctx := context.Background()
 	call := func(release bool, keys ...string) *rlsv3.RateLimitResponse {
@@ -82,6 +83,18 @@ func TestConcurrencyOverEnvoy(t *testing.T) {
 	leaseEnd := leaseEnd(daemontest.T0, 10*time.Minute)
 	if got := denied.GetStatuses()[0].GetDurationUntilReset().AsDuration(); got != leaseEnd.Sub(daemontest.T0) {
 		t.Errorf("stream C's duration_until_reset %v, want the lease's end, %v", got, leaseEnd.Sub(daemontest.T0))
+	}
+	// The client's 429 says the limit, none free, and the wait for a unit
+	// to expire by its lease (whole seconds, rounded up).
+	headers := map[string]string{}
+	for _, h := range denied.GetResponseHeadersToAdd() {
+		headers[h.GetKey()] = h.GetValue()
+	}
+	wantHeaders := map[string]string{"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "660", "Retry-After": "660"}
+	for k, v := range wantHeaders {
+		if headers[k] != v {
+			t.Errorf("stream C's %s: %q, want %q (all: %v)", k, headers[k], v, headers)
+		}
 	}
 
 	done() // stream A ends
