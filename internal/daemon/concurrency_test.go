@@ -123,6 +123,19 @@ func TestConcurrencyOverEnvoy(t *testing.T) {
 	want("1ns before the lease ends", start(), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
 	d.Clock.Set(leaseEnd.UnixNano())
 	want("at the lease's end, healed", start(), rlsv3.RateLimitResponse_OK, 1)
+
+	// The rule's metrics count the charges, the denials (a third stream at
+	// once, and the one 1ns before the lease's end) and the releases.
+	m := scrape(t, d)
+	for series, want := range map[string]float64{
+		`ratelimitd_rule_hits_total{descriptor="",domain="llm",rule="tenant"}`:            9, // 8 starts, and the one the rate beside it denied
+		`ratelimitd_rule_over_limit_hits_total{descriptor="",domain="llm",rule="tenant"}`: 2,
+		`ratelimitd_rule_refunded_hits_total{descriptor="",domain="llm",rule="tenant"}`:   3,
+	} {
+		if m[series] != want {
+			t.Errorf("%s = %v, want %v", series, m[series], want)
+		}
+	}
 }
 
 // leaseEnd returns when a unit charged at t with the given lease expires:
