@@ -25,8 +25,9 @@ import (
 // bits) with t's sign bit set, two in n, two in m. The slots of the
 // generations after j are read from restAt: [restAt-T+1+(k-1)·G,
 // restAt-T+1+k·G) is generation j+k's (aligned to multiples of G unless
-// Later moved restAt, which moves the slots with it). The sign of t tells a Concurrency state from the
-// others' (whose t is a time, never negative): Later moves only its restAt.
+// Later moved restAt, which moves the slots with it). The sign of t tells
+// a Concurrency state from the others' (whose t is a time, never
+// negative): Later moves only its restAt.
 
 // Generations is the number of generations a Concurrency state counts: a
 // unit never released expires at most ceil(lease/(Generations-1)) - 1
@@ -51,14 +52,6 @@ func unpackGens(s State) gens {
 		int32(t & 0xffff), int32(t >> 16 & 0xffff), int32(t >> 32 & 0xffff),
 		int32(s.n & 0xffff), int32(s.n >> 16), int32(s.m & 0xffff), int32(s.m >> 16),
 	}
-}
-
-// settled reports whether s stands at now as it is: now in s's newest
-// generation's slot (or before it, a clock that went back) and none of its
-// generations expired. Then s's counts are the counts at now, and a charge
-// joins its newest generation.
-func (l *Limit) settled(s State, now int64) bool {
-	return now < s.restAt-l.period+1 && now < s.restAt-(Generations-1)*l.gen
 }
 
 // setLane sets s's count of generation i (0 the newest) to c, in its
@@ -98,10 +91,10 @@ func laneOf(lo, hi uint64, i int) int64 {
 	return int64(hi >> (16 * (i - 3)) & 0xffff)
 }
 
-// leaseAt sets g, zero, to the counts of s as they stand at now — shifted so that
-// g[0] is now's generation, and those expired at now cleared — with end,
-// E of now's generation (of s's newest, for a clock that went back before
-// it), which it returns. Generation g[i] expires at end - i·G.
+// leaseAt sets g, zero, to the counts of s as they stand at now — shifted
+// so that g[0] is now's generation, and those expired at now cleared — and
+// returns end, E of now's generation (of s's newest, for a clock that went
+// back before it). Generation g[i] expires at end - i·G.
 func (l *Limit) leaseAt(g *gens, s State, now int64) (end int64) {
 	if s.restAt <= now {
 		// Every generation expired (or the zero State): now's generation
@@ -116,7 +109,11 @@ func (l *Limit) leaseAt(g *gens, s State, now int64) (end int64) {
 	next := end - l.period + 1 // the end of the newest generation's slot
 	shift := 0
 	for now >= next {
-		shift++
+		if shift++; shift == Generations {
+			// Only for a State of another Limit: nothing of it is live.
+			*g = gens{}
+			return l.expiry(now / l.gen)
+		}
 		end += l.gen
 		next += l.gen
 	}
@@ -275,7 +272,8 @@ func (l *Limit) concurrencyOverdraft(s State, now, cost int64) (State, Decision)
 // generation first (see "Concurrency" in the package doc for why), never
 // below zero.
 func (l *Limit) concurrencyRefund(s State, now, units int64) (State, Decision) {
-	if units > 0 && l.settled(s, now) {
+	if units > 0 && now < s.restAt-(Generations-1)*l.gen {
+		// None of s's generations has expired at now: on its packed counts.
 		in := inFlight(s)
 		if units >= in {
 			return State{}, Decision{Remaining: l.capacity}
