@@ -49,8 +49,7 @@ type call struct {
 	keys     []string
 	args     []any     // appendRequest's
 	slot     int       // the hash slot of its keys (0 on a standalone Redis)
-	now      [2]string // settle.lua's now (Store.scriptTime)
-	expire   expiry    // how settle.lua sets expiry (Store.scriptTime)
+	now      [2]string // settle.lua's now (Store.scriptNow)
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).
@@ -220,8 +219,8 @@ func (s *Store) sendBatch(batch []*call) {
 	}
 	s.metrics.batchSize.Observe(float64(len(live)))
 
-	// Group by slot (and by now, which differs only on a test clock and,
-	// by the millisecond, with Config.Counters).
+	// Group by slot (and by now, which differs only with Config.Clock:
+	// by the millisecond with Config.Counters).
 	slices.SortStableFunc(live, func(a, b *call) int {
 		return cmp.Or(a.slot-b.slot, cmp.Compare(a.now[0], b.now[0]), cmp.Compare(a.now[1], b.now[1]))
 	})
@@ -241,7 +240,7 @@ func (s *Store) sendBatch(batch []*call) {
 	keys := make([][]string, len(groups))
 	args := make([][]any, len(groups))
 	for g, calls := range groups {
-		args[g] = settleHead(calls[0].now, calls[0].expire, false, len(calls))
+		args[g] = s.settleHead(calls[0].now, false, len(calls))
 		for _, c := range calls {
 			keys[g] = append(keys[g], c.keys...)
 			args[g] = append(args[g], c.args...)

@@ -58,27 +58,11 @@ var (
 // argsPerCharge is how many ARGV settle.lua takes per key.
 const argsPerCharge = 1
 
-// expiry is how settle.lua and undo.lua set their keys' expiry (their
-// ARGV[3]).
-type expiry string
-
-const (
-	// noExpiry: keys do not expire (tests on injected time).
-	noExpiry expiry = "0"
-	// expireAt: a key expires when its bucket is back at rest (PXAT), on
-	// Redis's clock, which now is.
-	expireAt expiry = "1"
-	// expireIn: a key expires in as long as its bucket takes to come back
-	// to rest from now (PX): now is the daemon's clock (Config.Counters),
-	// which may differ from Redis's.
-	expireIn expiry = "2"
-)
-
 // settleHead returns the start of settle.lua's ARGV: now as nowArgs makes
-// it, how to set expiry, whether in try mode. The requests' arguments
+// it, the store's linger, whether in try mode. The requests' arguments
 // (appendRequest) follow.
-func settleHead(now [2]string, expire expiry, try bool, requests int) []any {
-	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], string(expire), flag(try))
+func (s *Store) settleHead(now [2]string, try bool, requests int) []any {
+	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], s.linger, flag(try))
 }
 
 // appendRequest appends settle.lua's arguments for the request of
