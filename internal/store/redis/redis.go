@@ -262,8 +262,7 @@ func newClient(cfg Config, count roundTripHook, dial dialHook) (goredis.Universa
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 		})
-		c.AddHook(count)
-		c.AddHook(dial)
+		addHooks(c, count, dial)
 		return c, nil
 	case cfg.Addr != "":
 		c := goredis.NewClient(&goredis.Options{
@@ -278,8 +277,7 @@ func newClient(cfg Config, count roundTripHook, dial dialHook) (goredis.Universa
 			ContextTimeoutEnabled:    true,
 			DisableIdentity:          true,
 		})
-		c.AddHook(count)
-		c.AddHook(dial)
+		addHooks(c, count, dial)
 		return c, nil
 	}
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{
@@ -295,11 +293,14 @@ func newClient(cfg Config, count roundTripHook, dial dialHook) (goredis.Universa
 		ContextTimeoutEnabled:    true,
 		DisableIdentity:          true,
 	})
-	c.OnNewNode(func(n *goredis.Client) {
-		n.AddHook(count)
-		n.AddHook(dial)
-	})
+	c.OnNewNode(func(n *goredis.Client) { addHooks(n, count, dial) })
 	return c, c
+}
+
+func addHooks(c interface{ AddHook(goredis.Hook) }, hooks ...goredis.Hook) {
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
 }
 
 // warm makes the connections of maxInFlight batches at once, so that the
@@ -526,23 +527,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 		args[g] = appendRequest(s.settleHead(now, true, 1), &s.specs, charges, idx, counters)
 	}
 	cmds := s.runScripts(ctx, groupKeys, args)
-
-	replies := make([]settleReply, len(groups))
-	failed := make([]bool, len(groups))
-	var failure error
-	denied := false
-	for g, c := range cmds {
-		r, err := shareReply(c, len(groups[g]))
-		if err != nil {
-			failed[g] = true
-			failure = cmp.Or(failure, err)
-			continue
-		}
-		replies[g] = r
-		if !r.committed {
-			denied = true
-		}
-	}
+	replies, failed, failure, denied := shareReplies(cmds, groups)
 	if failure == nil && !denied {
 		for g, idx := range groups {
 			if err := s.decode(replies[g].decisions, idx, decisions); err != nil {
@@ -568,9 +553,35 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	if !denied {
 		return failure // decided by the failure mode
 	}
-	// A share denied the request: it is denied whatever the failed shares
-	// would have said. Report the charged shares as peeks (Settle's rule),
-	// and leave only the failed shares to the failure mode.
+	return s.deniedBySlot(groups, replies, failed, failure, decisions)
+}
+
+// shareReplies returns the replies of the shares' scripts cmds (one per
+// group), which of them failed, the first failure, and whether a share
+// denied the request.
+func shareReplies(cmds []*goredis.Cmd, groups [][]int) (replies []settleReply, failed []bool, failure error, denied bool) {
+	replies = make([]settleReply, len(groups))
+	failed = make([]bool, len(groups))
+	for g, c := range cmds {
+		r, err := shareReply(c, len(groups[g]))
+		if err != nil {
+			failed[g] = true
+			failure = cmp.Or(failure, err)
+			continue
+		}
+		replies[g] = r
+		if !r.committed {
+			denied = true
+		}
+	}
+	return replies, failed, failure, denied
+}
+
+// deniedBySlot writes the decisions of a request a share denied: it is
+// denied whatever the failed shares would have said. The charged shares
+// are reported as peeks (Settle's rule), and only the failed shares are
+// left to the failure mode (a *guard.DeniedElsewhere when some failed).
+func (s *Store) deniedBySlot(groups [][]int, replies []settleReply, failed []bool, failure error, decisions []algorithms.Decision) error {
 	var failedIdx []int
 	for g, idx := range groups {
 		var err error
