@@ -4,10 +4,13 @@
 // Apply decides exactly as the memory store does (store.Settle's rule over
 // algorithms.Limit.Decide, all or nothing), inside Redis, in a Lua script
 // that decides at Redis TIME: every daemon sharing a Redis decides on the
-// Redis server's clock. A request costs at most one round trip per Redis
-// node, shared by the requests sent together (batch.go). A bucket is one
-// Redis string under Config.KeyPrefix and the "{domain}" hash tag (unless
-// Config.SpreadKeys), that expires when the bucket is back at rest.
+// Redis server's clock. Config.Clock is the one way to give the store
+// another time (Config.Counters, tests); a key's expiry derives from the
+// scripts' now either way (see Config.Clock and Config.Linger). A request
+// costs at most one round trip per Redis node, shared by the requests sent
+// together (batch.go). A bucket is one Redis string under Config.KeyPrefix
+// and the "{domain}" hash tag (unless Config.SpreadKeys), that expires
+// when the bucket is back at rest.
 //
 // With the hash tag, a request is one script on one node, atomic. With
 // Config.SpreadKeys on a cluster, a request whose buckets are in several
