@@ -189,7 +189,7 @@ func limit(t *testing.T, alg algorithms.Algorithm, requests int64, period time.D
 	return &l
 }
 
-func charge(l *algorithms.Limit, key string, cost int64, kind store.Kind) store.Charge {
+func charge(l *algorithms.Limit, key string, cost int64, kind algorithms.Kind) store.Charge {
 	return store.Charge{Domain: "shop", Key: []byte(key), Limit: l, Cost: cost, Kind: kind}
 }
 
@@ -209,18 +209,18 @@ func TestFailureModes(t *testing.T) {
 	}
 	denied := want{algorithms.Denied, 0, guard.FailClosedRetryAfter}
 	tests := []struct {
-		kind store.Kind
+		kind algorithms.Kind
 		cost int64
 		open want
 		shut want
 	}{
-		{store.Admit, 1, want{algorithms.Allowed, 4, 0}, denied},
-		{store.Admit, 5, want{algorithms.Allowed, 0, 0}, denied},
-		{store.Admit, 6, want{algorithms.OverCapacity, 5, 0}, want{algorithms.OverCapacity, 0, 0}},
-		{store.Admit, 0, want{algorithms.Allowed, 5, 0}, want{algorithms.Allowed, 0, 0}}, // a peek
-		{store.Check, 0, want{algorithms.Allowed, 5, 0}, denied},
-		{store.Overdraft, 3, want{algorithms.Allowed, 2, 0}, denied},
-		{store.Refund, 2, want{algorithms.Allowed, 5, 0}, want{algorithms.Allowed, 0, 0}},
+		{algorithms.Admit, 1, want{algorithms.Allowed, 4, 0}, denied},
+		{algorithms.Admit, 5, want{algorithms.Allowed, 0, 0}, denied},
+		{algorithms.Admit, 6, want{algorithms.OverCapacity, 5, 0}, want{algorithms.OverCapacity, 0, 0}},
+		{algorithms.Admit, 0, want{algorithms.Allowed, 5, 0}, want{algorithms.Allowed, 0, 0}}, // a peek
+		{algorithms.Check, 0, want{algorithms.Allowed, 5, 0}, denied},
+		{algorithms.Overdraft, 3, want{algorithms.Allowed, 2, 0}, denied},
+		{algorithms.Refund, 2, want{algorithms.Allowed, 5, 0}, want{algorithms.Allowed, 0, 0}},
 	}
 	for _, mode := range []guard.FailureMode{guard.FailOpen, guard.FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -251,7 +251,7 @@ func TestFailureModes(t *testing.T) {
 			}
 
 			f.remote.set(nil, nil)
-			if d := f.apply(t, charge(l, "k", 1, store.Admit))[0]; d.Code != algorithms.Allowed || d.Remaining != 4 {
+			if d := f.apply(t, charge(l, "k", 1, algorithms.Admit))[0]; d.Code != algorithms.Allowed || d.Remaining != 4 {
 				t.Errorf("the first charge once the remote is back: %+v, want admitted with 4 of 5 left (nothing recorded meanwhile)", d)
 			}
 			f.wantHealth(t, true)
@@ -276,7 +276,7 @@ func TestFailureModes(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	f := newFixture(t, guard.Config{FailureMode: guard.FailClosed, BreakerFailures: 3, BreakerCooloff: time.Second})
 	l := limit(t, algorithms.TokenBucket, 5, time.Second, 5)
-	req := func() algorithms.Decision { return f.apply(t, charge(l, "k", 1, store.Admit))[0] }
+	req := func() algorithms.Decision { return f.apply(t, charge(l, "k", 1, algorithms.Admit))[0] }
 	f.remote.set(errDown, nil)
 	steps := []struct {
 		what    string
@@ -343,11 +343,11 @@ func TestBreakerReminder(t *testing.T) {
 	f := newFixture(t, guard.Config{BreakerFailures: 1, BreakerCooloff: 10 * time.Second})
 	l := limit(t, algorithms.TokenBucket, 5, time.Second, 5)
 	f.remote.set(errDown, nil)
-	f.apply(t, charge(l, "k", 1, store.Admit)) // opens the breaker
+	f.apply(t, charge(l, "k", 1, algorithms.Admit)) // opens the breaker
 	still := `msg="remote circuit breaker still open: deciding by the failure mode without asking remote" failure_mode=open`
 	for i := range 12 { // a probe every 10s for 2 minutes
 		f.clock.Advance(10 * time.Second)
-		f.apply(t, charge(l, "k", 1, store.Admit))
+		f.apply(t, charge(l, "k", 1, algorithms.Admit))
 		want := (i + 1) / 6 // after 60s and 120s
 		if n := f.logged(still); n != want {
 			t.Fatalf("after %ds: %d reminders, want %d:\n%s", 10*(i+1), n, want, f.log)
@@ -402,7 +402,7 @@ func TestPingRecoversWithoutTraffic(t *testing.T) {
 func TestDenyCache(t *testing.T) {
 	f := newFixture(t, guard.Config{DenyCache: 10})
 	l := limit(t, algorithms.TokenBucket, 1, 10*time.Second, 1)
-	admit := func(cost int64) store.Charge { return charge(l, "k", cost, store.Admit) }
+	admit := func(cost int64) store.Charge { return charge(l, "k", cost, algorithms.Admit) }
 	shadow := admit(1)
 	shadow.Shadow = true
 	steps := []struct {
@@ -416,11 +416,11 @@ func TestDenyCache(t *testing.T) {
 		{"admitted", 0, admit(1), true, algorithms.Allowed, 0},
 		{"denied by the remote", 0, admit(1), true, algorithms.Denied, 10 * time.Second},
 		{"denied from the cache", 4 * time.Second, admit(1), false, algorithms.Denied, 6 * time.Second},
-		{"a check: a cost of 1", 0, charge(l, "k", 0, store.Check), false, algorithms.Denied, 6 * time.Second},
+		{"a check: a cost of 1", 0, charge(l, "k", 0, algorithms.Check), false, algorithms.Denied, 6 * time.Second},
 		{"a shadow charge is never answered from the cache", 0, shadow, true, algorithms.Denied, 6 * time.Second},
 		{"the wait is over", 6 * time.Second, admit(1), true, algorithms.Allowed, 0},
 		{"denied by the remote again", 0, admit(1), true, algorithms.Denied, 10 * time.Second},
-		{"a refund reaches the remote", time.Second, charge(l, "k", 1, store.Refund), true, algorithms.Allowed, 0},
+		{"a refund reaches the remote", time.Second, charge(l, "k", 1, algorithms.Refund), true, algorithms.Allowed, 0},
 		{"and the denial is forgotten", 0, admit(1), true, algorithms.Allowed, 0},
 	}
 	hits := 0.0
@@ -454,7 +454,7 @@ func TestMisconfigured(t *testing.T) {
 	l := limit(t, algorithms.TokenBucket, 5, time.Second, 5)
 	refusal := errors.New("NOPERM this user has no permissions to run the 'evalsha' command")
 	f.remote.set(nil, refusal)
-	if d := f.apply(t, charge(l, "k", 1, store.Admit))[0]; d.Code != algorithms.Denied || d.RetryAfter != guard.FailClosedRetryAfter {
+	if d := f.apply(t, charge(l, "k", 1, algorithms.Admit))[0]; d.Code != algorithms.Denied || d.RetryAfter != guard.FailClosedRetryAfter {
 		t.Errorf("a request while refused: %+v, want denied by the failure mode", d)
 	}
 	f.wantHealth(t, false)
@@ -466,7 +466,7 @@ func TestMisconfigured(t *testing.T) {
 	}
 	refused := `level=ERROR msg="remote refuses the daemon: a configuration error, not an outage; not ready, deciding by the failure mode until it is mended" failure_mode=closed`
 	f.clock.Advance(59 * time.Second)
-	f.apply(t, charge(l, "k", 1, store.Admit))
+	f.apply(t, charge(l, "k", 1, algorithms.Admit))
 	if err := f.g.Ping(ctx); !guard.IsConfigError(err) || f.remote.checks.Load() != 1 || f.remote.pings.Load() != 0 {
 		t.Errorf("Ping while refused: %v, %d checks, %d pings; want the refusal, 1 check, no ping", err, f.remote.checks.Load(), f.remote.pings.Load())
 	}
@@ -474,7 +474,7 @@ func TestMisconfigured(t *testing.T) {
 		t.Errorf("%d log lines of the refusal within a minute, want 1:\n%s", n, f.log)
 	}
 	f.clock.Advance(time.Second)
-	f.apply(t, charge(l, "k", 1, store.Admit))
+	f.apply(t, charge(l, "k", 1, algorithms.Admit))
 	if n := f.logged(refused); n != 2 {
 		t.Errorf("%d log lines of the refusal after a minute, want 2:\n%s", n, f.log)
 	}
@@ -533,7 +533,7 @@ func TestCallerGoneWhileRemoteHangs(t *testing.T) {
 	hangingApply := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
-		return f.g.Apply(ctx, []store.Charge{charge(l, "k", 1, store.Admit)}, make([]algorithms.Decision, 1))
+		return f.g.Apply(ctx, []store.Charge{charge(l, "k", 1, algorithms.Admit)}, make([]algorithms.Decision, 1))
 	}
 	f.remote.mu.Lock()
 	f.remote.hang = true
@@ -549,7 +549,7 @@ func TestCallerGoneWhileRemoteHangs(t *testing.T) {
 	f.remote.hang = false
 	f.remote.mu.Unlock()
 	f.remote.set(errDown, nil)
-	f.apply(t, charge(l, "k", 1, store.Admit)) // opens the breaker
+	f.apply(t, charge(l, "k", 1, algorithms.Admit)) // opens the breaker
 	f.clock.Advance(time.Second)
 	f.remote.mu.Lock()
 	f.remote.hang = true
@@ -562,7 +562,7 @@ func TestCallerGoneWhileRemoteHangs(t *testing.T) {
 	f.remote.hang = false
 	f.remote.mu.Unlock()
 	f.remote.set(nil, nil)
-	f.apply(t, charge(l, "k", 1, store.Admit))
+	f.apply(t, charge(l, "k", 1, algorithms.Admit))
 	if f.remote.applies.Load() != asked+2 || f.g.Breaker() != guard.BreakerClosed {
 		t.Fatalf("the next request: remote asked %d times, breaker %v; want it to probe and close", f.remote.applies.Load()-asked, f.g.Breaker())
 	}
@@ -579,7 +579,7 @@ func TestFailuresAsTheRemoteClassifiesThem(t *testing.T) {
 	for exchange := uint64(1); exchange <= 2; exchange++ {
 		f.remote.set(&guard.SharedFailure{Err: errDown, Exchange: exchange}, nil)
 		for range 5 {
-			f.apply(t, charge(l, "k", 1, store.Admit))
+			f.apply(t, charge(l, "k", 1, algorithms.Admit))
 		}
 		want := guard.BreakerClosed
 		if exchange == 2 {
@@ -597,7 +597,7 @@ func TestFailuresAsTheRemoteClassifiesThem(t *testing.T) {
 		return &guard.DeniedElsewhere{Err: errDown, Failed: []int{1}}
 	}
 	f.remote.mu.Unlock()
-	d := f.apply(t, charge(l, "a", 1, store.Admit), charge(l, "b", 2, store.Admit))
+	d := f.apply(t, charge(l, "a", 1, algorithms.Admit), charge(l, "b", 2, algorithms.Admit))
 	if d[0].Code != algorithms.Denied || d[0].RetryAfter != 3*time.Second {
 		t.Errorf("the part the remote denied: %+v, want its denial kept", d[0])
 	}

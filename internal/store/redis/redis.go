@@ -1,8 +1,8 @@
 // Package redis is the store that keeps bucket states in Redis, so that
 // several daemons behind a load balancer share one set of limits.
 //
-// Apply decides exactly as the memory store does (store.Settle's rule over
-// algorithms.Limit.Decide, all or nothing), inside Redis, in a Lua script
+// Apply decides exactly as the memory store does (by the settle rule of
+// package store, over algorithms' arithmetic), inside Redis, in a Lua script
 // that decides at Redis TIME: every daemon sharing a Redis decides on the
 // Redis server's clock. Config.Clock is the one way to give the store
 // another time (Config.Counters, tests); a key's expiry derives from the
@@ -15,8 +15,8 @@
 // With the hash tag, a request is one script on one node, atomic. With
 // Config.SpreadKeys on a cluster, a request whose buckets are in several
 // slots is settled per slot: each slot's share is atomic, the request is
-// admitted only if every share admitted and its quotas (store.Settle's rule
-// 5, decided over every share's decisions) do not deny it, and the shares
+// admitted only if every share admitted and its quotas (the settle
+// rule, decided over every share's decisions) do not deny it, and the shares
 // charged are undone (best effort) when another denied or failed.
 //
 // Apply returns an error when Redis fails, answers after Config.Timeout,
@@ -582,7 +582,7 @@ func shareReplies(cmds []*goredis.Cmd, groups [][]int) (replies []settleReply, f
 
 // deniedBySlot writes the decisions of a request a share denied: it is
 // denied whatever the failed shares would have said. The charged shares
-// are reported as peeks (Settle's rule), and only the failed shares are
+// are reported as peeks (the settle rule), and only the failed shares are
 // left to the failure mode (a *guard.DeniedElsewhere when some failed).
 func (s *Store) deniedBySlot(groups [][]int, replies []settleReply, failed []bool, failure error, decisions []algorithms.Decision) error {
 	var failedIdx []int
