@@ -103,7 +103,8 @@ end
 -- fastState returns the state v holds relative to now (the zero State for
 -- none, or for a value that is not a state): true and t, n, m and the
 -- millisecond its key expires at, linger aside (expiryMs of its restAt: a
--- key found holds a state written with that expiry), nil for none; or false when it does not fit this path.
+-- key found holds a state written with that expiry), nil for none; or
+-- false when it does not fit this path.
 local function fastState(v, l)
   local ok, tMs, tSub, n, m, rMs, rSub = unpackState(v)
   if not ok then
