@@ -9,7 +9,8 @@
 //
 // Time is injected one way: a part that keeps time takes a Clock once, as
 // an argument or a field of its configuration (memory.New, guard.Config,
-// redis.Config, daemon.Config), and reads nothing else; a test passes a
+// redis.Config, daemon.Config), and takes its decisions' time from it alone
+// (timeouts and tickers use the runtime's timers); a test passes a
 // Fake there. The Redis store alone defaults to another clock than
 // Monotonic: Redis's own (TIME), shared by every daemon on that Redis.
 package clock
