@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"math/big"
+	"slices"
 	"time"
 )
 
@@ -53,6 +54,8 @@ func newModel(l Limit) model {
 		return &levelModel{l: l, rate: l.requests, level: new(big.Rat)}
 	case FixedWindow:
 		return &windowModel{l: l, counts: map[int64]int64{}}
+	case Concurrency:
+		return &concurrencyModel{l: l}
 	default:
 		return &windowModel{l: l, counts: map[int64]int64{}, sliding: true}
 	}
@@ -411,4 +414,104 @@ func (m *windowModel) refund(now, units int64) Decision {
 		units -= back
 	}
 	return Decision{Remaining: m.remaining(now)}
+}
+
+// concurrencyModel keeps every unit in flight, oldest first, with the
+// time it was charged. A unit charged at c expires at c + T + the rest of
+// its slot: the last nanosecond of the slot of G = ceil(T/6) that holds c,
+// plus T (so never before c + T, at most G-1 later). A refund releases the
+// oldest units; an overdraft's units in one slot stop at MaxInFlight.
+type concurrencyModel struct {
+	l     Limit
+	units []int64 // charge times, oldest first
+}
+
+// changeTo keeps the units in flight.
+func (m *concurrencyModel) changeTo(l Limit) { m.l = l }
+
+// slot returns the length of a generation: the lease over 6, rounded up.
+func (m *concurrencyModel) slot() int64 { return (m.l.period + 5) / 6 }
+
+// expires returns when a unit charged at c expires.
+func (m *concurrencyModel) expires(c int64) int64 {
+	g := m.slot()
+	return c + (g - 1 - c%g) + m.l.period
+}
+
+// live drops the units expired at now and returns how many are left.
+func (m *concurrencyModel) live(now int64) int64 {
+	kept := m.units[:0]
+	for _, c := range m.units {
+		if m.expires(c) > now {
+			kept = append(kept, c)
+		}
+	}
+	m.units = kept
+	return int64(len(m.units))
+}
+
+// report is the bucket at now, with Denied and the RetryAfter of a cost
+// of max(extra, 1) when extra more does not fit: the wait until enough
+// units have expired.
+func (m *concurrencyModel) report(now, extra int64) Decision {
+	in := m.live(now)
+	d := Decision{Remaining: max(m.l.capacity-in, 0)}
+	var last int64
+	exp := make([]int64, 0, len(m.units))
+	for _, c := range m.units {
+		exp = append(exp, m.expires(c))
+		last = max(last, m.expires(c))
+	}
+	if in > 0 {
+		d.ResetAfter = time.Duration(last - now)
+	}
+	if in+extra > m.l.capacity {
+		slices.Sort(exp)
+		d.Code = Denied
+		d.RetryAfter = time.Duration(exp[in+max(extra, 1)-m.l.capacity-1] - now)
+	}
+	return d
+}
+
+func (m *concurrencyModel) decide(now, cost int64) Decision {
+	switch in := m.live(now); {
+	case cost > m.l.capacity:
+		d := m.report(now, 0)
+		d.Code, d.RetryAfter = OverCapacity, 0
+		return d
+	case cost <= 0:
+		d := m.report(now, 0)
+		d.Code, d.RetryAfter = Allowed, 0
+		return d
+	case in+cost > m.l.capacity:
+		return m.report(now, cost)
+	}
+	for range cost {
+		m.units = append(m.units, now)
+	}
+	return m.report(now, 0)
+}
+
+func (m *concurrencyModel) check(now int64) Decision { return m.report(now, 1) }
+
+func (m *concurrencyModel) overdraft(now, cost int64) Decision {
+	m.live(now)
+	var inSlot int64
+	for _, c := range m.units {
+		if c/m.slot() == now/m.slot() {
+			inSlot++
+		}
+	}
+	for range min(max(cost, 0), MaxInFlight-inSlot) {
+		m.units = append(m.units, now)
+	}
+	return m.report(now, 0)
+}
+
+func (m *concurrencyModel) refund(now, units int64) Decision {
+	in := m.live(now)
+	m.units = m.units[min(max(units, 0), in):]
+	d := m.report(now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return d
 }
