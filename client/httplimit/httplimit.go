@@ -54,6 +54,11 @@
 // printable ASCII) "default". A local denial (client.WithLocalDeny) has
 // only RateLimit, with r=0 and t its Retry-After. Decisions of the failure
 // policy have neither.
+//
+// NewConcurrency's middleware limits requests in flight instead (a
+// policy's algorithm: concurrency): each request holds units while its
+// handler runs, released when it returns, panics and cancelled requests
+// included. Wrap it in New's to limit requests by rate and in flight.
 package httplimit
 
 import (
