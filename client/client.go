@@ -33,12 +33,14 @@ type Client struct {
 	failClosed bool
 	closedWait time.Duration
 	onFailure  func(error, Decision)
+	onRelease  func(error)
 	logger     *slog.Logger
 	clock      Clock
 	local      *localDeny
 	dialOpts   []grpc.DialOption
 
-	failures atomic.Int64 // consecutive failures, for the state-change log
+	failures        atomic.Int64 // consecutive failures, for the state-change log
+	releaseFailures atomic.Int64 // consecutive undelivered releases, likewise
 }
 
 // An Option configures a Client.
@@ -83,10 +85,21 @@ func WithFailureHook(hook func(err error, d Decision)) Option {
 	return func(c *Client) { c.onFailure = hook }
 }
 
+// WithReleaseFailureHook calls hook for every Lease.Release that did not
+// reach the service (unreachable, slower than the timeout, an error, or the
+// release's context ended), with the error, before Release returns. The
+// units of such a release stay in flight until their lease ends. Count
+// them in a metric here. hook must be safe for concurrent use and quick.
+func WithReleaseFailureHook(hook func(err error)) Option {
+	return func(c *Client) { c.onRelease = hook }
+}
+
 // WithLogger sets where the client logs (default slog.Default()). It logs
 // state changes only, never once per request: a warning at the first
 // failure after a success, with the error and the failure policy, and a
-// notice when the service answers again, with the number of failures.
+// notice when the service answers again, with the number of failures. A
+// run of releases that did not reach the service (Lease.Release) is logged
+// the same way, apart.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
@@ -260,16 +273,7 @@ func recordsUsage(ds []Descriptor) bool {
 // returns its decision, or the failure policy's; an error only when ctx
 // ends first.
 func (c *Client) ask(ctx context.Context, domain string, descriptors []Descriptor) (Decision, error) {
-	req := &ratelimitv1.ShouldRateLimitRequest{
-		Domain:      domain,
-		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
-	}
-	for i, d := range descriptors {
-		req.Descriptors[i] = d.proto()
-	}
-	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	resp, err := c.service.ShouldRateLimit(callCtx, req)
-	cancel()
+	resp, err := c.call(ctx, domain, descriptors)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return Decision{}, ctxErr
@@ -278,6 +282,21 @@ func (c *Client) ask(ctx context.Context, domain string, descriptors []Descripto
 	}
 	c.recovered()
 	return decide(resp, descriptors), nil
+}
+
+// call sends a request of domain and descriptors to the service, within
+// the client's timeout, and returns its answer.
+func (c *Client) call(ctx context.Context, domain string, descriptors []Descriptor) (*ratelimitv1.ShouldRateLimitResponse, error) {
+	req := &ratelimitv1.ShouldRateLimitRequest{
+		Domain:      domain,
+		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
+	}
+	for i, d := range descriptors {
+		req.Descriptors[i] = d.proto()
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.service.ShouldRateLimit(callCtx, req)
 }
 
 // decide reads the service's answer to a request of ds.

@@ -45,6 +45,22 @@
 // policy decides like any error, and the reservation stays open
 // (docs/authz.md).
 //
+// # Work in flight
+//
+// A concurrency limit (a policy's algorithm: concurrency) counts units in
+// flight: Acquire takes them and Lease.Release gives them back, and a unit
+// never released frees itself when its lease ends:
+//
+//	lease, err := c.Acquire(ctx, "llm", client.NewDescriptor("tenant", "acme"))
+//	...
+//	if !lease.Allowed {
+//		return fmt.Errorf("%v", lease.Decision) // 20 streams of acme in flight already
+//	}
+//	defer lease.Release(context.WithoutCancel(ctx))
+//
+// httplimit.NewConcurrency and grpclimit.NewConcurrency do this around
+// each request's handler.
+//
 // # When the service cannot decide
 //
 // Each call has a deadline (WithTimeout). A service that is unreachable,
