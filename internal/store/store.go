@@ -48,6 +48,12 @@ type Charge struct {
 	// Kind says how the charge is applied (algorithms.Kind); Admit when
 	// zero. A Kind above Refund is taken as Admit.
 	Kind algorithms.Kind
+	// ChargedAt, for a Refund, is when the units given back were charged,
+	// an instant of the store's clock (a Result's At) in nanoseconds: the
+	// refund goes to that window or generation, or nowhere
+	// (algorithms.Limit.RefundAt). 0: not known (algorithms.Limit.Refund).
+	// Ignored by the other Kinds.
+	ChargedAt int64
 	// Shadow marks a charge that never denies the request (the settle
 	// rule).
 	Shadow bool
@@ -79,6 +85,9 @@ type Charge struct {
 // have if c is applied (s for a Check) and c's decision. Settle combines
 // such decisions.
 func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algorithms.Decision) {
+	if c.Kind == algorithms.Refund && c.ChargedAt != 0 {
+		return c.Limit.RefundAt(s, now, c.Cost, c.ChargedAt)
+	}
 	return c.Limit.Apply(c.Kind, s, now, c.Cost)
 }
 

@@ -306,3 +306,24 @@ func (l *Limit) concurrencyRefund(s State, now, units int64) (State, Decision) {
 	d.Code, d.RetryAfter = Allowed, 0
 	return s, d
 }
+
+// concurrencyRefundAt releases units from the generation that a charge at
+// chargedAt (≤ now) joined, never below zero there; nothing when that
+// generation has expired at now. After a clock that went back (now before
+// s's newest generation) it releases as concurrencyRefund.
+func (l *Limit) concurrencyRefundAt(s State, now, units, chargedAt int64) (State, Decision) {
+	var g gens
+	end := l.leaseAt(&g, s, now)
+	// g[i]'s slot is [next-(i+1)·G, next-i·G).
+	next := end - l.period + 1
+	if now < next-l.gen {
+		return l.concurrencyRefund(s, now, units)
+	}
+	if i := (next - 1 - chargedAt) / l.gen; units > 0 && i < Generations && g[i] > 0 {
+		g[i] = int32(max(int64(g[i])-units, 0))
+		s = l.leaseState(&g, end)
+	}
+	d := l.leaseReport(&g, g.inFlight(), end, now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return s, d
+}

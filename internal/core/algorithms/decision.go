@@ -214,3 +214,50 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 	}
 	return s, Decision{}
 }
+
+// RefundAt gives back units that were charged at chargedAt (an instant of
+// the same clock as now) and returns the bucket's new state and an Allowed
+// decision reporting it, as Refund does. Unlike Refund, it never gives back
+// more than not charging those units would have left:
+//
+//   - FixedWindow: the units come off the count only when chargedAt is in
+//     the window the bucket settles now in; a charge of an earlier window
+//     is refunded nothing (that window's count has passed).
+//   - SlidingWindow: the units come off the current window's count when
+//     chargedAt is in the current window, off the previous window's when
+//     it is in the previous one; a charge older than that is refunded
+//     nothing.
+//   - The buckets: the refund is c·I − (now − chargedAt) of backlog, for
+//     a cost c at an interval I per request, or nothing when that is not
+//     above 0: the time the charge would have drained by now is not given
+//     back again.
+//   - Concurrency: the units are released from chargedAt's generation, the
+//     one they joined, never below zero there; a generation that has
+//     expired releases nothing.
+//
+// A chargedAt later than now (a clock that went back since the charge) is
+// taken as now. units ≤ 0 returns s.
+func (l *Limit) RefundAt(s State, now, units, chargedAt int64) (State, Decision) {
+	now = ClampTime(now)
+	chargedAt = min(ClampTime(chargedAt), now)
+	switch l.alg {
+	case FixedWindow:
+		return l.fixedRefundAt(s, now, units, chargedAt)
+	case SlidingWindow:
+		return l.slidingRefundAt(s, now, units, chargedAt)
+	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			s = l.convert(s, now)
+		}
+		kNs, kFrac := l.TimesSaturated(max(units, 0))
+		// The part of the charge's backlog that has not drained since.
+		kNs -= now - chargedAt
+		if units <= 0 || kNs < 0 || kNs == 0 && kFrac == 0 {
+			return l.gcraRefundSpan(s, now, 0, 0)
+		}
+		return l.gcraRefundSpan(s, now, kNs, kFrac)
+	case Concurrency:
+		return l.concurrencyRefundAt(s, now, units, chargedAt)
+	}
+	return s, Decision{}
+}

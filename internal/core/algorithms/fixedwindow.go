@@ -84,6 +84,17 @@ func (l *Limit) fixedOverdraft(s State, now, cost int64) (State, Decision) {
 	return s, l.fixedReport(start, count, now, 0)
 }
 
+// fixedRefundAt refunds units charged at chargedAt (≤ now): as fixedRefund
+// when chargedAt is in the window s settles now in, else nothing. After a
+// clock that went back (now before s's window, where charges of that time
+// were settled) it refunds as fixedRefund.
+func (l *Limit) fixedRefundAt(s State, now, units, chargedAt int64) (State, Decision) {
+	if chargedAt < now-now%l.period && now-now%l.period >= s.t {
+		units = 0 // an earlier window's: its count has passed
+	}
+	return l.fixedRefund(s, now, units)
+}
+
 func (l *Limit) fixedRefund(s State, now, units int64) (State, Decision) {
 	start, count := l.fixedAt(s, now)
 	if units > 0 && count > 0 {

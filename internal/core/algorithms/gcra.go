@@ -202,9 +202,18 @@ func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
 }
 
 func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
+	var kNs, kFrac int64
+	if units > 0 {
+		kNs, kFrac = l.TimesSaturated(units)
+	}
+	return l.gcraRefundSpan(s, now, kNs, kFrac)
+}
+
+// gcraRefundSpan takes kNs + kFrac/R nanoseconds (kFrac < R) off the
+// backlog, never below zero: a refund of that much backlog.
+func (l *Limit) gcraRefundSpan(s State, now, kNs, kFrac int64) (State, Decision) {
 	dNs, dFrac := l.backlog(s, now)
-	if units > 0 && (dNs > 0 || dFrac > 0) {
-		kNs, kFrac := l.TimesSaturated(units)
+	if (kNs > 0 || kFrac > 0) && (dNs > 0 || dFrac > 0) {
 		dNs, dFrac = dNs-kNs, dFrac-kFrac
 		if dFrac < 0 {
 			dNs, dFrac = dNs-1, dFrac+l.requests

@@ -534,3 +534,39 @@ func (m *concurrencyModel) refund(now, units int64) Decision {
 	d.Code, d.RetryAfter = Allowed, 0
 	return d
 }
+
+// refundAt takes units charged at c (≤ now) off c's window when that is
+// now's window or, for a sliding window, the previous one, never below 0;
+// a charge of an older window is refunded nothing.
+func (m *windowModel) refundAt(now, units, c int64) Decision {
+	k, w := now/m.l.period, c/m.l.period
+	if units > 0 && (w == k || m.sliding && w == k-1) {
+		m.counts[w] = max(m.counts[w]-units, 0)
+	}
+	return Decision{Remaining: m.remaining(now)}
+}
+
+// refundAt releases units charged at c (≤ now) from the units charged in
+// c's slot, newest first, never below 0; units expired at now are gone and
+// release nothing.
+func (m *concurrencyModel) refundAt(now, units, c int64) Decision {
+	m.live(now)
+	for i := len(m.units) - 1; i >= 0 && units > 0; i-- {
+		if m.units[i].at/m.slot() != c/m.slot() {
+			continue
+		}
+		back := min(units, m.units[i].n)
+		m.units[i].n -= back
+		units -= back
+	}
+	kept := m.units[:0]
+	for _, r := range m.units {
+		if r.n > 0 {
+			kept = append(kept, r)
+		}
+	}
+	m.units = kept
+	d := m.report(now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return d
+}

@@ -186,3 +186,28 @@ func (l *Limit) slidingRefund(s State, now, units int64) (State, Decision) {
 	d.Code, d.RetryAfter = Allowed, 0
 	return s, d
 }
+
+// slidingRefundAt refunds units charged at chargedAt (≤ now): off the
+// current window's count when chargedAt is in now's window, off the
+// previous window's when it is in the one before, else nothing, never
+// below zero. After a clock that went back (now before s's window) it
+// refunds as slidingRefund.
+func (l *Limit) slidingRefundAt(s State, now, units, chargedAt int64) (State, Decision) {
+	start, cur, prev, e := l.slidingAt(s, now)
+	if now < start {
+		return l.slidingRefund(s, now, units)
+	}
+	if units > 0 {
+		switch w := chargedAt - chargedAt%l.period; {
+		case w == start && cur > 0:
+			cur = max(cur-units, 0)
+			s = l.slidingState(start, cur, prev)
+		case w == start-l.period && prev > 0:
+			prev = max(prev-units, 0)
+			s = l.slidingState(start, cur, prev)
+		}
+	}
+	d := l.slidingReport(start, cur, prev, e, now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return s, d
+}
