@@ -39,6 +39,15 @@ type Descriptor struct {
 	// (OverdraftPolicy when zero). A check or a refund with another value
 	// is invalid.
 	Overdraft Overdraft
+	// ChargedAt, for a refund (OpRefund), is when the units given back were
+	// charged: the Status.ChargedAt of the charge's response, an instant of
+	// the store's clock. The refund goes to that window (a window limit) or
+	// generation (a concurrency limit), or nowhere; a bucket gets back only
+	// what the charge has not drained since (algorithms.Limit.RefundAt).
+	// Zero: not known; the units are given back at now
+	// (algorithms.Limit.Refund). A descriptor asking anything but a refund
+	// with ChargedAt set, or one before the Unix epoch, is invalid.
+	ChargedAt time.Time
 	// Limit, when not nil, decides this descriptor instead of the policy,
 	// in any domain.
 	Limit *InlineLimit
@@ -239,6 +248,11 @@ type Status struct {
 	// that had less left than its cost (algorithms.Overdraft decided Denied), so
 	// that limit is now in debt. The usage is counted whatever Code says.
 	Overdrew bool
+	// ChargedAt is the instant, on the store's clock, at which the
+	// descriptor's buckets were decided: a refund of this charge passes it
+	// back (Descriptor.ChargedAt) to go to the same window. Zero when the
+	// store does not tell its instant, or no bucket was decided.
+	ChargedAt time.Time
 }
 
 // MostRestrictive returns the index of the status whose limit binds this
@@ -352,6 +366,10 @@ func (b *Bounds) validate(req *Request) error {
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required")
 		case f.Problem == TooManyEntries:
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", f.Got, f.Limit)
+		case !d.ChargedAt.IsZero() && d.Op != OpRefund:
+			return invalid(fmt.Sprintf("descriptors[%d].charged_at", i), "is set, but the descriptor asks a %v: only a refund says when its units were charged", d.Op)
+		case !d.ChargedAt.IsZero() && d.ChargedAt.UnixNano() <= 0:
+			return invalid(fmt.Sprintf("descriptors[%d].charged_at", i), "is %v, before the Unix epoch: a charge time is one a response reported", d.ChargedAt.UTC())
 		case d.Overdraft != OverdraftPolicy && d.Op != OpCharge:
 			return invalid(fmt.Sprintf("descriptors[%d].overdraft", i), "is %v, but the descriptor asks a %v: only a charge may overdraw", d.Overdraft, d.Op)
 		case d.Limit != nil && len(d.Limit.Name) > b.MaxKeyBytes:

@@ -81,14 +81,20 @@ type Charge struct {
 }
 
 // Decide decides c alone against its bucket's state s at now, as its Kind
-// says (algorithms.Limit.Apply), and returns the state the bucket would
+// says (algorithms.Limit.Apply; RefundAt for a Refund with ChargedAt), with
+// the decision's At set to now, and returns the state the bucket would
 // have if c is applied (s for a Check) and c's decision. Settle combines
 // such decisions.
 func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algorithms.Decision) {
+	var next algorithms.State
+	var d algorithms.Decision
 	if c.Kind == algorithms.Refund && c.ChargedAt != 0 {
-		return c.Limit.RefundAt(s, now, c.Cost, c.ChargedAt)
+		next, d = c.Limit.RefundAt(s, now, c.Cost, c.ChargedAt)
+	} else {
+		next, d = c.Limit.Apply(c.Kind, s, now, c.Cost)
 	}
-	return c.Limit.Apply(c.Kind, s, now, c.Cost)
+	d.At = now
+	return next, d
 }
 
 // Applied reports whether c, decided d by Settle with the result admitted,
@@ -163,6 +169,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 		states[i] = before[i]
 		if decisions[i].Code == algorithms.Allowed && c.Cost > 0 {
 			_, decisions[i] = c.Limit.Decide(states[i], now, 0)
+			decisions[i].At = now
 		}
 	}
 	return false

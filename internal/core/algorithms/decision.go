@@ -88,6 +88,11 @@ type Decision struct {
 	// rate: the backlog ahead of it, rounded up to a nanosecond, 0 when the
 	// queue is empty. 0 for the other algorithms, peeks and denials.
 	Delay time.Duration
+	// At is the instant, in nanoseconds, at which a store decided: the now
+	// of its clock. Set by a store that tells it (internal/store), for a
+	// refund to name when units were charged (RefundAt); 0 from Limit's
+	// own methods.
+	At int64
 }
 
 // Decide charges cost against the bucket in state s at now and returns the

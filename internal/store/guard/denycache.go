@@ -115,6 +115,7 @@ func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision
 		d := e.d
 		d.RetryAfter = time.Duration(e.until - now)
 		d.ResetAfter = max(d.ResetAfter-time.Duration(now-e.sent), 0)
+		d.At = 0 // no store decided it
 		decisions[i] = d
 	}
 	atRest(charges, others, true, now, decisions)

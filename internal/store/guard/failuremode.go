@@ -87,7 +87,8 @@ func (FailureMode) decideClosed(charges []store.Charge, i int, decisions []algor
 }
 
 // atRest writes into decisions[i], i in idx, what store.Settle reports for
-// those charges at now on buckets at rest: as a request of their own, or,
+// those charges at now on buckets at rest, with At 0 (not a store's
+// decision): as a request of their own, or,
 // when denied, as charges of a request that is denied anyway (Settle then
 // reports the admissible ones as peeks).
 func atRest(charges []store.Charge, idx []int, denied bool, now int64, decisions []algorithms.Decision) {
@@ -108,5 +109,6 @@ func atRest(charges []store.Charge, idx []int, denied bool, now int64, decisions
 	store.Settle(sub, make([]algorithms.State, len(sub)), now, d)
 	for j, i := range idx {
 		decisions[i] = d[j]
+		decisions[i].At = 0 // no store decided it
 	}
 }

@@ -126,7 +126,10 @@ func edgeCases(t *testing.T, newStore Factory, forwardOnly bool) {
 						break
 					}
 					c.Set(st.Now())
-					got := Apply(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &limits[i], Cost: st.Cost, Kind: st.Kind})
+					got, at := ApplyAt(t, s, store.Charge{Domain: Domain, Key: []byte("edge"), Limit: &limits[i], Cost: st.Cost, Kind: st.Kind})
+					if at != 0 && at != st.Now() {
+						t.Fatalf("step %d (at %v): the store reports deciding at %d, its clock says %d", i, st.At, at, st.Now())
+					}
 					if got[0] != st.Want {
 						t.Fatalf("step %d (at %v, %v of %d):\n got %+v\nwant %+v", i, st.At, st.Kind, st.Cost, got[0], st.Want)
 					}
@@ -748,10 +751,21 @@ func MustLimit(t testing.TB, alg algorithms.Algorithm, requests int64, period ti
 	return &l
 }
 
-// Apply applies charges as one request and returns their decisions,
-// failing t if the store fails. Every charge must name its domain, as the
-// engine's do.
+// Apply applies charges as one request and returns their decisions as
+// algorithms.Limit's methods report them (At 0), failing t if the store
+// fails or reports the decisions at different instants (ApplyAt). Every
+// charge must name its domain, as the engine's do.
 func Apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.Decision {
+	t.Helper()
+	d, _ := ApplyAt(t, s, charges...)
+	return d
+}
+
+// ApplyAt is Apply, returning too the instant the store reports it
+// decided at (algorithms.Decision.At; 0 when it does not tell). It fails t
+// when the decisions report different instants: a store settles a
+// request at one instant.
+func ApplyAt(t testing.TB, s store.Store, charges ...store.Charge) ([]algorithms.Decision, int64) {
 	t.Helper()
 	for i, c := range charges {
 		if c.Domain == "" {
@@ -762,5 +776,14 @@ func Apply(t testing.TB, s store.Store, charges ...store.Charge) []algorithms.De
 	if err := s.Apply(context.Background(), charges, d); err != nil {
 		t.Fatal(err)
 	}
-	return d
+	var at int64
+	for i := range d {
+		if i == 0 {
+			at = d[i].At
+		} else if d[i].At != at {
+			t.Fatalf("decision %d is at %d, decision 0 at %d: one request is decided at one instant", i, d[i].At, at)
+		}
+		d[i].At = 0
+	}
+	return d, at
 }
