@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
@@ -27,6 +28,7 @@ type Descriptor struct {
 	limit   *Limit
 	op      ratelimitv1.Operation
 	over    ratelimitv1.Overdraft
+	charged time.Time // a refund's charge time; zero: not known
 }
 
 type entry struct{ key, value string }
@@ -71,6 +73,19 @@ func (d Descriptor) WithHits(n uint32) Descriptor {
 // usage known only afterwards.
 func (d Descriptor) WithOperation(op ratelimitv1.Operation) Descriptor {
 	d.op = op
+	return d
+}
+
+// WithChargedAt returns d's refund (OPERATION_REFUND) given back where its
+// units were charged, at t: the ChargedAt of the status that charged them
+// (ratelimitv1.DescriptorStatus.charged_at, an instant of the service's
+// store). A window limit then takes the units off the window they were
+// charged in, or gives nothing back once that window has passed; see the
+// proto's Descriptor.charged_at. The zero t (the default) says nothing.
+// Reservation and Lease set it themselves. The service rejects it on any
+// other operation (InvalidArgument).
+func (d Descriptor) WithChargedAt(t time.Time) Descriptor {
+	d.charged = t
 	return d
 }
 
@@ -124,6 +139,9 @@ func (d Descriptor) cost() uint32 {
 
 func (d Descriptor) proto() *ratelimitv1.Descriptor {
 	out := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.entries)), Operation: d.op, Overdraft: d.over}
+	if !d.charged.IsZero() {
+		out.ChargedAt = timestamppb.New(d.charged)
+	}
 	for i, e := range d.entries {
 		out.Entries[i] = &ratelimitv1.Entry{Key: e.key, Value: e.value}
 	}

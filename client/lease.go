@@ -68,8 +68,9 @@ func (c *Client) Acquire(ctx context.Context, domain string, descriptors ...Desc
 	l := &Lease{Decision: d, c: c, domain: domain}
 	if d.Allowed && d.Source == SourceService {
 		l.refund = make([]Descriptor, len(descriptors))
+		at := chargedAt(d.Response, len(descriptors))
 		for i, d := range descriptors {
-			l.refund[i] = d.WithOperation(ratelimitv1.Operation_OPERATION_REFUND).WithOverdraft(ratelimitv1.Overdraft_OVERDRAFT_UNSPECIFIED)
+			l.refund[i] = d.WithOperation(ratelimitv1.Operation_OPERATION_REFUND).WithOverdraft(ratelimitv1.Overdraft_OVERDRAFT_UNSPECIFIED).WithChargedAt(at[i])
 		}
 	}
 	return l, nil
@@ -77,8 +78,11 @@ func (c *Client) Acquire(ctx context.Context, domain string, descriptors ...Desc
 
 // Release gives back the units an admitted lease holds: one v1 call that
 // refunds the same descriptors with the same costs as Acquire charged
-// (OPERATION_REFUND; a concurrency releases its oldest units, never going
-// below zero). It returns nil once the service has taken the refund.
+// (OPERATION_REFUND), each with the instant the service reported charging
+// it (WithChargedAt): a concurrency releases the very units Acquire took,
+// never going below zero, and nothing once they have expired at their
+// lease end — so a lease released late never frees another caller's
+// unit. It returns nil once the service has taken the refund.
 //
 // Release sends at most once. A second call returns ErrReleased; a lease
 // that holds nothing (denied, or decided by the failure policy) returns

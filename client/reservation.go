@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
@@ -21,6 +22,7 @@ type Reservation struct {
 	domain      string
 	descriptors []Descriptor // as given, with their operations and overdraft cleared
 	held        uint32       // what the service charged: the estimate if it admitted it, else 0
+	chargedAt   []time.Time  // when the service charged each descriptor (zero: not told)
 
 	mu      sync.Mutex
 	settled bool
@@ -64,6 +66,7 @@ func (c *Client) Reserve(ctx context.Context, estimate uint32, domain string, de
 	r.Decision = d
 	if d.Allowed && d.Source == SourceService {
 		r.held = estimate
+		r.chargedAt = chargedAt(d.Response, len(r.descriptors))
 	}
 	return r, nil
 }
@@ -71,7 +74,11 @@ func (c *Client) Reserve(ctx context.Context, estimate uint32, domain string, de
 // Settle ends an admitted reservation with the work's actual cost: when
 // actual is more than was reserved, the difference is charged in full
 // (OVERDRAFT_ALWAYS: the usage happened, and the budget may go into debt);
-// when it is less, the difference is refunded. When they are equal,
+// when it is less, the difference is refunded where Reserve charged it
+// (WithChargedAt, with the instant the service reported): a window limit
+// takes it off the window the estimate was charged in, or gives nothing
+// back once that window has passed, so a reservation that spans a window's
+// end never gives the new window what the old one used. When they are equal,
 // nothing is sent and the reservation's own Decision (Reserve's, which
 // admitted it) is returned.
 //
@@ -94,8 +101,11 @@ func (r *Reservation) Settle(ctx context.Context, actual uint32) (Decision, erro
 			return d.WithOverdraft(ratelimitv1.Overdraft_OVERDRAFT_ALWAYS)
 		})
 	case actual < r.held:
+		i := 0
 		return r.send(ctx, r.held-actual, func(d Descriptor) Descriptor {
-			return d.WithOperation(ratelimitv1.Operation_OPERATION_REFUND)
+			d = d.WithOperation(ratelimitv1.Operation_OPERATION_REFUND).WithChargedAt(r.chargedAt[i])
+			i++
+			return d
 		})
 	}
 	r.settled = true
@@ -105,6 +115,18 @@ func (r *Reservation) Settle(ctx context.Context, actual uint32) (Decision, erro
 // Cancel gives an admitted reservation back in full (a refund of what it
 // holds), as Settle(ctx, 0) does. Its errors are Settle's.
 func (r *Reservation) Cancel(ctx context.Context) (Decision, error) { return r.Settle(ctx, 0) }
+
+// chargedAt returns the charged_at of resp's first n statuses (zero where
+// unset), one per descriptor of the request it answers.
+func chargedAt(resp *ratelimitv1.ShouldRateLimitResponse, n int) []time.Time {
+	at := make([]time.Time, n)
+	for i, st := range resp.GetStatuses() {
+		if i < n && st.GetChargedAt() != nil {
+			at[i] = st.GetChargedAt().AsTime()
+		}
+	}
+	return at
+}
 
 // open reports why r cannot be settled, if it cannot. r.mu is held.
 func (r *Reservation) open() error {

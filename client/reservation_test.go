@@ -141,3 +141,65 @@ func TestReservationFailOpen(t *testing.T) {
 		t.Errorf("a Settle the service never answered closed the reservation")
 	}
 }
+
+// windowPolicy: 10 a second, on a fixed window and on a sliding one.
+const windowPolicy = `
+domain: api
+descriptors:
+  - key: fixed
+    rate_limit: {name: fixed, algorithm: fixed_window, unit: second, requests_per_unit: 10}
+  - key: sliding
+    rate_limit: {name: sliding, algorithm: sliding_window, unit: second, requests_per_unit: 10}
+`
+
+// TestReservationCancelAcrossWindow is issue 34's example: on a limit of
+// 10 a second, 10 reserved at 0.9 s, 5 used by others at 1.5 s, the
+// reservation cancelled: 5 are left, on a fixed window and a sliding one.
+// The refund goes to the window the estimate was charged in, which has
+// passed, so nothing comes back to the window the others used; a refund
+// without the charge time would leave 10 (fixed) or 7 (sliding).
+func TestReservationCancelAcrossWindow(t *testing.T) {
+	d := daemontest.Start(t, windowPolicy)
+	c := newClient(t, d.GRPCAddr())
+	ctx := context.Background()
+	for _, key := range []string{"fixed", "sliding"} {
+		t.Run(key, func(t *testing.T) {
+			desc := client.NewDescriptor(key, "x")
+			d.Clock.Set(daemontest.T0.Add(10*time.Second + 900*time.Millisecond).UnixNano())
+			r, err := c.Reserve(ctx, 10, "api", desc)
+			if err != nil || !r.Allowed {
+				t.Fatalf("reserve 10: %v %v", r, err)
+			}
+			d.Clock.Set(daemontest.T0.Add(11*time.Second + 500*time.Millisecond).UnixNano())
+			if o, err := c.Charge(ctx, "api", desc.WithHits(5)); err != nil || !o.Allowed {
+				t.Fatalf("others use 5: %v %v", o, err)
+			}
+			cancel, err := r.Cancel(ctx)
+			if err != nil || !cancel.Allowed {
+				t.Fatalf("cancel: %v %v", cancel, err)
+			}
+			if left := cancel.Response.GetStatuses()[0].GetRemaining(); left != 5 {
+				t.Errorf("after the cancel: %d left, want 5", left)
+			}
+		})
+	}
+}
+
+// TestReservationSettleWithinWindow: a refund within the window the
+// estimate was charged in gives the unused part back there.
+func TestReservationSettleWithinWindow(t *testing.T) {
+	d := daemontest.Start(t, windowPolicy)
+	c := newClient(t, d.GRPCAddr())
+	ctx := context.Background()
+	desc := client.NewDescriptor("fixed", "x")
+	d.Clock.Set(daemontest.T0.Add(100 * time.Millisecond).UnixNano())
+	r, err := c.Reserve(ctx, 8, "api", desc)
+	if err != nil || !r.Allowed {
+		t.Fatalf("reserve 8: %v %v", r, err)
+	}
+	d.Clock.Set(daemontest.T0.Add(900 * time.Millisecond).UnixNano())
+	s, err := r.Settle(ctx, 3)
+	if err != nil || s.Response.GetStatuses()[0].GetRemaining() != 7 {
+		t.Fatalf("settle 3 of 8: %v %v, want 7 left", s, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -48,10 +49,11 @@ const (
 	// Give the cost back, never past the bucket's rest state (full, or an
 	// empty window): what a reservation did not use, or the release of a
 	// unit in flight. Always CODE_OK; the status reports the bucket after
-	// the refund. The units go back to the bucket as it is now (a sliding
-	// window's current count first, then its previous one's): after a
-	// window's end since they were charged, that is more than the charge
-	// still holds (docs/clients.md, reservations).
+	// the refund. With Descriptor.charged_at the units go back where they
+	// were charged, or nowhere (see there). Without it, they go back to the
+	// bucket as it is now (a sliding window's current count first, then its
+	// previous one's): after a window's end since they were charged, that
+	// is more than the charge still holds (docs/clients.md, reservations).
 	Operation_OPERATION_REFUND Operation = 3
 )
 
@@ -365,7 +367,22 @@ type Descriptor struct {
 	// Whether a charge may overdraw its buckets; unset is the policy's
 	// choice. Only a charge may set it: a check or a refund that sets it is
 	// INVALID_ARGUMENT.
-	Overdraft     Overdraft `protobuf:"varint,5,opt,name=overdraft,proto3,enum=ratelimit.v1.Overdraft" json:"overdraft,omitempty"`
+	Overdraft Overdraft `protobuf:"varint,5,opt,name=overdraft,proto3,enum=ratelimit.v1.Overdraft" json:"overdraft,omitempty"`
+	// For OPERATION_REFUND: when the units given back were charged, the
+	// charged_at of that charge's DescriptorStatus (an instant of the
+	// service's store, so the two clocks need not agree). The refund then
+	// goes where the charge went, or nowhere: a window limit takes the units
+	// off the count of the window they were charged in, when that is the
+	// current window or (sliding_window) the previous one, else gives
+	// nothing back, that window having passed; a bucket gets back the
+	// charge's time cost less the time since (nothing once that is spent),
+	// never more than not charging would have left; a concurrency limit
+	// releases them from the units charged at that time, nothing once
+	// those have expired. Unset: see OPERATION_REFUND. Set on another
+	// operation, or before the Unix epoch: INVALID_ARGUMENT naming
+	// descriptors[i].charged_at. A time later than the store's now is taken
+	// as now.
+	ChargedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=charged_at,json=chargedAt,proto3" json:"charged_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +450,13 @@ func (x *Descriptor) GetOverdraft() Overdraft {
 		return x.Overdraft
 	}
 	return Overdraft_OVERDRAFT_UNSPECIFIED
+}
+
+func (x *Descriptor) GetChargedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChargedAt
+	}
+	return nil
 }
 
 // Entry is one key/value pair of a descriptor.
@@ -833,7 +857,12 @@ type DescriptorStatus struct {
 	// that had less left than its cost, which is now in debt. The usage is
 	// counted though the code is then CODE_OVER_LIMIT (the limit's, when it
 	// is the deciding one). Never set for a check, a refund or a peek.
-	Overdrew      bool `protobuf:"varint,12,opt,name=overdrew,proto3" json:"overdrew,omitempty"`
+	Overdrew bool `protobuf:"varint,12,opt,name=overdrew,proto3" json:"overdrew,omitempty"`
+	// The instant, on the store's clock, at which this descriptor's buckets
+	// were decided: a refund of this charge sets it as its
+	// Descriptor.charged_at. Unset when the store does not tell its instant
+	// (Redis deciding at Redis TIME) or the descriptor decided no bucket.
+	ChargedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=charged_at,json=chargedAt,proto3" json:"charged_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -945,6 +974,13 @@ func (x *DescriptorStatus) GetOverdrew() bool {
 	return false
 }
 
+func (x *DescriptorStatus) GetChargedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChargedAt
+	}
+	return nil
+}
+
 // Rule describes the limit that decided a descriptor.
 type Rule struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1036,18 +1072,20 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x80\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n" +
 	"\x16ShouldRateLimitRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
-	"\x04hits\x18\x03 \x01(\rR\x04hits\"\xf6\x01\n" +
+	"\x04hits\x18\x03 \x01(\rR\x04hits\"\xb1\x02\n" +
 	"\n" +
 	"Descriptor\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x17\n" +
 	"\x04hits\x18\x02 \x01(\rH\x00R\x04hits\x88\x01\x01\x12)\n" +
 	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x125\n" +
 	"\toperation\x18\x04 \x01(\x0e2\x17.ratelimit.v1.OperationR\toperation\x125\n" +
-	"\toverdraft\x18\x05 \x01(\x0e2\x17.ratelimit.v1.OverdraftR\toverdraftB\a\n" +
+	"\toverdraft\x18\x05 \x01(\x0e2\x17.ratelimit.v1.OverdraftR\toverdraft\x129\n" +
+	"\n" +
+	"charged_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tchargedAtB\a\n" +
 	"\x05_hits\"/\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -1072,7 +1110,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"QuotaScope\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\bR\x04room\x123\n" +
-	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xe2\x03\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\x9d\x04\n" +
 	"\x10DescriptorStatus\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\bR\amatched\x12&\n" +
@@ -1087,7 +1125,9 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bmetadata\x18\n" +
 	" \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x19\n" +
 	"\x05scope\x18\v \x01(\rH\x00R\x05scope\x88\x01\x01\x12\x1a\n" +
-	"\boverdrew\x18\f \x01(\bR\boverdrewB\b\n" +
+	"\boverdrew\x18\f \x01(\bR\boverdrew\x129\n" +
+	"\n" +
+	"charged_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tchargedAtB\b\n" +
 	"\x06_scopeJ\x04\b\t\x10\n" +
 	"R\toperation\"\xd4\x01\n" +
 	"\x04Rule\x12\x12\n" +
@@ -1150,8 +1190,9 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*QuotaScope)(nil),              // 10: ratelimit.v1.QuotaScope
 	(*DescriptorStatus)(nil),        // 11: ratelimit.v1.DescriptorStatus
 	(*Rule)(nil),                    // 12: ratelimit.v1.Rule
-	(*durationpb.Duration)(nil),     // 13: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 14: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 14: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 15: google.protobuf.Struct
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	5,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
@@ -1159,31 +1200,33 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	7,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.Limit
 	0,  // 3: ratelimit.v1.Descriptor.operation:type_name -> ratelimit.v1.Operation
 	1,  // 4: ratelimit.v1.Descriptor.overdraft:type_name -> ratelimit.v1.Overdraft
-	2,  // 5: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	13, // 6: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
-	3,  // 7: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
-	13, // 8: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
-	11, // 9: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	9,  // 10: ratelimit.v1.ShouldRateLimitResponse.quotas:type_name -> ratelimit.v1.Quotas
-	14, // 11: ratelimit.v1.ShouldRateLimitResponse.metadata:type_name -> google.protobuf.Struct
-	10, // 12: ratelimit.v1.Quotas.scopes:type_name -> ratelimit.v1.QuotaScope
-	6,  // 13: ratelimit.v1.QuotaScope.entries:type_name -> ratelimit.v1.Entry
-	14, // 14: ratelimit.v1.QuotaScope.metadata:type_name -> google.protobuf.Struct
-	3,  // 15: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
-	12, // 16: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
-	13, // 17: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	13, // 18: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	13, // 19: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
-	14, // 20: ratelimit.v1.DescriptorStatus.metadata:type_name -> google.protobuf.Struct
-	2,  // 21: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
-	13, // 22: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
-	4,  // 23: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	8,  // 24: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	24, // [24:25] is the sub-list for method output_type
-	23, // [23:24] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	13, // 5: ratelimit.v1.Descriptor.charged_at:type_name -> google.protobuf.Timestamp
+	2,  // 6: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	14, // 7: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
+	3,  // 8: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
+	14, // 9: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
+	11, // 10: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	9,  // 11: ratelimit.v1.ShouldRateLimitResponse.quotas:type_name -> ratelimit.v1.Quotas
+	15, // 12: ratelimit.v1.ShouldRateLimitResponse.metadata:type_name -> google.protobuf.Struct
+	10, // 13: ratelimit.v1.Quotas.scopes:type_name -> ratelimit.v1.QuotaScope
+	6,  // 14: ratelimit.v1.QuotaScope.entries:type_name -> ratelimit.v1.Entry
+	15, // 15: ratelimit.v1.QuotaScope.metadata:type_name -> google.protobuf.Struct
+	3,  // 16: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
+	12, // 17: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
+	14, // 18: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	14, // 19: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	14, // 20: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
+	15, // 21: ratelimit.v1.DescriptorStatus.metadata:type_name -> google.protobuf.Struct
+	13, // 22: ratelimit.v1.DescriptorStatus.charged_at:type_name -> google.protobuf.Timestamp
+	2,  // 23: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
+	14, // 24: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
+	4,  // 25: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	8,  // 26: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	26, // [26:27] is the sub-list for method output_type
+	25, // [25:26] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/api/grpcstatus"
@@ -104,6 +105,12 @@ func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 		if out.Overdraft, ok = overdraftOf[d.GetOverdraft()]; !ok {
 			return nil, fmt.Errorf("descriptors[%d].overdraft: unknown value %d", i, d.GetOverdraft())
 		}
+		if at := d.GetChargedAt(); at != nil {
+			if err := at.CheckValid(); err != nil {
+				return nil, fmt.Errorf("descriptors[%d].charged_at: %v", i, err)
+			}
+			out.ChargedAt = at.AsTime()
+		}
 		if l := d.GetLimit(); l != nil {
 			alg, ok := algorithmOf[l.GetAlgorithm()]
 			if !ok {
@@ -158,6 +165,9 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 		}
 		if st.Delay > 0 {
 			ds.Delay = durationpb.New(st.Delay)
+		}
+		if !st.ChargedAt.IsZero() {
+			ds.ChargedAt = timestamppb.New(st.ChargedAt)
 		}
 		if st.Rule != nil {
 			ds.Metadata = st.Rule.Metadata
