@@ -175,3 +175,45 @@ func TestLeaseReleaseLost(t *testing.T) {
 		t.Fatalf("the release hook got %v, want the one lost release", errs)
 	}
 }
+
+// TestLeaseCrashHealsUnderTraffic: a caller that takes a unit and never
+// releases it (it crashed) holds it until its lease ends, even while
+// other leases are taken and released all along: each Release frees the
+// units its own Acquire took (WithChargedAt), never the crashed caller's,
+// so the lost unit expires on time instead of being passed on to the
+// next releaser's unit, as a release of the oldest unit would.
+func TestLeaseCrashHealsUnderTraffic(t *testing.T) {
+	d := daemontest.Start(t, poolPolicy)
+	c := newClient(t, d.GRPCAddr())
+	ctx := context.Background()
+	at := func(off time.Duration) { d.Clock.Set(daemontest.T0.Add(off).UnixNano()) }
+	inFlight := func() uint64 {
+		t.Helper()
+		return 2 - acquire(t, c, pool.WithHits(0)).Response.GetStatuses()[0].GetRemaining()
+	}
+
+	at(0)
+	if crashed := acquire(t, c, pool); !crashed.Allowed {
+		t.Fatalf("the crashing caller's lease: %v", crashed.Decision)
+	}
+	// A lease of 15s every 20s, each spanning a generation's end, for
+	// three minutes: well past the crashed unit's lease.
+	for off := 11 * time.Second; off < 3*time.Minute; off += 20 * time.Second {
+		at(off)
+		l := acquire(t, c, pool)
+		if !l.Allowed {
+			t.Fatalf("a lease at %v: %v", off, l.Decision)
+		}
+		at(off + 15*time.Second)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(1) // the crashed unit, until its lease ends
+		if daemontest.T0.Add(off + 15*time.Second).Compare(poolLeaseEnd) >= 0 {
+			want = 0
+		}
+		if got := inFlight(); got != want {
+			t.Fatalf("after the release at %v: %d in flight, want %d", off+15*time.Second, got, want)
+		}
+	}
+}
