@@ -95,3 +95,51 @@ func TestRefundAtAcrossWindow(t *testing.T) {
 		}
 	}
 }
+
+// On the buckets, RefundAt gives back the charge's time cost less the time
+// since it: the bucket as if the charge had not been made when it was
+// charged on a full bucket, less when the bucket was in use (the backlog
+// ahead of the charge drained first, which the refund does not credit),
+// and never more than not charging would have left.
+func TestRefundAtBucket(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, LeakyBucketQueue} {
+		l := mustLimit(t, alg, 10, sec, 10)
+		for _, tc := range []struct {
+			name      string
+			before    int64 // charged at t0 - 0.2 s
+			at        int64 // the refund's now, after t0
+			want      int64 // Remaining after the refund
+			unchanged bool  // the refund gives nothing back
+		}{
+			{"at once", 0, 0, 10, false},
+			{"0.3s later", 0, int64(300 * ms), 10, false},
+			// 0.2 s of backlog ahead of the charge at t0, 0.1 s of it left
+			// at the refund: 0.5 s given back, 0.2 s left, 8; not
+			// charging would have left 9.
+			{"on a bucket used before", 4, int64(100 * ms), 8, false},
+			{"once drained", 0, int64(1500 * ms), 10, true},
+			{"later than its drain, with other use", 4, int64(1100 * ms), 10, true},
+		} {
+			var s State
+			if tc.before > 0 {
+				s, _ = l.Decide(s, t0-int64(200*ms), tc.before)
+			}
+			s, d := l.Decide(s, t0, 6)
+			if d.Code != Allowed {
+				t.Fatalf("%v %s: charge of 6 denied: %+v", alg, tc.name, d)
+			}
+			next, got := l.RefundAt(s, t0+tc.at, 6, t0)
+			if got.Remaining != tc.want || (next == s) != tc.unchanged {
+				t.Errorf("%v %s: %d left (state unchanged: %v), want %d (%v)", alg, tc.name, got.Remaining, next == s, tc.want, tc.unchanged)
+			}
+			// Never more than not charging would have left.
+			var u State
+			if tc.before > 0 {
+				u, _ = l.Decide(u, t0-int64(200*ms), tc.before)
+			}
+			if _, p := l.Decide(u, t0+tc.at, 0); got.Remaining > p.Remaining {
+				t.Errorf("%v %s: %d left, more than the %d without the charge", alg, tc.name, got.Remaining, p.Remaining)
+			}
+		}
+	}
+}
