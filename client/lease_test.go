@@ -209,7 +209,7 @@ func TestLeaseCrashHealsUnderTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := uint64(1) // the crashed unit, until its lease ends
-		if daemontest.T0.Add(off + 15*time.Second).Compare(poolLeaseEnd) >= 0 {
+		if daemontest.T0.Add(off+15*time.Second).Compare(poolLeaseEnd) >= 0 {
 			want = 0
 		}
 		if got := inFlight(); got != want {

@@ -94,7 +94,9 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("AllOrNothing", func(t *testing.T) { AllOrNothing(t, newStore) })
 	t.Run("Quotas", func(t *testing.T) { Quotas(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
-	t.Run("RandomTimelines", func(t *testing.T) { randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly, !opts.NoChargedAt) })
+	t.Run("RandomTimelines", func(t *testing.T) {
+		randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly, !opts.NoChargedAt)
+	})
 	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, opts.algorithms()) })
 	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, opts.algorithms()) })
 }
