@@ -119,6 +119,13 @@
 //     window), and reports the bucket after it. A sliding window takes
 //     the units off its current window's count first, then off the
 //     previous window's. A bucket brought back to rest is the zero State.
+//   - RefundAt gives back units charged at a given instant where that
+//     charge went, or nowhere: a window's units off the count of the window
+//     they were charged in while it counts (a fixed window's current one,
+//     a sliding window's current or previous one), a bucket's time cost
+//     less the time since the charge, a concurrency's units off the
+//     generation they joined while it lives. It never gives back more than
+//     not charging would have left.
 //
 // A bucket in debt denies every Check and every charge of cost ≥ 1 until
 // its own refill has paid the debt back: the buckets at their rate (the
@@ -164,7 +171,11 @@
 // as many of the others' units stay counted in their place, each lasting
 // its own lease. The count in flight is never below what runs and never
 // above the units charged in the last T + G; an excess left by a crash
-// lasts until charges pause for a lease. T must exceed the longest request:
+// lasts until charges pause for a lease. A refund that names its charge
+// time (RefundAt, which ratelimit.v1 callers and the Go client's Lease
+// send) releases the units of that charge's generation instead: exactly
+// its own, so others' releases never take a crashed caller's units, which
+// then expire on time under any traffic. T must exceed the longest request:
 // a unit that outlives its lease frees a place while its request still
 // runs.
 //
