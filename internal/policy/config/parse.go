@@ -86,26 +86,13 @@ func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 			return nil, err
 		}
 	}
+	if errs := checkSizes(path, files, l.MaxBytes); len(errs) > 0 {
+		return nil, errs
+	}
 	var (
 		domains domainList
 		errs    Errors
-		total   int64
 	)
-	for _, file := range files {
-		if info, err := os.Stat(file); err == nil {
-			if info.Size() > l.MaxBytes {
-				errs = append(errs, tooLarge(file, info.Size(), l.MaxBytes))
-			}
-			total += info.Size()
-		}
-	}
-	if len(errs) == 0 && total > l.MaxBytes {
-		errs = append(errs, &FieldError{File: path,
-			Problem: fmt.Sprintf("the policy files are %d bytes together, more than the limit of %d (--max-policy-bytes)", total, l.MaxBytes)})
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
 	budget := l
 	for _, file := range files {
 		data, err := readLimited(file, budget.MaxBytes)
@@ -136,6 +123,29 @@ func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 		return nil, errs
 	}
 	return newPolicy(domains.list), nil
+}
+
+// checkSizes returns the problems of files (the policy at path) larger
+// than maxBytes, or else of their being larger together, before any is
+// read. A file it cannot stat is left to the reading, to report.
+func checkSizes(path string, files []string, maxBytes int64) Errors {
+	var (
+		errs  Errors
+		total int64
+	)
+	for _, file := range files {
+		if info, err := os.Stat(file); err == nil {
+			if info.Size() > maxBytes {
+				errs = append(errs, tooLarge(file, info.Size(), maxBytes))
+			}
+			total += info.Size()
+		}
+	}
+	if len(errs) == 0 && total > maxBytes {
+		errs = append(errs, &FieldError{File: path,
+			Problem: fmt.Sprintf("the policy files are %d bytes together, more than the limit of %d (--max-policy-bytes)", total, maxBytes)})
+	}
+	return errs
 }
 
 // domainList collects a policy's domains in order, refusing a name defined
