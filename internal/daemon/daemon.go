@@ -40,6 +40,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/observe/topdenied"
 	"github.com/ratelimitd/ratelimitd/internal/observe/tracing"
@@ -224,7 +225,8 @@ type Daemon struct {
 	bodies      *recvlimit.Limiter   // HTTP decision calls' bodies on their way
 	longStreams *streamlimit.Limiter // gRPC streams that last as long as their client wants
 	engine      *engine.Engine
-	quota       *rlqsapi.Server
+	quota       *quotaservice.Service
+	rlqs        *rlqsapi.Server
 	store       storeBackend
 	stopJobs    context.CancelFunc
 	served      chan error
@@ -318,7 +320,7 @@ func (d *Daemon) assemble() {
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.longStreams = d.newLongStreams()
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
-	d.quota = d.newQuota()
+	d.quota, d.rlqs = d.newQuota()
 	d.grpc = d.grpcServer()
 	d.serversHTTP()
 }
@@ -601,7 +603,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	g := grpc.NewServer(opts...)
 	grpcapi.Register(g, d.engine)
 	envoyapi.Register(g, d.engine, d.envoyOptions()...)
-	d.quota.Register(g)
+	d.rlqs.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
 	d.boundStreams(g)
