@@ -72,9 +72,6 @@ func TestNoLongFunctions(t *testing.T) {
 				if lines <= maxFuncLines || isTable(fn) {
 					continue
 				}
-				if pendingIn(rel) {
-					continue
-				}
 				found = append(found, long{
 					pos:   rel + ":" + strconv.Itoa(start.Line),
 					name:  funcName(fn),
@@ -146,20 +143,4 @@ func funcName(fn *ast.FuncDecl) string {
 		return id.Name + "." + fn.Name.Name
 	}
 	return fn.Name.Name
-}
-
-// pendingElsewhere lists the folders whose long functions other changes of
-// issue 33 split; each entry is removed when its change is merged.
-var pendingElsewhere = []string{
-	"internal/store/redis/", // issue 33, branch i33time
-	"internal/store/guard/", // issue 33, branch i33time
-}
-
-func pendingIn(rel string) bool {
-	for _, p := range pendingElsewhere {
-		if strings.HasPrefix(rel, p) {
-			return true
-		}
-	}
-	return false
 }

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store"
@@ -183,9 +182,8 @@ const redisCheckTimeout = 5 * time.Second
 // Redis, in the guard that decides while Redis fails.
 type redisBackend struct {
 	*guard.Guard
-	redis       *redisstore.Store
-	name        string
-	ledgerClock clock.Clock // Config.QuotaLedgerClock
+	redis *redisstore.Store
+	name  string
 }
 
 func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
@@ -236,7 +234,7 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	case cfg.Redis.SentinelMaster != "":
 		name = "redis sentinel master " + cfg.Redis.SentinelMaster
 	}
-	return &redisBackend{Guard: g, redis: rs, name: name, ledgerClock: cfg.QuotaLedgerClock}, nil
+	return &redisBackend{Guard: g, redis: rs, name: name}, nil
 }
 
 func (b *redisBackend) run(ctx context.Context) { b.Run(ctx, time.Second) }
@@ -245,7 +243,7 @@ func (b *redisBackend) collectors() []prometheus.Collector {
 }
 func (b *redisBackend) restore(memory.Adopt)             {}
 func (b *redisBackend) misconfigured() error             { return b.Misconfigured() }
-func (b *redisBackend) quotaLedger() quotaservice.Ledger { return b.redis.QuotaLedger(b.ledgerClock) }
+func (b *redisBackend) quotaLedger() quotaservice.Ledger { return b.redis.QuotaLedger() }
 func (b *redisBackend) close()                           { b.Guard.Close(); b.redis.Close() }
 func (b *redisBackend) String() string                   { return b.name }
 
