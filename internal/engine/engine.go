@@ -576,7 +576,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	if rule != nil {
 		shared = rule.Shared
 	}
-	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Bucket)
+	w.keys = AppendBucketKey(w.keys, domain, entries, shared, u.limit.Bucket)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {

@@ -314,24 +314,72 @@ func (b *Bounds) validate(req *Request) error {
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
+		f := b.CheckEntries(d.Entries)
 		switch {
-		case len(d.Entries) == 0:
+		case f.Problem == NoEntries:
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required")
-		case len(d.Entries) > b.MaxEntries:
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", len(d.Entries), b.MaxEntries)
+		case f.Problem == TooManyEntries:
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", f.Got, f.Limit)
 		case d.Limit != nil && len(d.Limit.Name) > b.MaxKeyBytes:
 			return invalid(fmt.Sprintf("descriptors[%d].limit.name", i), "is %d bytes; the limit is %d", len(d.Limit.Name), b.MaxKeyBytes)
-		}
-		for j, e := range d.Entries {
-			switch {
-			case e.Key == "":
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
-			case len(e.Key) > b.MaxKeyBytes:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "is %d bytes; the limit is %d", len(e.Key), b.MaxKeyBytes)
-			case len(e.Value) > b.MaxValueBytes:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "is %d bytes; the limit is %d", len(e.Value), b.MaxValueBytes)
-			}
+		case f.Problem == EmptyKey:
+			return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, f.Entry), "must not be empty")
+		case f.Problem == LongKey:
+			return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, f.Entry), "is %d bytes; the limit is %d", f.Got, f.Limit)
+		case f.Problem == LongValue:
+			return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, f.Entry), "is %d bytes; the limit is %d", f.Got, f.Limit)
 		}
 	}
 	return nil
+}
+
+// EntriesProblem is what is wrong with a descriptor's entries under
+// Bounds (EntriesFault).
+type EntriesProblem uint8
+
+// The problems CheckEntries finds, in the order it looks for them.
+const (
+	EntriesOK      EntriesProblem = iota // nothing
+	NoEntries                            // no entry
+	TooManyEntries                       // more than MaxEntries
+	EmptyKey                             // an entry's key is empty
+	LongKey                              // an entry's key is more than MaxKeyBytes
+	LongValue                            // an entry's value is more than MaxValueBytes
+)
+
+// EntriesFault is the first problem CheckEntries finds. Each API names the
+// fields in its own words (descriptors[i].entries[j].key, a BucketId's
+// bucket map); the rule is this one.
+type EntriesFault struct {
+	Problem EntriesProblem
+	// Entry is the index of the entry at fault (EmptyKey, LongKey,
+	// LongValue); Got is how many entries (TooManyEntries) or bytes
+	// (LongKey, LongValue) it has, Limit the bound it is over.
+	Entry, Got, Limit int
+}
+
+// CheckEntries checks a descriptor's entries against b — the one check of
+// them, for every API (the per-request APIs through the engine, a quota
+// client's BucketIds): at least one entry and at most MaxEntries, then
+// each entry in order, its key not empty and at most MaxKeyBytes, then its
+// value at most MaxValueBytes. It returns the first problem found, or a
+// fault whose Problem is EntriesOK.
+func (b *Bounds) CheckEntries(entries []config.Entry) EntriesFault {
+	switch {
+	case len(entries) == 0:
+		return EntriesFault{Problem: NoEntries}
+	case len(entries) > b.MaxEntries:
+		return EntriesFault{Problem: TooManyEntries, Got: len(entries), Limit: b.MaxEntries}
+	}
+	for j, e := range entries {
+		switch {
+		case e.Key == "":
+			return EntriesFault{Problem: EmptyKey, Entry: j}
+		case len(e.Key) > b.MaxKeyBytes:
+			return EntriesFault{Problem: LongKey, Entry: j, Got: len(e.Key), Limit: b.MaxKeyBytes}
+		case len(e.Value) > b.MaxValueBytes:
+			return EntriesFault{Problem: LongValue, Entry: j, Got: len(e.Value), Limit: b.MaxValueBytes}
+		}
+	}
+	return EntriesFault{}
 }

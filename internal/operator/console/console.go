@@ -39,9 +39,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/observe/topdenied"
 	"github.com/ratelimitd/ratelimitd/internal/operator/admin"
@@ -76,7 +76,7 @@ type Options struct {
 	Top *topdenied.Tracker
 	// Quota returns the buckets served by quota (RLQS), their clients,
 	// demands and shares (nil: the view is empty).
-	Quota func() []rlqsapi.BucketView
+	Quota func() []quotaservice.BucketView
 }
 
 // Console serves the page and its endpoints.
@@ -168,7 +168,7 @@ func (c *Console) liveView(w http.ResponseWriter, _ *http.Request) {
 // and its clients (stream id, peer address, demand and share in requests
 // per period, what it may still apply, burst, report interval in ns).
 func (c *Console) quota(w http.ResponseWriter, _ *http.Request) {
-	buckets := []rlqsapi.BucketView{}
+	buckets := []quotaservice.BucketView{}
 	if c.o.Quota != nil {
 		buckets = append(buckets, c.o.Quota()...)
 	}

@@ -53,8 +53,10 @@ func newTestStore(t testing.TB, cfg redis.Config, c clock.Clock) *testStore {
 // unless cfg names one, a timeout of 10s unless cfg sets one (so that a
 // loaded machine does not turn a test's requests into failures), and
 // deciding at c's time (nil: Redis TIME), which is then also the guard's
-// clock unless g names one. The store has made its connections (or failed
-// to).
+// clock unless g names one. On c, whose timelines jump anywhere and stand
+// still while Redis's clock runs, keys linger a century (redis.MaxLinger),
+// so that none expires under a test. The store has made its connections
+// (or failed to).
 func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clock) *testStore {
 	t.Helper()
 	if cfg.KeyPrefix == "" {
@@ -63,6 +65,12 @@ func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clo
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if c != nil {
+		cfg.Clock, cfg.Linger = c, redis.MaxLinger
+		if g.Clock == nil {
+			g.Clock = c
+		}
+	}
 	r, err := redis.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -70,12 +78,6 @@ func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clo
 	// The connections' warm-up goes through whatever proxy the test
 	// has, before the test does.
 	<-redis.Warmed(r)
-	if c != nil {
-		redis.SetTestClock(r, c)
-		if g.Clock == nil {
-			g.Clock = c
-		}
-	}
 	g.Name, g.Logger = "redis", cfg.Logger
 	gs, err := guard.New(r, g)
 	if err != nil {
