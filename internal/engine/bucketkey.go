@@ -233,7 +233,7 @@ func parseLimitKey(s string) (algorithms.Limit, bool) {
 		return algorithms.Limit{}, false
 	}
 	burst := capacity
-	if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
+	if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow || alg == algorithms.Concurrency {
 		burst = 0
 	}
 	l, err := algorithms.NewLimit(alg, requests, period, burst)

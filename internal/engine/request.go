@@ -35,38 +35,37 @@ type Descriptor struct {
 	// Op is what the descriptor asks of its buckets (OpCharge when zero);
 	// see the package doc for how operations combine.
 	Op Op
+	// Overdraft is whether a charge (OpCharge) may overdraw its buckets
+	// (OverdraftPolicy when zero). A check or a refund with another value
+	// is invalid.
+	Overdraft Overdraft
 	// Limit, when not nil, decides this descriptor instead of the policy,
 	// in any domain.
 	Limit *InlineLimit
 }
 
-// Op is what a descriptor asks of its buckets.
+// Op is what a descriptor asks of its buckets. Whether a charge may go
+// into debt is another question: Overdraft.
 type Op uint8
 
 const (
-	// OpCharge charges the descriptor's cost: in full on a limit that
-	// takes overdraft (config.Limit.TakesOverdraft), else only if it fits
-	// (all or nothing with the request's other admissions). Cost 0 is a
-	// peek.
+	// OpCharge charges the descriptor's cost: in full, into debt if need
+	// be, when the descriptor's Overdraft lets it overdraw; else only if it
+	// fits (all or nothing with the request's other admissions). Cost 0 is
+	// a peek.
 	OpCharge Op = iota
 	// OpCheck asks whether a charge of 1 would be admitted now and charges
 	// nothing; the cost is ignored. It denies when such a charge would be
 	// denied: when the bucket is empty or in debt.
 	OpCheck
-	// OpOverdraft charges the cost in full on every limit, whatever the
-	// policy says of overdraft: the bucket may go into debt.
-	OpOverdraft
 	// OpRefund gives the cost back, never past the bucket's rest state. It
 	// never denies.
 	OpRefund
-	// OpAdmit charges the cost only if it fits, on every limit, whatever
-	// the policy says of overdraft (a reservation made ahead of use).
-	OpAdmit
 )
 
-var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpOverdraft: "overdraft", OpRefund: "refund", OpAdmit: "admit"}
+var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpRefund: "refund"}
 
-// String returns "charge", "check", "overdraft", "refund" or "admit".
+// String returns "charge", "check" or "refund".
 func (o Op) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]
@@ -74,16 +73,45 @@ func (o Op) String() string {
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
-// kind returns the store kind of o on a limit that takes no overdraft
-// (unknown ops are charges).
-func (o Op) kind() algorithms.Kind {
-	switch o {
+// Overdraft is whether a charge may take more than its bucket has left,
+// leaving the bucket in debt.
+type Overdraft uint8
+
+const (
+	// OverdraftPolicy: as the limit's policy says
+	// (config.Limit.TakesOverdraft, with WithOverdraftByDefault).
+	OverdraftPolicy Overdraft = iota
+	// OverdraftNever: the charge is admitted only if it fits, whatever the
+	// policy says (a reservation made ahead of use).
+	OverdraftNever
+	// OverdraftAlways: the charge is taken in full whatever is left and
+	// whatever the policy says (usage that already happened).
+	OverdraftAlways
+)
+
+var overdraftNames = [...]string{OverdraftPolicy: "policy", OverdraftNever: "never", OverdraftAlways: "always"}
+
+// String returns "policy", "never" or "always".
+func (o Overdraft) String() string {
+	if int(o) < len(overdraftNames) {
+		return overdraftNames[o]
+	}
+	return fmt.Sprintf("Overdraft(%d)", uint8(o))
+}
+
+// kindOf returns how a descriptor asking op, with overdraft o, at cost
+// charges limit l (nil: a limit that takes no overdraft);
+// overdraftByDefault is WithOverdraftByDefault. A charge of cost 0 is a
+// peek (algorithms.Admit of 0); unknown ops are charges.
+func kindOf(op Op, o Overdraft, cost int64, l *config.Limit, overdraftByDefault bool) algorithms.Kind {
+	switch op {
 	case OpCheck:
 		return algorithms.Check
-	case OpOverdraft:
-		return algorithms.Overdraft
 	case OpRefund:
 		return algorithms.Refund
+	}
+	if cost > 0 && (o == OverdraftAlways || o == OverdraftPolicy && l != nil && l.TakesOverdraft(overdraftByDefault)) {
+		return algorithms.Overdraft
 	}
 	return algorithms.Admit
 }
@@ -207,6 +235,10 @@ type Status struct {
 	// algorithms.Refund); for a descriptor without a deciding limit, what its
 	// Op asks of a limit that takes no overdraft.
 	Kind algorithms.Kind
+	// Overdrew: a charge of the descriptor was taken in full on a limit
+	// that had less left than its cost (algorithms.Overdraft decided Denied), so
+	// that limit is now in debt. The usage is counted whatever Code says.
+	Overdrew bool
 }
 
 // MostRestrictive returns the index of the status whose limit binds this
@@ -320,6 +352,8 @@ func (b *Bounds) validate(req *Request) error {
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required")
 		case f.Problem == TooManyEntries:
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", f.Got, f.Limit)
+		case d.Overdraft != OverdraftPolicy && d.Op != OpCharge:
+			return invalid(fmt.Sprintf("descriptors[%d].overdraft", i), "is %v, but the descriptor asks a %v: only a charge may overdraw", d.Overdraft, d.Op)
 		case d.Limit != nil && len(d.Limit.Name) > b.MaxKeyBytes:
 			return invalid(fmt.Sprintf("descriptors[%d].limit.name", i), "is %d bytes; the limit is %d", len(d.Limit.Name), b.MaxKeyBytes)
 		case f.Problem == EmptyKey:
