@@ -73,6 +73,9 @@ func TestLuaConstantsAreGos(t *testing.T) {
 		algorithms.TokenBucket: "TOKEN", algorithms.LeakyBucket: "LEAKY", algorithms.LeakyBucketQueue: "QUEUE",
 	}
 	for _, a := range algorithms.Algorithms() {
+		if a == algorithms.Concurrency {
+			continue // the scripts do not decide it yet (redisUnsupported)
+		}
 		name, ok := algNames[a]
 		if !ok {
 			t.Errorf("algorithm %v has no constant in now.lua (name it in this test)", a)
