@@ -272,6 +272,7 @@ type use struct {
 	limit      *config.Limit
 	cost       int64
 	kind       algorithms.Kind // how the limit's bucket is charged
+	chargedAt  int64           // a refund's Descriptor.ChargedAt in Unix ns; 0 when not known
 	replaced   bool            // another matched limit replaces this one
 	charge     int             // index in charges; -1 when nothing is charged
 	probe      int             // index in charges of the probe that decides it; -1 for none (probeRepeats)
@@ -415,6 +416,9 @@ func (w *work) useLimits(req *Request, i int, shadowAll, overdraftByDefault bool
 	outright, charged := false, false
 	for _, l := range w.limits[i] {
 		u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, d.Overdraft, cost, l, overdraftByDefault), charge: -1, probe: -1}
+		if !d.ChargedAt.IsZero() {
+			u.chargedAt = d.ChargedAt.UnixNano()
+		}
 		u.replaced = l.Name != "" && w.replaced[l.Name]
 		if u.deniedOutright() && !shadowCharge {
 			if quotaID != 0 {
@@ -612,7 +616,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 			w.keys = w.keys[:start]
 			w.repeats = true
 			c := &w.charges[i]
-			if c.Kind != u.kind {
+			if c.Kind != u.kind || c.ChargedAt != u.chargedAt {
 				return 0, w.conflict(i, u)
 			}
 			c.Cost = addCost(c.Cost, u.cost)
@@ -624,7 +628,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 		prev = end
 	}
 	w.keyEnds = append(w.keyEnds, len(w.keys))
-	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &u.limit.Rate, Cost: u.cost, Kind: u.kind, Shadow: shadow, Quota: quota})
+	w.charges = append(w.charges, store.Charge{Domain: domain, Limit: &u.limit.Rate, Cost: u.cost, Kind: u.kind, ChargedAt: u.chargedAt, Shadow: shadow, Quota: quota})
 	if w.counterKeys {
 		if counterLimit(rule, u.limit) {
 			w.counters = appendCounter(w.counters, domain, entries, shared)
@@ -695,7 +699,7 @@ func (w *work) setCounters() {
 }
 
 // conflict reports u, whose bucket charge i already charges with another
-// kind of charge.
+// kind of charge, or refunds to another charge time.
 func (w *work) conflict(i int, u *use) error {
 	first := 0
 	for _, v := range w.uses {
@@ -703,6 +707,9 @@ func (w *work) conflict(i int, u *use) error {
 			first = v.descriptor
 			break
 		}
+	}
+	if u.kind == w.charges[i].Kind {
+		return invalid(fmt.Sprintf("descriptors[%d].charged_at", u.descriptor), "refunds the bucket that descriptors[%d] refunds to another charge time; one request refunds a bucket to one charge time", first)
 	}
 	return invalid(fmt.Sprintf("descriptors[%d]", u.descriptor), "asks %v of the bucket that descriptors[%d] asks %v of; one request asks one operation of a bucket",
 		u.kind, first, w.charges[i].Kind)
@@ -764,6 +771,9 @@ func (e *Engine) applyUse(w *work, u *use, st *Status) {
 		}
 	default:
 		d = w.decision(u)
+		if d.At != 0 {
+			st.ChargedAt = time.Unix(0, d.At)
+		}
 		if u.kind == algorithms.Overdraft && d.Code == algorithms.Denied {
 			st.Overdrew = true // taken in full into debt (see Status.Overdrew)
 		}
