@@ -308,6 +308,7 @@ func TestSettleModel(t *testing.T) {
 					wantState = next[i]
 				} else {
 					_, wantDecision = c.Limit.Decide(before[i], now, 0)
+					wantDecision.At = now // every decision Settle reports is at now
 				}
 			}
 			stored := before[i]
