@@ -37,8 +37,9 @@ type RateLimitServiceClient interface {
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
 	// descriptors, an entry has an empty key, a limit is malformed, a check
-	// or a refund sets overdraft, or a size bound (descriptors, entries, key
-	// or value length) is exceeded; the message names the field.
+	// or a refund sets overdraft, anything but a refund sets charged_at, or a
+	// size bound (descriptors, entries, key or value length) is exceeded; the
+	// message names the field.
 	ShouldRateLimit(ctx context.Context, in *ShouldRateLimitRequest, opts ...grpc.CallOption) (*ShouldRateLimitResponse, error)
 }
 
@@ -75,8 +76,9 @@ type RateLimitServiceServer interface {
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
 	// descriptors, an entry has an empty key, a limit is malformed, a check
-	// or a refund sets overdraft, or a size bound (descriptors, entries, key
-	// or value length) is exceeded; the message names the field.
+	// or a refund sets overdraft, anything but a refund sets charged_at, or a
+	// size bound (descriptors, entries, key or value length) is exceeded; the
+	// message names the field.
 	ShouldRateLimit(context.Context, *ShouldRateLimitRequest) (*ShouldRateLimitResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }
