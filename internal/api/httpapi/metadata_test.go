@@ -41,8 +41,8 @@ func TestQuotaScopesAndMetadata(t *testing.T) {
 	// Every status decided a bucket at the daemon's T0.
 	const chargedAt = `"chargedAt":"2023-11-14T22:14:00Z"`
 	for _, want := range []string{
-		`"metadata":{"route":{"cluster":"openai"}},"scope":1,`+chargedAt+`}`,
-		`"metadata":{"route":{"cluster":"backup"}},"scope":2,`+chargedAt+`}`,
+		`"metadata":{"route":{"cluster":"openai"}},"scope":1,` + chargedAt + `}`,
+		`"metadata":{"route":{"cluster":"backup"}},"scope":2,` + chargedAt + `}`,
 		`"quotas":{"scopes":[{"entries":[{"key":"backend_name","value":"default/openai"},{"key":"model_name_override","value":"gpt-4"}],"room":true,"metadata":{"route":{"cluster":"openai"}}},{"entries":[{"key":"backend_name","value":"default/backup"},{"key":"model_name_override","value":"gpt-4o"}],"room":true,"metadata":{"route":{"cluster":"backup"}}}]}`,
 		`"metadata":{"route":{"cluster":"openai"}}}`, // the response's, merged: the first wins
 	} {
