@@ -811,7 +811,7 @@ type DescriptorStatus struct {
 	// else the one with the fewest remaining. Unset when unmatched.
 	Rule *Rule `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
 	// Requests of cost 1 that would be admitted right now; 0 for a bucket in
-	// debt.
+	// debt (see debt).
 	Remaining uint64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	// Time until the bucket is back at rest (full, or empty of hits), its
 	// debt included.
@@ -833,7 +833,15 @@ type DescriptorStatus struct {
 	// that had less left than its cost, which is now in debt. The usage is
 	// counted though the code is then CODE_OVER_LIMIT (the limit's, when it
 	// is the deciding one). Never set for a check, a refund or a peek.
-	Overdrew      bool `protobuf:"varint,12,opt,name=overdrew,proto3" json:"overdrew,omitempty"`
+	Overdrew bool `protobuf:"varint,12,opt,name=overdrew,proto3" json:"overdrew,omitempty"`
+	// The units the deciding limit's bucket owes: its use beyond capacity
+	// after an overdraft, in requests of cost 1, rounded up (for the windows
+	// the count, or sliding_window's weighted estimate, minus the limit; for
+	// the buckets the backlog beyond capacity at the rate). remaining is 0
+	// while it is above 0, and the bucket denies every charge until refill,
+	// its windows passing or refunds have paid it back. 0 when the bucket
+	// owes nothing.
+	Debt          uint64 `protobuf:"varint,13,opt,name=debt,proto3" json:"debt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -943,6 +951,13 @@ func (x *DescriptorStatus) GetOverdrew() bool {
 		return x.Overdrew
 	}
 	return false
+}
+
+func (x *DescriptorStatus) GetDebt() uint64 {
+	if x != nil {
+		return x.Debt
+	}
+	return 0
 }
 
 // Rule describes the limit that decided a descriptor.
@@ -1072,7 +1087,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"QuotaScope\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\bR\x04room\x123\n" +
-	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xe2\x03\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xf6\x03\n" +
 	"\x10DescriptorStatus\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\bR\amatched\x12&\n" +
@@ -1087,7 +1102,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bmetadata\x18\n" +
 	" \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x19\n" +
 	"\x05scope\x18\v \x01(\rH\x00R\x05scope\x88\x01\x01\x12\x1a\n" +
-	"\boverdrew\x18\f \x01(\bR\boverdrewB\b\n" +
+	"\boverdrew\x18\f \x01(\bR\boverdrew\x12\x12\n" +
+	"\x04debt\x18\r \x01(\x04R\x04debtB\b\n" +
 	"\x06_scopeJ\x04\b\t\x10\n" +
 	"R\toperation\"\xd4\x01\n" +
 	"\x04Rule\x12\x12\n" +
