@@ -148,6 +148,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 			Remaining: uint64(st.Remaining),
 			Shadow:    st.Shadow,
 			Overdrew:  st.Overdrew,
+			Debt:      uint64(st.Debt),
 		}
 		if st.Limit != nil {
 			ds.Rule = rule(st.Limit)
