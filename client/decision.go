@@ -71,6 +71,14 @@ type Decision struct {
 	// Only a charge that may overdraw does (Descriptor.WithOverdraft, or
 	// the policy's overdraft: true); only with Source SourceService.
 	Overdrew bool
+	// Debt is the most units any limit of the request owes after the
+	// decision (a status's debt, shadow rules' left out: they only
+	// observe): use taken past a limit's capacity by an overdraft, in
+	// requests of cost 1, rounded up. Such a limit denies every charge
+	// until its refill, its window's end or refunds have paid Debt back.
+	// 0 when none is in debt; only with Source SourceService. Each
+	// status's own is Response.GetStatuses()[i].GetDebt().
+	Debt int64
 	// Response is the service's answer, with a status per descriptor; nil
 	// unless Source is SourceService.
 	Response *ratelimitv1.ShouldRateLimitResponse
