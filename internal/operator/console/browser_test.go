@@ -18,6 +18,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/proto"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -228,11 +229,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "quota")
 
-	// Inspect: alice's bucket is empty; the endpoint's holds what is left.
+	// Inspect: alice's bucket, which an overdraft of 1000 took into debt,
+	// shows what it owes; the endpoint's holds what is left.
+	over := desc("path", "/orders", "user", "alice")
+	over.Hits, over.Overdraft = proto.Uint32(1000), rl.Overdraft_OVERDRAFT_ALWAYS
+	if r, err := c.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{over}}); err != nil || !r.GetStatuses()[0].GetOverdrew() || r.GetStatuses()[0].GetDebt() == 0 {
+		t.Fatalf("an overdraft of 1000 on alice's bucket: %v %v; want it taken into debt", r, err)
+	}
 	do(t, ctx, "inspect", chromedp.Click(`#tabs button[data-tab=inspect]`), chromedp.Click(`#inspect-form button`), chromedp.WaitVisible(`#inspect-table tbody tr`))
 	if inspected := value(t, ctx, chromedp.Text(`#inspect-table tbody`)); !strings.Contains(inspected, "per-user-per-endpoint") || !strings.Contains(inspected, "per-endpoint") ||
-		regexp.MustCompile(`\d\.\d{3,}`).MatchString(inspected) {
-		t.Errorf("inspection (names, durations rounded for people):\n%s", inspected)
+		regexp.MustCompile(`\d\.\d{3,}`).MatchString(inspected) || !regexp.MustCompile(`0 \(in debt: \d+ owed\)`).MatchString(inspected) {
+		t.Errorf("inspection (names, durations rounded for people, alice's bucket in debt):\n%s", inspected)
 	}
 	screenshot(t, ctx, "inspect")
 

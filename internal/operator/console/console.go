@@ -31,8 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
-	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
@@ -216,38 +214,12 @@ type Bucket struct {
 	ResetAfter string `json:"reset_after"`
 	// ResetAfterNs is ResetAfter in nanoseconds.
 	ResetAfterNs int64 `json:"reset_after_ns"`
-	// Debt is how many units a token or leaky bucket owes beyond empty,
-	// after overdraft charges took more than was left: checks and charges
-	// are denied until its refill has paid them back. A window's debt does
-	// not show apart from Remaining 0: the window's end clears it; nor does
-	// a concurrency's, which releases and leases clear.
+	// Debt is how many units the bucket owes beyond empty, after overdraft
+	// charges took more than was left (engine.Status.Debt, exactly): checks
+	// and charges are denied until its refill, its window's end (or, for
+	// sliding_window, the weighing out of the previous window), or for a
+	// concurrency the release or expiry of its units, has paid them back.
 	Debt int64 `json:"debt,omitempty"`
-}
-
-// bucketDebt returns the units a bucket of l owes beyond empty, given the
-// ResetAfter of a peek at it: a token or leaky bucket's ResetAfter is its
-// backlog, resetAfter × requests / period units, of which capacity are a
-// full bucket's worth. 0 for the windows and concurrency (whose ResetAfter
-// is when its units expire, not a backlog), and for a bucket not in debt.
-func bucketDebt(l *algorithms.Limit, resetAfter time.Duration) int64 {
-	switch l.Algorithm() {
-	case algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.Concurrency:
-		return 0
-	}
-	if resetAfter <= 0 {
-		return 0
-	}
-	units := new(big.Int).Mul(big.NewInt(int64(resetAfter)), big.NewInt(l.Requests()))
-	period := big.NewInt(int64(l.Period()))
-	units.Add(units, period).Sub(units, big.NewInt(1)).Quo(units, period) // rounded up
-	debt := units.Sub(units, big.NewInt(l.Capacity()))
-	if debt.Sign() <= 0 {
-		return 0
-	}
-	if !debt.IsInt64() {
-		return math.MaxInt64
-	}
-	return debt.Int64()
 }
 
 // inspect peeks at the buckets of a descriptor and of each of its
@@ -291,7 +263,7 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 			row.Rule = strings.TrimPrefix(st.Rule.StatKey, req.Domain+".")
 		}
 		if l := st.Limit; l != nil && !l.Unlimited && !l.DenyAll {
-			row.Debt = bucketDebt(&l.Rate, st.ResetAfter)
+			row.Debt = st.Debt
 		}
 		if l := st.Limit; l != nil {
 			row.Unlimited = l.Unlimited
