@@ -26,6 +26,7 @@ import (
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // binary builds ratelimitd once into a temporary directory.
@@ -218,13 +219,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.logs.String(), `msg="policy reloaded"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload logged after SIGHUP:\n%s", p.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "a reload logged after SIGHUP", func() bool { return strings.Contains(p.logs.String(), `msg="policy reloaded"`) })
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -326,13 +321,7 @@ func TestSecondSignalCutsDrainShort(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.logs.String(), "draining") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no drain logged after SIGTERM:\n%s", p.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "a drain logged after SIGTERM", func() bool { return strings.Contains(p.logs.String(), "draining") })
 	select {
 	case <-p.exited:
 		t.Fatal("exited during the hour of --shutdown-delay after one signal")
