@@ -45,6 +45,7 @@ func TestXDSMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a daemon per attack")
 	}
+	t.Parallel()
 	huge := flatConfig(1)
 	huge.Descriptors[0].Key = strings.Repeat("k", 2_500_000)
 	for _, tc := range []struct {
@@ -58,6 +59,7 @@ func TestXDSMemory(t *testing.T) {
 		{"100,000 descriptors", flatConfig(100_000), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := xdstest.Start(t, nil)
 			p := startProcess(t, "--xds-server", srv.Addr(), "--xds-node-id", "n")
 			srv.Set("n", "1", tc.c)
