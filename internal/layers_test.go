@@ -83,9 +83,6 @@ func TestNoArrowPointsUp(t *testing.T) {
 			if !internal || strings.HasPrefix(pkg, module+"internal/testkit/") {
 				continue
 			}
-			if pending[short(pkg)+" -> "+short(imp)] {
-				continue
-			}
 			if to, ok := layerOf(t, imp); ok && to > from {
 				t.Errorf("%s (layer %s) imports %s (layer %s): an arrow pointing up",
 					short(pkg), layers[from], short(imp), layers[to])
@@ -95,12 +92,6 @@ func TestNoArrowPointsUp(t *testing.T) {
 	if packages < 50 {
 		t.Fatalf("go list named %d packages; expected the whole module", packages)
 	}
-}
-
-// pending lists the arrows that still point up, each to be removed by the
-// change that mends it.
-var pending = map[string]bool{
-	"internal/core/algorithms/algotest -> internal/store": true, // issue 33: charge kinds move to algorithms
 }
 
 func short(pkg string) string { return strings.TrimPrefix(pkg, module) }

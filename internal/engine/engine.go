@@ -8,20 +8,20 @@
 // # Operations and how they combine
 //
 // Each descriptor asks one operation (Descriptor.Op) of each of its
-// limits' buckets, and each becomes one store.Charge of a store.Kind:
+// limits' buckets, and each becomes one store.Charge of an algorithms.Kind:
 //
 //   - OpCharge of Cost > 0: on a limit that takes overdraft
 //     (config.Limit.TakesOverdraft, with the engine's
-//     WithOverdraftByDefault) an overdraft charge (store.Overdraft): taken in
+//     WithOverdraftByDefault) an overdraft charge (algorithms.Overdraft): taken in
 //     full whatever is left, the bucket going into debt if need be; on any
-//     other limit an admission (store.Admit), taken only if it fits. Cost 0
+//     other limit an admission (algorithms.Admit), taken only if it fits. Cost 0
 //     is a peek: reported, not charged.
-//   - OpCheck: would a charge of 1 be admitted now (store.Check)? Nothing is
+//   - OpCheck: would a charge of 1 be admitted now (algorithms.Check)? Nothing is
 //     charged; a check denies exactly when such a charge would be denied, a
 //     bucket in debt included.
 //   - OpOverdraft: an overdraft charge on every limit, whatever the policy
 //     says of overdraft.
-//   - OpRefund: Cost units given back (store.Refund), never past the
+//   - OpRefund: Cost units given back (algorithms.Refund), never past the
 //     bucket's rest state (a full bucket, an empty window). A request in
 //     which a descriptor asks a refund of a rule that takes none
 //     (refunds: false, config.Rule.NoRefunds) is refused as a whole with a
@@ -31,41 +31,21 @@
 //   - OpAdmit: an admission on every limit, whatever the policy says of
 //     overdraft.
 //
-// One request's charges combine by one rule, which the stores implement
-// (store.Settle):
-//
-//  1. Overdraft charges and refunds are always applied, whatever the other
-//     descriptors decide: they record usage that already happened, or give
-//     it back.
-//  2. Admissions are applied all or nothing: iff no descriptor that is not
-//     a shadow denies, where a check denies when a charge of 1 would be
-//     denied, an admission when its cost does not fit, and an overdraft
-//     charge when it leaves its bucket in debt. A refund never denies. A
-//     request denied outright by a requests_per_unit: 0 limit applies no
-//     admission either.
-//  3. What was not applied is reported as a peek would report it.
-//  4. A shadow_mode rule (and global shadow mode) never denies the request,
-//     but its overdraft charges and refunds are applied like any other:
-//     shadow mode means "never hold a request back", not "do not count".
-//  5. Quotas (quota_mode rules) deny the request only together: only when
-//     every one of them is spent (see Response.Code); a spent quota's
-//     admissions are not applied when the request is admitted, as a
-//     shadow rule's denied ones are not.
-//
-// The decision of an overdraft charge reports its bucket after the charge:
-// Denied, with the wait until a charge of 1 would be admitted, when the
-// bucket is left in debt (as envoyproxy/ratelimit answers OVER_LIMIT once
-// its counter is past the limit); Allowed otherwise. A bucket in debt
-// reports Remaining 0 and a ResetAfter that includes the debt.
+// One request's charges combine by the store's settle rule (see package
+// store: all or nothing, overdraft charges and refunds always, what a
+// denied request reports). The engine makes a shadow_mode rule's charges
+// (and, in global shadow mode, every charge) shadow charges — shadow mode
+// means "never hold a request back", not "do not count" — and the charges
+// of a quota_mode rule one quota's (see Response.Code); a request denied
+// outright by a requests_per_unit: 0 limit applies no admission either.
 //
 // Descriptors of one request that name the same bucket (two QuotaPolicies
 // on one backend and model make Envoy send one descriptor twice) are
 // decided as envoyproxy/ratelimit decides them, on the running total: each
 // as if the bucket had been charged the costs of the descriptors up to and
 // including it, in request order (upstream pipelines one INCRBY per
-// descriptor). The bucket is charged their summed cost, by the rules above
-// (all or nothing: a request denied is charged nothing, and its
-// descriptors that fitted report the bucket uncharged). Quotas are the
+// descriptor). The bucket is charged their summed cost, by the settle
+// rule. Quotas are the
 // exception: descriptors that name one bucket match one rule, and when it
 // is a quota_mode rule their charge is one quota's, which the store's rule
 // admits or spends whole — they are decided together on their summed cost
@@ -294,10 +274,10 @@ type use struct {
 	descriptor int
 	limit      *config.Limit
 	cost       int64
-	kind       store.Kind // how the limit's bucket is charged
-	replaced   bool       // another matched limit replaces this one
-	charge     int        // index in charges; -1 when nothing is charged
-	probe      int        // index in charges of the probe that decides it; -1 for none (probeRepeats)
+	kind       algorithms.Kind // how the limit's bucket is charged
+	replaced   bool            // another matched limit replaces this one
+	charge     int             // index in charges; -1 when nothing is charged
+	probe      int             // index in charges of the probe that decides it; -1 for none (probeRepeats)
 }
 
 // decision returns what decided u: its probe's decision, or its charge's.
@@ -311,7 +291,7 @@ func (w *work) decision(u *use) algorithms.Decision {
 // deniedOutright reports whether u is a requests_per_unit: 0 limit that
 // denies its descriptor without a bucket: anything but a refund or a peek.
 func (u *use) deniedOutright() bool {
-	return !u.replaced && u.limit.DenyAll && (u.kind == store.Check || u.kind != store.Refund && u.cost > 0)
+	return !u.replaced && u.limit.DenyAll && (u.kind == algorithms.Check || u.kind != algorithms.Refund && u.cost > 0)
 }
 
 var workPool = sync.Pool{New: func() any { return new(work) }}
@@ -438,7 +418,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 	for i := range w.charges {
 		w.charges[i].Key = w.keys[start:w.keyEnds[i]]
 		start = w.keyEnds[i]
-		if denied && w.charges[i].Kind == store.Admit {
+		if denied && w.charges[i].Kind == algorithms.Admit {
 			w.charges[i].Cost = 0
 		}
 	}
@@ -480,7 +460,7 @@ func (w *work) probeRepeats() {
 		total := addCost(w.running[u.charge], u.cost)
 		w.running[u.charge] = total
 		c := w.charges[u.charge]
-		if i == w.lastUse[u.charge] || c.Kind == store.Check || c.Quota != 0 {
+		if i == w.lastUse[u.charge] || c.Kind == algorithms.Check || c.Quota != 0 {
 			continue
 		}
 		if c.Cost != 0 { // not a request denied outright (its admits are peeks)
@@ -541,10 +521,10 @@ func (w *work) unquota(i int) {
 }
 
 // kindOf returns how a descriptor asking op at cost charges limit l.
-func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) store.Kind {
+func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) algorithms.Kind {
 	k := op.kind()
 	if op == OpCharge && cost > 0 && l.TakesOverdraft(overdraftByDefault) {
-		return store.Overdraft
+		return algorithms.Overdraft
 	}
 	return k
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
-	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
 )
 
@@ -73,7 +72,7 @@ func ask(t *testing.T, e *Engine, ops ...op) *Response {
 type want struct {
 	code      algorithms.Code
 	remaining int64
-	kind      store.Kind
+	kind      algorithms.Kind
 }
 
 func check(t *testing.T, step string, r *Response, code algorithms.Code, ws ...want) {
@@ -94,14 +93,14 @@ func check(t *testing.T, step string, r *Response, code algorithms.Code, ws ...w
 // the request, charges of the tokens used when the stream ends.
 func TestTokenBudget(t *testing.T) {
 	e, clk := opEngine(t)
-	check(t, "check a fresh budget", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, store.Check})
-	check(t, "800 tokens", ask(t, e, op{"tokens", OpCharge, 800}), algorithms.Allowed, want{algorithms.Allowed, 200, store.Overdraft})
-	check(t, "a check charges nothing", ask(t, e, op{"tokens", OpCheck, 5}), algorithms.Allowed, want{algorithms.Allowed, 200, store.Check})
+	check(t, "check a fresh budget", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Check})
+	check(t, "800 tokens", ask(t, e, op{"tokens", OpCharge, 800}), algorithms.Allowed, want{algorithms.Allowed, 200, algorithms.Overdraft})
+	check(t, "a check charges nothing", ask(t, e, op{"tokens", OpCheck, 5}), algorithms.Allowed, want{algorithms.Allowed, 200, algorithms.Check})
 	// 400 more than the 200 left: taken in full, 200 in debt. The charge's
 	// decision says so: Denied, 0 remaining.
 	clk.Advance(10 * time.Second)
 	r := ask(t, e, op{"tokens", OpCharge, 400})
-	check(t, "past the budget", r, algorithms.Denied, want{algorithms.Denied, 0, store.Overdraft})
+	check(t, "past the budget", r, algorithms.Denied, want{algorithms.Denied, 0, algorithms.Overdraft})
 	if st := r.Statuses[0]; st.ResetAfter != 50*time.Second || st.RetryAfter != 50*time.Second {
 		t.Errorf("in debt: reset after %v, retry after %v; want both 50s (the window's end)", st.ResetAfter, st.RetryAfter)
 	}
@@ -109,13 +108,13 @@ func TestTokenBudget(t *testing.T) {
 	for _, at := range []time.Duration{0, 30 * time.Second, 49*time.Second + 999*time.Millisecond} {
 		clk.Set(t0 + int64(10*time.Second+at))
 		r := ask(t, e, op{"tokens", OpCheck, 0})
-		check(t, "check in debt", r, algorithms.Denied, want{algorithms.Denied, 0, store.Check})
+		check(t, "check in debt", r, algorithms.Denied, want{algorithms.Denied, 0, algorithms.Check})
 		if wantRetry := 50*time.Second - at; r.RetryAfter != wantRetry {
 			t.Errorf("check in debt at +%v: retry after %v, want %v", at, r.RetryAfter, wantRetry)
 		}
 	}
 	clk.Set(t0 + int64(time.Minute))
-	check(t, "the debt is gone with its window", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, store.Check})
+	check(t, "the debt is gone with its window", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Check})
 }
 
 // TestOverdraftCombinesWithOrdinaryLimits: the combining rule of the
@@ -124,53 +123,53 @@ func TestOverdraftCombinesWithOrdinaryLimits(t *testing.T) {
 	t.Run("overdraft into debt denies the ordinary charge, and is applied", func(t *testing.T) {
 		e, _ := opEngine(t)
 		r := ask(t, e, op{"tokens", OpCharge, 1500}, op{"requests", OpCharge, 1})
-		check(t, "together", r, algorithms.Denied, want{algorithms.Denied, 0, store.Overdraft}, want{algorithms.Allowed, 10, store.Admit})
-		check(t, "after", ask(t, e, op{"requests", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 10, store.Check})
-		check(t, "the debt stays", ask(t, e, op{"tokens", OpRefund, 499}), algorithms.Allowed, want{algorithms.Allowed, 0, store.Refund})
-		check(t, "paid back by a refund", ask(t, e, op{"tokens", OpRefund, 2}), algorithms.Allowed, want{algorithms.Allowed, 1, store.Refund})
+		check(t, "together", r, algorithms.Denied, want{algorithms.Denied, 0, algorithms.Overdraft}, want{algorithms.Allowed, 10, algorithms.Admit})
+		check(t, "after", ask(t, e, op{"requests", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 10, algorithms.Check})
+		check(t, "the debt stays", ask(t, e, op{"tokens", OpRefund, 499}), algorithms.Allowed, want{algorithms.Allowed, 0, algorithms.Refund})
+		check(t, "paid back by a refund", ask(t, e, op{"tokens", OpRefund, 2}), algorithms.Allowed, want{algorithms.Allowed, 1, algorithms.Refund})
 	})
 	t.Run("an ordinary denial does not stop the overdraft", func(t *testing.T) {
 		e, _ := opEngine(t)
 		ask(t, e, op{"requests", OpCharge, 10})
 		r := ask(t, e, op{"tokens", OpCharge, 300}, op{"requests", OpCharge, 1})
-		check(t, "together", r, algorithms.Denied, want{algorithms.Allowed, 700, store.Overdraft}, want{algorithms.Denied, 0, store.Admit})
+		check(t, "together", r, algorithms.Denied, want{algorithms.Allowed, 700, algorithms.Overdraft}, want{algorithms.Denied, 0, algorithms.Admit})
 	})
 	t.Run("a refund never denies and is applied in a denied request", func(t *testing.T) {
 		e, _ := opEngine(t)
 		ask(t, e, op{"tokens", OpCharge, 600}, op{"requests", OpCharge, 10})
 		r := ask(t, e, op{"tokens", OpRefund, 100}, op{"requests", OpCharge, 1})
-		check(t, "together", r, algorithms.Denied, want{algorithms.Allowed, 500, store.Refund}, want{algorithms.Denied, 0, store.Admit})
-		check(t, "never past rest", ask(t, e, op{"tokens", OpRefund, 5000}), algorithms.Allowed, want{algorithms.Allowed, 1000, store.Refund})
+		check(t, "together", r, algorithms.Denied, want{algorithms.Allowed, 500, algorithms.Refund}, want{algorithms.Denied, 0, algorithms.Admit})
+		check(t, "never past rest", ask(t, e, op{"tokens", OpRefund, 5000}), algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Refund})
 	})
 	t.Run("a shadow overdraft is applied and never denies", func(t *testing.T) {
 		e, _ := opEngine(t)
 		r := ask(t, e, op{"watch", OpCharge, 150}, op{"requests", OpCharge, 1})
-		check(t, "together", r, algorithms.Allowed, want{algorithms.Denied, 0, store.Overdraft}, want{algorithms.Allowed, 9, store.Admit})
-		check(t, "in debt", ask(t, e, op{"watch", OpCheck, 0}), algorithms.Allowed, want{algorithms.Denied, 0, store.Check})
+		check(t, "together", r, algorithms.Allowed, want{algorithms.Denied, 0, algorithms.Overdraft}, want{algorithms.Allowed, 9, algorithms.Admit})
+		check(t, "in debt", ask(t, e, op{"watch", OpCheck, 0}), algorithms.Allowed, want{algorithms.Denied, 0, algorithms.Check})
 	})
 	t.Run("a deny-all limit denies the request; the overdraft still lands", func(t *testing.T) {
 		e, _ := opEngine(t)
 		r := ask(t, e, op{"tokens", OpCharge, 100}, op{"closed", OpCharge, 1}, op{"requests", OpCharge, 1})
-		check(t, "together", r, algorithms.Denied, want{algorithms.Allowed, 900, store.Overdraft}, want{algorithms.OverCapacity, 0, store.Admit}, want{algorithms.Allowed, 10, store.Admit})
-		check(t, "a check of deny-all", ask(t, e, op{"closed", OpCheck, 0}), algorithms.Denied, want{algorithms.OverCapacity, 0, store.Check})
-		check(t, "a refund to deny-all", ask(t, e, op{"closed", OpRefund, 3}), algorithms.Allowed, want{algorithms.Allowed, 0, store.Refund})
+		check(t, "together", r, algorithms.Denied, want{algorithms.Allowed, 900, algorithms.Overdraft}, want{algorithms.OverCapacity, 0, algorithms.Admit}, want{algorithms.Allowed, 10, algorithms.Admit})
+		check(t, "a check of deny-all", ask(t, e, op{"closed", OpCheck, 0}), algorithms.Denied, want{algorithms.OverCapacity, 0, algorithms.Check})
+		check(t, "a refund to deny-all", ask(t, e, op{"closed", OpRefund, 3}), algorithms.Allowed, want{algorithms.Allowed, 0, algorithms.Refund})
 	})
 	t.Run("a check denies the request's admissions", func(t *testing.T) {
 		e, _ := opEngine(t)
 		ask(t, e, op{"tokens", OpCharge, 1000})
 		r := ask(t, e, op{"tokens", OpCheck, 0}, op{"requests", OpCharge, 1})
-		check(t, "together", r, algorithms.Denied, want{algorithms.Denied, 0, store.Check}, want{algorithms.Allowed, 10, store.Admit})
+		check(t, "together", r, algorithms.Denied, want{algorithms.Denied, 0, algorithms.Check}, want{algorithms.Allowed, 10, algorithms.Admit})
 	})
 	t.Run("a quota retry applies an overdraft once", func(t *testing.T) {
 		e, _ := opEngine(t)
 		// plan goes 50 into debt: over its limit, so the request goes
 		// through on bonus, retried with plan as a shadow.
 		r := ask(t, e, op{"plan", OpCharge, 150}, op{"bonus", OpCharge, 1})
-		check(t, "retried", r, algorithms.Allowed, want{algorithms.Denied, 0, store.Overdraft}, want{algorithms.Allowed, 4, store.Admit})
+		check(t, "retried", r, algorithms.Allowed, want{algorithms.Denied, 0, algorithms.Overdraft}, want{algorithms.Allowed, 4, algorithms.Admit})
 		// Applied once: 50 in debt, so a refund of 50 is exactly back to 0
 		// remaining and one more unit gives 1.
-		check(t, "refund the debt", ask(t, e, op{"plan", OpRefund, 50}), algorithms.Allowed, want{algorithms.Allowed, 0, store.Refund})
-		check(t, "one more", ask(t, e, op{"plan", OpRefund, 1}), algorithms.Allowed, want{algorithms.Allowed, 1, store.Refund})
+		check(t, "refund the debt", ask(t, e, op{"plan", OpRefund, 50}), algorithms.Allowed, want{algorithms.Allowed, 0, algorithms.Refund})
+		check(t, "one more", ask(t, e, op{"plan", OpRefund, 1}), algorithms.Allowed, want{algorithms.Allowed, 1, algorithms.Refund})
 	})
 }
 
@@ -180,16 +179,16 @@ func TestOverdraftByDefault(t *testing.T) {
 	for _, byDefault := range []bool{false, true} {
 		e, _ := opEngine(t, WithOverdraftByDefault(byDefault))
 		// 150 never fits in 100: over capacity, unless taken in full.
-		unsaid, wantCode := store.Admit, algorithms.OverCapacity
+		unsaid, wantCode := algorithms.Admit, algorithms.OverCapacity
 		if byDefault {
-			unsaid, wantCode = store.Overdraft, algorithms.Denied
+			unsaid, wantCode = algorithms.Overdraft, algorithms.Denied
 		}
 		r := ask(t, e, op{"unsaid", OpCharge, 150})
 		check(t, "unsaid", r, algorithms.Denied, want{wantCode, 100 - 100*boolInt(byDefault), unsaid})
-		check(t, "strict", ask(t, e, op{"strict", OpCharge, 150}), algorithms.Denied, want{algorithms.OverCapacity, 100, store.Admit})
-		check(t, "explicit overdraft on a strict limit", ask(t, e, op{"strict", OpOverdraft, 150}), algorithms.Denied, want{algorithms.Denied, 0, store.Overdraft})
-		check(t, "an admission on an overdraft limit must fit", ask(t, e, op{"tokens", OpAdmit, 1001}), algorithms.Denied, want{algorithms.OverCapacity, 1000, store.Admit})
-		check(t, "a peek stays a peek", ask(t, e, op{"tokens", OpCharge, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, store.Admit})
+		check(t, "strict", ask(t, e, op{"strict", OpCharge, 150}), algorithms.Denied, want{algorithms.OverCapacity, 100, algorithms.Admit})
+		check(t, "explicit overdraft on a strict limit", ask(t, e, op{"strict", OpOverdraft, 150}), algorithms.Denied, want{algorithms.Denied, 0, algorithms.Overdraft})
+		check(t, "an admission on an overdraft limit must fit", ask(t, e, op{"tokens", OpAdmit, 1001}), algorithms.Denied, want{algorithms.OverCapacity, 1000, algorithms.Admit})
+		check(t, "a peek stays a peek", ask(t, e, op{"tokens", OpCharge, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Admit})
 	}
 }
 
@@ -205,10 +204,10 @@ func boolInt(b bool) int64 {
 // and make the request invalid when not.
 func TestOneOperationPerBucket(t *testing.T) {
 	e, _ := opEngine(t)
-	check(t, "two refunds sum", ask(t, e, op{"tokens", OpCharge, 500}), algorithms.Allowed, want{algorithms.Allowed, 500, store.Overdraft})
+	check(t, "two refunds sum", ask(t, e, op{"tokens", OpCharge, 500}), algorithms.Allowed, want{algorithms.Allowed, 500, algorithms.Overdraft})
 	r := ask(t, e, op{"tokens", OpRefund, 100}, op{"tokens", OpRefund, 150})
-	check(t, "two refunds sum", r, algorithms.Allowed, want{algorithms.Allowed, 600, store.Refund}, want{algorithms.Allowed, 750, store.Refund})
-	check(t, "summed", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 750, store.Check})
+	check(t, "two refunds sum", r, algorithms.Allowed, want{algorithms.Allowed, 600, algorithms.Refund}, want{algorithms.Allowed, 750, algorithms.Refund})
+	check(t, "summed", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 750, algorithms.Check})
 	var resp Response
 	c0, c1 := uint64(0), uint64(5)
 	err := e.ShouldRateLimit(context.Background(), &Request{Domain: "ai", Descriptors: []Descriptor{

@@ -6,7 +6,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
-	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Request is one question: may this request, named by its domain and
@@ -77,16 +76,16 @@ func (o Op) String() string {
 
 // kind returns the store kind of o on a limit that takes no overdraft
 // (unknown ops are charges).
-func (o Op) kind() store.Kind {
+func (o Op) kind() algorithms.Kind {
 	switch o {
 	case OpCheck:
-		return store.Check
+		return algorithms.Check
 	case OpOverdraft:
-		return store.Overdraft
+		return algorithms.Overdraft
 	case OpRefund:
-		return store.Refund
+		return algorithms.Refund
 	}
-	return store.Admit
+	return algorithms.Admit
 }
 
 // InlineLimit is a limit carried by the request itself.
@@ -100,11 +99,11 @@ type InlineLimit struct {
 
 // Response is the answer to a Request.
 type Response struct {
-	// Code is Allowed when every non-shadow descriptor was admitted, else
-	// Denied (OverCapacity is reported per status only). When Denied, no
-	// admission was charged anywhere; overdraft charges and refunds are
-	// applied whatever Code says (see the package doc), and an overdraft
-	// charge that leaves its bucket in debt is itself a denial.
+	// Code is Allowed when every non-shadow descriptor was admitted (quotas
+	// are the exception, below), else Denied (OverCapacity is reported per
+	// status only). A Denied request charged no admission and applied its
+	// overdraft charges and refunds all the same: the store's settle rule
+	// (see package store).
 	//
 	// Descriptors of quota_mode rules (config.Rule.QuotaMode; not in
 	// shadow mode) are quotas, the exception: they deny the request only
@@ -114,8 +113,8 @@ type Response struct {
 	// are not, the request is admitted: the spent quotas report Denied (or
 	// OverCapacity) in their statuses and are not charged (as a shadow
 	// rule's denied bucket is not), the rest is charged. The store settles
-	// this in the one call that settles the request (store.Settle's rule
-	// 5), so it is atomic. A quota whose limits are unlimited or replaced
+	// this in the one call that settles the request (the settle rule), so
+	// it is atomic. A quota whose limits are unlimited or replaced
 	// has room; one that a requests_per_unit: 0 limit denies is spent. A
 	// shadow_mode quota is a shadow rule: it never denies and gives the
 	// other quotas no room. When every quota is spent, RetryAfter is the
@@ -203,11 +202,11 @@ type Status struct {
 	// mode), is 1 + the index of its scope in Response.Scopes; 0 for any
 	// other descriptor.
 	Scope int
-	// Kind is how the deciding limit's bucket was charged (store.Admit for
-	// a charge that must fit, or a peek; store.Overdraft, store.Check,
-	// store.Refund); for a descriptor without a deciding limit, what its
+	// Kind is how the deciding limit's bucket was charged (algorithms.Admit for
+	// a charge that must fit, or a peek; algorithms.Overdraft, algorithms.Check,
+	// algorithms.Refund); for a descriptor without a deciding limit, what its
 	// Op asks of a limit that takes no overdraft.
-	Kind store.Kind
+	Kind algorithms.Kind
 }
 
 // MostRestrictive returns the index of the status whose limit binds this

@@ -1,54 +1,33 @@
-// Package store defines where bucket state lives and the one rule every
-// store applies to a request's charges: its ordinary charges (Admit) all
-// of them, or none; its overdraft charges and refunds always; its checks
-// never (Settle states the rule).
+// Package store keeps bucket state and settles each request's charges by
+// one rule, the settle rule, which every store applies: the memory store
+// (internal/store/memory) with Settle under its shard locks, a remote
+// store in one round trip (the Redis store's settle.lua).
 //
-// A store keeps an algorithms.State per bucket key and settles a request's
-// charges at one instant of its own clock. The memory store
-// (internal/store/memory) settles with Settle under its shard locks; a
-// remote store settles the same way in one round trip.
+// A request's charges are decided at one instant of the store's clock,
+// each alone against its bucket as the request finds it, as its
+// algorithms.Kind says. A charge denies when its decision is not Allowed:
+// an Admit whose cost does not fit, a Check when a cost of 1 would not
+// fit, an Overdraft that leaves its bucket in debt (a Refund never
+// denies). The request is admitted iff no charge denies it, where a Shadow
+// charge never does and quotas deny only together: the charges with one
+// Charge.Quota (not 0, not Shadow) are one quota, spent when any of them denies, and a
+// request's quotas deny it iff it has at least one and every one is spent.
+//
+// An admitted request applies every charge but a denied Admit (a Shadow's
+// or a spent quota's). A denied request applies only its Overdrafts and
+// Refunds, which record usage that already happened or give it back: its
+// Admits are all or nothing. A Check or a probe is never applied.
+//
+// Each charge reports its own decision, but for an Admit Allowed in a
+// denied request, which reports its bucket as a peek would, uncharged: no
+// status claims what the request did not take.
 package store
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 )
-
-// Kind says how a Charge is applied.
-type Kind uint8
-
-const (
-	// Admit is the default: Cost is admitted iff it fits now; a denial
-	// denies the request. Cost 0 is a peek.
-	Admit Kind = iota
-	// Check decides as a charge of cost 1 would be decided right now, and
-	// stores nothing (Cost is ignored). A denied Check denies the request
-	// like a denied Admit. An allowed Check reports the bucket as a peek
-	// does (uncharged); a denied one has the RetryAfter of a cost of 1.
-	Check
-	// Overdraft takes Cost in full whatever is left: the bucket may go into
-	// debt (bounded; see the algorithms package doc). Its decision reports
-	// the bucket after the charge and is Denied when that leaves the bucket
-	// in debt (as envoyproxy/ratelimit answers OVER_LIMIT once its counter
-	// passes the limit), Allowed otherwise; either way the charge is
-	// applied.
-	Overdraft
-	// Refund gives Cost units back, never past the bucket's rest state.
-	// Always Allowed; its decision reports the bucket after the refund.
-	Refund
-)
-
-var kindNames = [...]string{Admit: "admit", Check: "check", Overdraft: "overdraft", Refund: "refund"}
-
-// String returns "admit", "check", "overdraft" or "refund".
-func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
 
 // Charge is one bucket that a request charges.
 type Charge struct {
@@ -66,12 +45,11 @@ type Charge struct {
 	// Cost is the number of hits (for a Refund, the units given back); for
 	// an Admit, 0 is a peek. A Cost ≤ 0 charges nothing whatever the Kind.
 	Cost int64
-	// Kind says how the charge is applied; Admit when zero. A Kind above
-	// Refund is taken as Admit.
-	Kind Kind
-	// Shadow marks a charge whose denial does not deny the request. A
-	// denied shadow Admit is reported as denied and not applied; a shadow
-	// Overdraft or Refund is applied as any other.
+	// Kind says how the charge is applied (algorithms.Kind); Admit when
+	// zero. A Kind above Refund is taken as Admit.
+	Kind algorithms.Kind
+	// Shadow marks a charge that never denies the request (the settle
+	// rule).
 	Shadow bool
 	// Probe marks a charge that is decided and reported as its Kind says
 	// but never applied (Applied is false): what the charge would decide on
@@ -82,10 +60,8 @@ type Charge struct {
 	Probe bool
 	// Quota, when not 0, makes the charge one of a quota's: the charges of
 	// a request with the same Quota are one quota descriptor's (its
-	// limits' buckets), and a quota's denial does not deny the request by
-	// itself — the request is denied by its quotas only when every one of
-	// them is over its limit (Settle states the rule). 0: an ordinary
-	// charge. Ignored on a Shadow charge, which never denies.
+	// limits' buckets), and quotas deny the request only together (the
+	// settle rule). 0: an ordinary charge. Ignored on a Shadow charge.
 	Quota uint32
 	// Counter, when not nil, asks a store that can keep the bucket as
 	// envoyproxy/ratelimit keeps its counters to do so: a fixed window of
@@ -99,20 +75,11 @@ type Charge struct {
 }
 
 // Decide decides c alone against its bucket's state s at now, as its Kind
-// says, and returns the state the bucket would have if c is applied (s for
-// a Check) and c's decision. Settle combines such decisions.
+// says (algorithms.Limit.Apply), and returns the state the bucket would
+// have if c is applied (s for a Check) and c's decision. Settle combines
+// such decisions.
 func (c *Charge) Decide(s algorithms.State, now int64) (algorithms.State, algorithms.Decision) {
-	switch c.Kind {
-	case Admit: // first: the ordinary charge's path
-		return c.Limit.Decide(s, now, c.Cost)
-	case Check:
-		return s, c.Limit.Check(s, now)
-	case Overdraft:
-		return c.Limit.Overdraft(s, now, c.Cost)
-	case Refund:
-		return c.Limit.Refund(s, now, c.Cost)
-	}
-	return c.Limit.Decide(s, now, c.Cost)
+	return c.Limit.Apply(c.Kind, s, now, c.Cost)
 }
 
 // Applied reports whether c, decided d by Settle with the result admitted,
@@ -125,9 +92,9 @@ func (c *Charge) Applied(d algorithms.Decision, admitted bool) bool {
 		return false
 	}
 	switch c.Kind {
-	case Check:
+	case algorithms.Check:
 		return false
-	case Overdraft, Refund:
+	case algorithms.Overdraft, algorithms.Refund:
 		return c.Cost > 0
 	}
 	return admitted && c.Cost > 0 && d.Code == algorithms.Allowed
@@ -135,47 +102,19 @@ func (c *Charge) Applied(d algorithms.Decision, admitted bool) bool {
 
 // Store holds bucket state.
 type Store interface {
-	// Apply settles charges at one instant of the store's clock, as Settle
-	// describes, writing decisions[i] for charges[i]; len(decisions) must
+	// Apply settles charges at one instant of the store's clock by the
+	// settle rule (see the package doc), writing decisions[i] for charges[i]; len(decisions) must
 	// be len(charges). It returns an error only when the store itself
 	// fails (a remote store unreachable), in which case nothing is known
 	// to have been charged and decisions are undefined.
 	Apply(ctx context.Context, charges []Charge, decisions []algorithms.Decision) error
 }
 
-// Settle decides a request's charges against their buckets' states at now
-// and reports whether the request is admitted. The combining rule:
-//
-//  1. Overdraft and Refund charges are always applied, whatever the other
-//     charges decide: they record usage that already happened, or give it
-//     back.
-//  2. Admit charges are applied all or nothing: iff the request is admitted,
-//     that is iff no non-shadow charge is denied, where a Check denies when
-//     a cost of 1 would be denied, an Admit when its cost does not fit
-//     (Denied or OverCapacity), and an Overdraft when it leaves its bucket
-//     in debt. A Refund never denies.
-//  3. An Admit that would have been admitted, in a request that is denied,
-//     is not applied and reports its bucket as a peek would — what it holds
-//     now, uncharged — so that no status claims quota the request did not
-//     take. Every other charge reports its own decision: a denial with its
-//     RetryAfter, a check, an overdraft charge or a refund as its Kind says.
-//  4. A shadow Admit or Check never denies the request; a denied shadow
-//     Admit is reported as denied and not applied. A shadow Overdraft or
-//     Refund is applied as any other.
-//  5. Quotas: the non-shadow charges with the same Quota (not 0) are one
-//     quota. A quota has room when none of its charges is denied (in the
-//     sense of 2), and is spent otherwise. A spent quota does not deny the
-//     request by itself: the request's quotas deny it only when it has at
-//     least one quota and every one is spent. When the request is
-//     admitted, a spent quota's charges are treated as shadow charges are
-//     (a denied Admit not applied), the others as any charge. So a request
-//     with quotas q1…qn and ordinary charges is admitted iff no ordinary
-//     charge denies and some qi has room; one quota alone decides as an
-//     ordinary charge would.
-//
-// states[i] is charges[i]'s bucket state on entry and, on return, the state
-// to store for it; charges[i].Applied(decisions[i], admitted) says whether
-// it changed. decisions[i] receives charges[i]'s decision.
+// Settle settles a request's charges at now by the settle rule (see the
+// package doc) and reports whether the request is admitted. states[i] is
+// charges[i]'s bucket state on entry and, on return, the state to store
+// for it; charges[i].Applied(decisions[i], admitted) says whether it
+// changed. decisions[i] receives charges[i]'s decision.
 func Settle(charges []Charge, states []algorithms.State, now int64, decisions []algorithms.Decision) (admitted bool) {
 	var small [16]algorithms.State
 	before := small[:0]
@@ -190,7 +129,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 		c := &charges[i]
 		next, d := c.Decide(states[i], now)
 		decisions[i] = d
-		if d.Code == algorithms.Allowed || c.Kind == Overdraft {
+		if d.Code == algorithms.Allowed || c.Kind == algorithms.Overdraft {
 			states[i] = next
 		}
 		switch {
@@ -209,7 +148,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 	}
 	for i := range charges {
 		c := &charges[i]
-		if c.Kind == Check || c.Kind == Overdraft || c.Kind == Refund {
+		if c.Kind == algorithms.Check || c.Kind == algorithms.Overdraft || c.Kind == algorithms.Refund {
 			continue
 		}
 		states[i] = before[i]
@@ -221,7 +160,7 @@ func Settle(charges []Charge, states []algorithms.State, now int64, decisions []
 }
 
 // QuotasDeny reports whether the quotas of a request whose charges were
-// decided decisions deny it (Settle's rule 5): whether it has a quota
+// decided decisions deny it (the settle rule): whether it has a quota
 // (a non-shadow charge with Quota not 0) and every quota has a denied
 // charge. A decision counts as a denial when its Code is not Allowed. The
 // decisions Settle reports for a denied request give the same answer as

@@ -24,7 +24,7 @@ func TestSettleCombiningRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	type charge struct {
-		kind   store.Kind
+		kind   algorithms.Kind
 		limit  *algorithms.Limit
 		used   int64 // charged (as an overdraft) before the request
 		cost   int64
@@ -50,21 +50,21 @@ func TestSettleCombiningRule(t *testing.T) {
 	}{
 		{
 			name:     "a check of an unused bucket reports it uncharged",
-			charges:  []charge{{kind: store.Check, limit: &window, cost: 5}},
+			charges:  []charge{{kind: algorithms.Check, limit: &window, cost: 5}},
 			admitted: true,
 			want:     []want{{code: ok, remaining: 10, left: 10}},
 		},
 		{
 			name:     "a check with one left is allowed and charges nothing",
-			charges:  []charge{{kind: store.Check, limit: &bucket, used: 9}},
+			charges:  []charge{{kind: algorithms.Check, limit: &bucket, used: 9}},
 			admitted: true,
 			want:     []want{{code: ok, remaining: 1, left: 1}},
 		},
 		{
 			name: "a check of a used-up bucket denies the request and its admits",
 			charges: []charge{
-				{kind: store.Check, limit: &bucket, used: 10},
-				{kind: store.Admit, limit: &window, cost: 3},
+				{kind: algorithms.Check, limit: &bucket, used: 10},
+				{kind: algorithms.Admit, limit: &window, cost: 3},
 			},
 			want: []want{
 				{code: denied, remaining: 0, retryAfter: time.Second},
@@ -74,15 +74,15 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a check of a bucket in debt waits for the debt and one token",
 			charges: []charge{
-				{kind: store.Check, limit: &bucket, used: 13},
+				{kind: algorithms.Check, limit: &bucket, used: 13},
 			},
 			want: []want{{code: denied, remaining: 0, retryAfter: 4 * time.Second}},
 		},
 		{
 			name: "an overdraft that fits is an admit",
 			charges: []charge{
-				{kind: store.Overdraft, limit: &window, used: 4, cost: 6},
-				{kind: store.Admit, limit: &bucket, cost: 2},
+				{kind: algorithms.Overdraft, limit: &window, used: 4, cost: 6},
+				{kind: algorithms.Admit, limit: &bucket, cost: 2},
 			},
 			admitted: true,
 			want: []want{
@@ -93,8 +93,8 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "an overdraft into debt is applied and denies the ordinary charges",
 			charges: []charge{
-				{kind: store.Overdraft, limit: &window, used: 4, cost: 1200},
-				{kind: store.Admit, limit: &bucket, cost: 2},
+				{kind: algorithms.Overdraft, limit: &window, used: 4, cost: 1200},
+				{kind: algorithms.Admit, limit: &bucket, cost: 2},
 			},
 			want: []want{
 				{code: denied, remaining: 0, retryAfter: time.Minute, applied: true, left: 0},
@@ -104,8 +104,8 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "an overdraft is applied when an admit denies the request",
 			charges: []charge{
-				{kind: store.Overdraft, limit: &window, cost: 3},
-				{kind: store.Admit, limit: &bucket, used: 9, cost: 2},
+				{kind: algorithms.Overdraft, limit: &window, cost: 3},
+				{kind: algorithms.Admit, limit: &bucket, used: 9, cost: 2},
 			},
 			want: []want{
 				{code: ok, remaining: 7, applied: true, left: 7},
@@ -115,8 +115,8 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a refund is applied when an admit denies the request",
 			charges: []charge{
-				{kind: store.Refund, limit: &window, used: 8, cost: 3},
-				{kind: store.Admit, limit: &bucket, cost: 11},
+				{kind: algorithms.Refund, limit: &window, used: 8, cost: 3},
+				{kind: algorithms.Admit, limit: &bucket, cost: 11},
 			},
 			want: []want{
 				{code: ok, remaining: 5, applied: true, left: 5},
@@ -126,7 +126,7 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a refund never goes past rest",
 			charges: []charge{
-				{kind: store.Refund, limit: &bucket, used: 2, cost: 1 << 62},
+				{kind: algorithms.Refund, limit: &bucket, used: 2, cost: 1 << 62},
 			},
 			admitted: true,
 			want:     []want{{code: ok, remaining: 10, applied: true, left: 10}},
@@ -134,8 +134,8 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a refund out of debt",
 			charges: []charge{
-				{kind: store.Refund, limit: &bucket, used: 14, cost: 6},
-				{kind: store.Admit, limit: &window, cost: 1},
+				{kind: algorithms.Refund, limit: &bucket, used: 14, cost: 6},
+				{kind: algorithms.Admit, limit: &window, cost: 1},
 			},
 			admitted: true,
 			want: []want{
@@ -146,8 +146,8 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a shadow overdraft into debt is applied and denies nothing",
 			charges: []charge{
-				{kind: store.Overdraft, limit: &window, cost: 11, shadow: true},
-				{kind: store.Admit, limit: &bucket, cost: 1},
+				{kind: algorithms.Overdraft, limit: &window, cost: 11, shadow: true},
+				{kind: algorithms.Admit, limit: &bucket, cost: 1},
 			},
 			admitted: true,
 			want: []want{
@@ -158,8 +158,8 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a denied shadow check denies nothing",
 			charges: []charge{
-				{kind: store.Check, limit: &window, used: 10, shadow: true},
-				{kind: store.Admit, limit: &bucket, cost: 1},
+				{kind: algorithms.Check, limit: &window, used: 10, shadow: true},
+				{kind: algorithms.Admit, limit: &bucket, cost: 1},
 			},
 			admitted: true,
 			want: []want{
@@ -170,9 +170,9 @@ func TestSettleCombiningRule(t *testing.T) {
 		{
 			name: "a charge of 0 is a peek whatever the kind",
 			charges: []charge{
-				{kind: store.Overdraft, limit: &window, used: 3},
-				{kind: store.Refund, limit: &bucket, used: 3},
-				{kind: store.Admit, limit: &bucket},
+				{kind: algorithms.Overdraft, limit: &window, used: 3},
+				{kind: algorithms.Refund, limit: &bucket, used: 3},
+				{kind: algorithms.Admit, limit: &bucket},
 			},
 			admitted: true,
 			want: []want{
@@ -220,16 +220,6 @@ func TestSettleCombiningRule(t *testing.T) {
 	}
 }
 
-func TestKindString(t *testing.T) {
-	for k, want := range map[store.Kind]string{
-		store.Admit: "admit", store.Check: "check", store.Overdraft: "overdraft", store.Refund: "refund", 9: "Kind(9)",
-	} {
-		if got := k.String(); got != want {
-			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
-		}
-	}
-}
-
 // TestSettleModel holds Settle to a model of its rule written apart from it:
 // each charge decided alone, then the request admitted iff no ordinary
 // non-shadow charge is denied and, when it has quotas, one quota has every
@@ -251,7 +241,7 @@ func TestSettleModel(t *testing.T) {
 		}
 		limits = append(limits, l)
 	}
-	kinds := []store.Kind{store.Admit, store.Admit, store.Check, store.Overdraft, store.Refund}
+	kinds := []algorithms.Kind{algorithms.Admit, algorithms.Admit, algorithms.Check, algorithms.Overdraft, algorithms.Refund}
 	admittedSeen, deniedByQuotas := 0, 0
 	for n := range 20000 {
 		count := 1 + rng.IntN(6)
@@ -310,10 +300,10 @@ func TestSettleModel(t *testing.T) {
 		for i, c := range charges {
 			wantState, wantDecision := before[i], alone[i]
 			switch {
-			case c.Cost <= 0 && c.Kind != store.Check:
-			case c.Kind == store.Overdraft || c.Kind == store.Refund:
+			case c.Cost <= 0 && c.Kind != algorithms.Check:
+			case c.Kind == algorithms.Overdraft || c.Kind == algorithms.Refund:
 				wantState = next[i]
-			case c.Kind == store.Admit && alone[i].Code == algorithms.Allowed:
+			case c.Kind == algorithms.Admit && alone[i].Code == algorithms.Allowed:
 				if wantAdmitted {
 					wantState = next[i]
 				} else {

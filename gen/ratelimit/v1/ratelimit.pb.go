@@ -23,13 +23,11 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Operation is what a descriptor asks of its buckets. In one request,
-// overdraft charges and refunds are always applied; charges that must fit
-// are applied all or nothing: only when no descriptor that is not a shadow
-// denies, where a check denies when a charge of 1 would be denied, a charge
-// when its cost does not fit, an overdraft charge when it leaves its bucket
-// in debt; a refund never denies. Two descriptors of a request that name
-// the same bucket must ask the same operation of it.
+// Operation is what a descriptor asks of its buckets. The operations of one
+// request combine by the settle rule, stated once in the package doc of
+// ratelimitd's internal/store: in short, charges that must fit all or
+// nothing, overdraft charges and refunds always. Two descriptors of a
+// request that name the same bucket must ask the same operation of it.
 type Operation int32
 
 const (
@@ -511,8 +509,8 @@ func (x *Limit) GetName() string {
 type ShouldRateLimitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// CODE_OK when every non-shadow descriptor was admitted, else
-	// CODE_OVER_LIMIT. When OVER_LIMIT, no charge that must fit was made
-	// anywhere; overdraft charges and refunds were applied all the same.
+	// CODE_OVER_LIMIT; what an OVER_LIMIT request charged is the settle
+	// rule's (see Operation).
 	OverallCode Code `protobuf:"varint,1,opt,name=overall_code,json=overallCode,proto3,enum=ratelimit.v1.Code" json:"overall_code,omitempty"`
 	// For OVER_LIMIT: the longest retry_after of the denying descriptors —
 	// the shortest wait after which the same request would be admitted if

@@ -29,11 +29,10 @@ const (
 // RateLimitService decides whether requests may go through.
 type RateLimitServiceClient interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
-	// charges every matching bucket — all of them or, when any denies, none —
-	// and answers with one status per descriptor. Each descriptor asks one
-	// Operation of its buckets (a charge by default); overdraft charges and
-	// refunds are applied whatever the other descriptors decide (see
-	// Operation).
+	// settles the charges of every matching bucket together, and answers with
+	// one status per descriptor. Each descriptor asks one Operation of its
+	// buckets (a charge by default); how the operations of one request
+	// combine is the settle rule (see Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
 	// descriptors, an entry has an empty key, a limit is malformed, or a size
@@ -67,11 +66,10 @@ func (c *rateLimitServiceClient) ShouldRateLimit(ctx context.Context, in *Should
 // RateLimitService decides whether requests may go through.
 type RateLimitServiceServer interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
-	// charges every matching bucket — all of them or, when any denies, none —
-	// and answers with one status per descriptor. Each descriptor asks one
-	// Operation of its buckets (a charge by default); overdraft charges and
-	// refunds are applied whatever the other descriptors decide (see
-	// Operation).
+	// settles the charges of every matching bucket together, and answers with
+	// one status per descriptor. Each descriptor asks one Operation of its
+	// buckets (a charge by default); how the operations of one request
+	// combine is the settle rule (see Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
 	// descriptors, an entry has an empty key, a limit is malformed, or a size

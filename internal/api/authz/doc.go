@@ -8,37 +8,11 @@
 // certificate the CA signed) may check, charge and refund every domain,
 // and so drain any tenant's buckets, or refill its own.
 //
-// # Policy file
-//
-//	clients:
-//	  - name: shop                       # required, unique; named in denials
-//	    match:                           # at least one; any one identifies the caller
-//	      - uri: spiffe://example.org/ns/shop/sa/api   # a URI SAN (SPIFFE ID)
-//	      - dns: shop.internal.example   # a DNS SAN
-//	      - common_name: shop            # the subject's common name
-//	      - tokens: tokens/shop          # a token file (below)
-//	    grants:                          # at least one
-//	      - domains: [shop]              # domain names, or "*" for every domain
-//	        access: charge               # a verb, or a list: check, charge, refund
-//	      - domains: [llm]
-//	        access: [charge, refund]     # e.g. an Envoy that gives tokens back
-//	      - domains: [catalog]
-//	        access: check
-//	anonymous:                           # optional: callers matching no client
-//	  grants:
-//	    - domains: [public]
-//	      access: check
-//
-// A token file (its path relative to the policy file's directory, unless
-// absolute) holds bearer tokens, one a line; blank lines and lines starting
-// with "#" are skipped. A token is 16 to 512 characters of the RFC 6750
-// token alphabet (A-Z a-z 0-9 - . _ ~ + / and trailing =). The tokens are
-// read when the policy is, and the policy file and every token file are
+// The policy file's format, with a worked example, is in docs/authz.md. A
+// policy that cannot be read or is invalid is rejected as a whole, with
+// every problem as a config.FieldError; a problem in a token file names the
+// file and line, never the token. The policy file and every token file are
 // watched: a change to any of them reloads the whole policy.
-//
-// A policy that cannot be read or is invalid is rejected as a whole, with
-// every problem as a config.FieldError ("file:line: field: problem"). A
-// problem in a token file names the file and line, never the token.
 //
 // # Decision
 //
@@ -95,10 +69,8 @@
 // # Tokens
 //
 // Tokens are kept only as keyed digests (HMAC-SHA256 under a key drawn at
-// random when the process starts), and a presented token is looked up by
-// its digest. No comparison ever touches a token's bytes: the lookup
-// compares digests under a key an attacker does not know, so its timing
-// says nothing about any token (the effect of a constant-time comparison,
-// in constant time whatever the number of tokens). Token values never appear in logs, metrics, errors or
-// endpoints; Token's String, GoString and slog value are "[redacted]".
+// random when the process starts) and looked up by digest, so no
+// comparison touches a token's bytes and its timing says nothing about any
+// token. Token values never appear in logs, metrics, errors or endpoints;
+// Token's String, GoString and slog value are "[redacted]".
 package authz

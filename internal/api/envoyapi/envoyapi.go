@@ -1,9 +1,9 @@
 // Package envoyapi serves Envoy's external rate limit service,
 // envoy.service.ratelimit.v3.RateLimitService, with the messages of
 // github.com/envoyproxy/go-control-plane, by translating them to and from
-// the engine's. It decides nothing: matching, charging (all or nothing),
-// peeks, replaces, unlimited and shadow rules are the engine's, shared with
-// ratelimit.v1.
+// the engine's. It decides nothing: matching, charging (by the store's
+// settle rule: see package store), peeks, replaces, unlimited and shadow
+// rules are the engine's, shared with ratelimit.v1.
 //
 // # Request
 //
@@ -40,17 +40,15 @@
 //   - descriptors[].is_negative_hits: true makes the descriptor's cost a
 //     refund (engine.OpRefund): that many units are given back, never past
 //     the bucket's rest state (a full bucket, an empty window). A refund is
-//     always OK and applied whatever the other descriptors decide.
+//     always OK.
 //
 // # Response
 //
 // overall_code is OVER_LIMIT when the engine denies the request — when any
 // descriptor that is not in a shadow_mode rule is over its limit — and OK
 // otherwise, also when global shadow mode (engine.WithShadowMode) admitted a
-// request it would have denied. When it is OVER_LIMIT no descriptor was
-// charged, except by overdraft charges and refunds, which are always
-// applied (see the engine). statuses has one entry per descriptor, in
-// request order:
+// request it would have denied. What an OVER_LIMIT request charged is the
+// settle rule's. statuses has one entry per descriptor, in request order:
 //
 //   - unmatched (no rule, unknown domain, or every limit of its rule
 //     replaced by another matched rule's replaces): code OK and nothing

@@ -16,7 +16,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
-	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // Server implements ratelimit.v1.RateLimitService on an engine.
@@ -74,10 +73,10 @@ var operationOf = map[ratelimitv1.Operation]engine.Op{
 
 // operationTo translates how a status's limit was charged.
 var operationTo = [...]ratelimitv1.Operation{
-	store.Admit:     ratelimitv1.Operation_OPERATION_CHARGE,
-	store.Check:     ratelimitv1.Operation_OPERATION_CHECK,
-	store.Overdraft: ratelimitv1.Operation_OPERATION_OVERDRAFT,
-	store.Refund:    ratelimitv1.Operation_OPERATION_REFUND,
+	algorithms.Admit:     ratelimitv1.Operation_OPERATION_CHARGE,
+	algorithms.Check:     ratelimitv1.Operation_OPERATION_CHECK,
+	algorithms.Overdraft: ratelimitv1.Operation_OPERATION_OVERDRAFT,
+	algorithms.Refund:    ratelimitv1.Operation_OPERATION_REFUND,
 }
 
 // request translates a v1 request. It rejects only what the engine's types

@@ -124,3 +124,85 @@ func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
 	}
 	return s, Decision{}
 }
+
+// Check reports how a charge of cost 1 would be decided at now, without
+// charging it: Denied (with RetryAfter for cost 1) when it would be denied,
+// else Allowed with Remaining and ResetAfter as a peek reports them (the
+// bucket uncharged). A bucket in debt is denied. The state is not changed,
+// so none is returned. It costs no more than a Decide.
+func (l *Limit) Check(s State, now int64) Decision {
+	now = ClampTime(now)
+	switch l.alg {
+	case FixedWindow:
+		start, count := l.fixedAt(s, now)
+		return l.fixedReport(start, count, now, 1)
+	case SlidingWindow:
+		start, cur, prev, e := l.slidingAt(s, now)
+		return l.slidingReport(start, cur, prev, e, now, 1)
+	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			o := l.at(int64(s.m))
+			return o.gcraCheck(s, now)
+		}
+		return l.gcraCheck(s, now)
+	}
+	return Decision{Code: OverCapacity}
+}
+
+// InDebt reports whether the bucket in state s holds more use at now than
+// its capacity: after an Overdraft, until its refill (or, for the windows,
+// the passing of its counts) has paid the excess back. A bucket in debt
+// denies every charge and every Check.
+func (l *Limit) InDebt(s State, now int64) bool {
+	_, d := l.Overdraft(s, now, 0)
+	return d.Code == Denied
+}
+
+// Overdraft charges cost in full at now, whatever is left, and returns the
+// bucket's new state and a decision reporting the bucket after the charge.
+// The bucket may go into debt: use beyond its capacity, bounded as the
+// package doc says. The Code is Denied when the bucket is in debt after the
+// charge, with RetryAfter the wait until a charge of cost 1 is admitted
+// again; Allowed otherwise. Either way the charge is taken: the returned
+// state always includes it.
+//
+// When the same charge would be admitted by Decide, Overdraft returns what
+// Decide returns (Delay included, for LeakyBucketQueue). A cost ≤ 0
+// charges nothing and returns s. now is taken as Decide takes it.
+func (l *Limit) Overdraft(s State, now int64, cost int64) (State, Decision) {
+	now = ClampTime(now)
+	switch l.alg {
+	case FixedWindow:
+		return l.fixedOverdraft(s, now, cost)
+	case SlidingWindow:
+		return l.slidingOverdraft(s, now, cost)
+	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			return l.gcraChanged(s, now, cost, changedOverdraft)
+		}
+		return l.gcraOverdraft(s, now, cost)
+	}
+	return s, Decision{}
+}
+
+// Refund gives units back to the bucket at now, never past its rest state
+// (full for the buckets, empty for the windows), and returns the bucket's
+// new state and an Allowed decision reporting the bucket after the refund,
+// as a peek would. A sliding window takes the units off its current
+// window's count first, then off the previous window's. A bucket brought
+// back to rest is the zero State. units ≤ 0 returns s.
+func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
+	now = ClampTime(now)
+	switch l.alg {
+	case FixedWindow:
+		return l.fixedRefund(s, now, units)
+	case SlidingWindow:
+		return l.slidingRefund(s, now, units)
+	case TokenBucket, LeakyBucket, LeakyBucketQueue:
+		if l.rateChanged(s) {
+			return l.gcraChanged(s, now, units, changedRefund)
+		}
+		return l.gcraRefund(s, now, units)
+	}
+	return s, Decision{}
+}

@@ -5,8 +5,5 @@ package algorithms
 // package, so only an external test package can import it.
 var CheckedDecide = checkedDecide
 
-// CheckedOp is checkedOp for the external tests, with kind a store.Kind
-// (Admit, Check, Overdraft, Refund: the values of op).
-func CheckedOp(l Limit, s State, now int64, kind uint8, cost int64) (State, Decision, error) {
-	return checkedOp(l, s, now, op(kind), cost)
-}
+// CheckedOp is checkedOp for the external tests.
+var CheckedOp = checkedOp

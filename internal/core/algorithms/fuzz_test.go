@@ -117,8 +117,8 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 		case 7:
 			cost = -1 // a peek too
 		}
-		o := [8]op{opAdmit, opAdmit, opAdmit, opAdmit, opCheck, opOverdraft, opOverdraft, opRefund}[how&7]
-		if (o == opOverdraft || o == opRefund) && how&8 != 0 {
+		o := [8]Kind{Admit, Admit, Admit, Admit, Check, Overdraft, Overdraft, Refund}[how&7]
+		if (o == Overdraft || o == Refund) && how&8 != 0 {
 			if cost = v << (how >> 4 * 3); how>>4 == 15 {
 				cost = math.MaxInt64
 			}
@@ -173,9 +173,9 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 				t.Fatalf("%v at %d, cost %d, state %+v:\n got %+v\nmodel %+v", l.Algorithm(), now, cost, s, d, want)
 			}
 		}
-		if now < latest && (o == opAdmit || o == opCheck) {
+		if now < latest && (o == Admit || o == Check) {
 			_, dl := l.Decide(s, latest, cost)
-			if o == opCheck {
+			if o == Check {
 				dl = l.Check(s, latest)
 			}
 			_, peek := l.Decide(s, now, 0)
@@ -186,16 +186,16 @@ func fuzzTimeline(t *testing.T, l Limit, now int64, in []byte) {
 			}
 		}
 		switch {
-		case o == opRefund && next != s:
+		case o == Refund && next != s:
 			// What was given back may be admitted again: the bound holds
 			// from here on.
 			if msg := checkBound(l, segment); msg != "" {
 				t.Fatal(msg)
 			}
 			segment = segment[:0]
-		case o == opAdmit && d.Code == Allowed && cost > 0:
+		case o == Admit && d.Code == Allowed && cost > 0:
 			segment = append(segment, admission{now, cost})
-		case o == opOverdraft && cost > 0:
+		case o == Overdraft && cost > 0:
 			// An overdraft that fits is admitted as an admit is; one into
 			// debt only leaves less to admit (and one that saturates at
 			// the bound on debt counts less than its cost).

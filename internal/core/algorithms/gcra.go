@@ -6,6 +6,14 @@ import (
 	"time"
 )
 
+// This file is the arithmetic of TokenBucket, LeakyBucket and
+// LeakyBucketQueue: their decision (gcra, which Decide calls) and their
+// usage operations (Check, Overdraft, Refund); change.go reads a state
+// written at another rate. The Redis store's Lua mirrors it function for
+// function in the section headed "gcra.go" of
+// internal/store/redis/fast.lua (plain numbers) and of decide.lua
+// (bignums).
+
 // gcra decides TokenBucket, LeakyBucket and LeakyBucketQueue: one
 // arithmetic, the generic cell rate algorithm, read three ways (see the
 // package doc).
@@ -110,3 +118,103 @@ func ceilNs(ns, frac int64) int64 {
 }
 
 func ceilDuration(ns, frac int64) time.Duration { return time.Duration(ceilNs(ns, frac)) }
+
+// backlog returns the backlog d = max(TAT-now, 0) of s at now as dNs +
+// dFrac/R. It is at most MaxSpan, except after a clock that went back (or
+// in a State of another Limit).
+func (l *Limit) backlog(s State, now int64) (dNs, dFrac int64) {
+	if s.t < now {
+		return 0, 0
+	}
+	return s.t - now, min(int64(s.n), l.requests-1)
+}
+
+// gcraCheck is gcra for a cost of 1, charging nothing: denied iff the
+// backlog d is beyond C - I, with RetryAfter ceil(d - (C - I)), as gcra
+// decides; else reporting the bucket uncharged.
+func (l *Limit) gcraCheck(s State, now int64) Decision {
+	dNs, dFrac := l.backlog(s, now)
+	if dNs > l.oneNs || dNs == l.oneNs && dFrac > l.oneFrac {
+		wNs, wFrac := dNs-l.oneNs, dFrac-l.oneFrac
+		if wFrac < 0 {
+			wNs, wFrac = wNs-1, wFrac+l.requests
+		}
+		return Decision{
+			Code:       Denied,
+			Remaining:  l.gcraRemaining(dNs, dFrac),
+			ResetAfter: ceilDuration(dNs, dFrac),
+			RetryAfter: ceilDuration(wNs, wFrac),
+		}
+	}
+	return Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
+}
+
+// gcraReport is the decision reporting a backlog of dNs + dFrac/R: Denied
+// when it is beyond limNs + limFrac/R (the capacity span C: in debt; C - I:
+// a cost of 1 does not fit, for a check), with the RetryAfter of a cost of
+// 1, as gcra computes it: ceil(d - (C - I)).
+func (l *Limit) gcraReport(dNs, dFrac, limNs, limFrac int64) Decision {
+	d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
+	if dNs > limNs || dNs == limNs && dFrac > limFrac {
+		wNs, wFrac := dNs-l.oneNs, dFrac-l.oneFrac
+		if wFrac < 0 {
+			wNs, wFrac = wNs-1, wFrac+l.requests
+		}
+		d.Code = Denied
+		d.RetryAfter = ceilDuration(wNs, wFrac)
+	}
+	return d
+}
+
+// gcraState is the state with a backlog of dNs + dFrac/R at now.
+func (l *Limit) gcraState(now, dNs, dFrac int64) State {
+	if dNs == 0 && dFrac == 0 {
+		return State{}
+	}
+	return State{restAt: now + ceilNs(dNs, dFrac), t: now + dNs, n: uint32(dFrac), m: uint32(l.requests)}
+}
+
+func (l *Limit) gcraOverdraft(s State, now, cost int64) (State, Decision) {
+	if cost > 0 && cost <= l.capacity {
+		if next, d := l.gcra(s, now, cost); d.Code == Allowed {
+			return next, d
+		}
+	}
+	dNs, dFrac := l.backlog(s, now)
+	// A backlog at the bound already (or past it, after a clock that went
+	// back) stays as it is.
+	if cost > 0 && dNs < int64(MaxSpan) {
+		kNs, kFrac := l.TimesSaturated(cost)
+		// Both at most MaxSpan = 2^62: the sum fits in a uint64.
+		sum := uint64(dNs) + uint64(kNs)
+		dFrac += kFrac
+		if dFrac >= l.requests {
+			sum, dFrac = sum+1, dFrac-l.requests
+		}
+		if sum > uint64(MaxSpan) || sum == uint64(MaxSpan) && dFrac > 0 {
+			sum, dFrac = uint64(MaxSpan), 0
+		}
+		dNs = int64(sum)
+		// TAT = now + d ≤ MaxTime + MaxSpan = MaxInt64.
+		s = l.gcraState(now, dNs, dFrac)
+	}
+	return s, l.gcraReport(dNs, dFrac, l.spanNs, l.spanFrac)
+}
+
+func (l *Limit) gcraRefund(s State, now, units int64) (State, Decision) {
+	dNs, dFrac := l.backlog(s, now)
+	if units > 0 && (dNs > 0 || dFrac > 0) {
+		kNs, kFrac := l.TimesSaturated(units)
+		dNs, dFrac = dNs-kNs, dFrac-kFrac
+		if dFrac < 0 {
+			dNs, dFrac = dNs-1, dFrac+l.requests
+		}
+		if dNs < 0 {
+			dNs, dFrac = 0, 0
+		}
+		s = l.gcraState(now, dNs, dFrac)
+	}
+	d := l.gcraReport(dNs, dFrac, l.spanNs, l.spanFrac)
+	d.Code, d.RetryAfter = Allowed, 0
+	return s, d
+}

@@ -192,19 +192,6 @@ func leq128(a, b, c, d uint64) bool {
 // newRand returns a deterministic source for the property tests.
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
 
-// op is how a charge is applied, as store.Kind says (which this package
-// cannot import).
-type op uint8
-
-const (
-	opAdmit op = iota
-	opCheck
-	opOverdraft
-	opRefund
-)
-
-func (o op) String() string { return [...]string{"admit", "check", "overdraft", "refund"}[o] }
-
 // saturable reports whether an overdraft on l can reach the bound on debt
 // without leaving the bucket in debt: a window whose limit is MaxCount, a
 // bucket whose capacity span is MaxSpan. Only then is an overdraft Allowed
@@ -216,7 +203,7 @@ func saturable(l Limit) bool {
 	return l.capacity == MaxCount
 }
 
-// checkedOp applies o (Decide for opAdmit, as checkedDecide) to s at now
+// checkedOp applies o (Decide for Admit, as checkedDecide) to s at now
 // and checks the contract of checks, overdraft charges and refunds:
 //
 //   - the decision reports the bucket as a peek of the state afterwards
@@ -231,20 +218,11 @@ func saturable(l Limit) bool {
 //   - a refund is allowed, and its Remaining is at least the bucket's
 //     before and at most that plus the units;
 //   - a cost ≤ 0 changes nothing.
-func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, error) {
-	if o == opAdmit {
+func checkedOp(l Limit, s State, now int64, o Kind, cost int64) (State, Decision, error) {
+	if o == Admit {
 		return checkedDecide(l, s, now, cost)
 	}
-	var next State
-	var d Decision
-	switch o {
-	case opCheck:
-		next, d = s, l.Check(s, now)
-	case opOverdraft:
-		next, d = l.Overdraft(s, now, cost)
-	case opRefund:
-		next, d = l.Refund(s, now, cost)
-	}
+	next, d := l.Apply(o, s, now, cost)
 	now = min(max(now, 0), MaxTime) // as Decide takes it
 	fail := func(format string, args ...any) (State, Decision, error) {
 		return next, d, fmt.Errorf("%v of %d: %+v: "+format, append([]any{o, cost, d}, args...)...)
@@ -256,7 +234,7 @@ func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, 
 	if err != nil {
 		return fail("a peek afterwards: %v", err)
 	}
-	if o == opCheck {
+	if o == Check {
 		_, peek = l.Decide(s, now, 0)
 	}
 	if d.Remaining != peek.Remaining || d.ResetAfter != peek.ResetAfter {
@@ -265,11 +243,11 @@ func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, 
 	if d.Code != Denied && d.RetryAfter != 0 {
 		return fail("RetryAfter without a denial")
 	}
-	if d.Delay != 0 && (o != opOverdraft || l.alg != LeakyBucketQueue || d.Code != Allowed) {
+	if d.Delay != 0 && (o != Overdraft || l.alg != LeakyBucketQueue || d.Code != Allowed) {
 		return fail("Delay outside an admitted queue overdraft")
 	}
 	switch o {
-	case opCheck:
+	case Check:
 		_, one, err := checkedDecide(l, s, now, 1)
 		if err != nil {
 			return fail("a cost of 1: %v", err)
@@ -277,7 +255,7 @@ func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, 
 		if (d.Code == Allowed) != (one.Code == Allowed) || d.Code != Allowed && d != one {
 			return fail("a cost of 1 is decided %+v", one)
 		}
-	case opOverdraft:
+	case Overdraft:
 		if cost <= 0 {
 			break
 		}
@@ -304,7 +282,7 @@ func checkedOp(l Limit, s State, now int64, o op, cost int64) (State, Decision, 
 				}
 			}
 		}
-	case opRefund:
+	case Refund:
 		if d.Code != Allowed {
 			return fail("a refund not allowed")
 		}

@@ -83,6 +83,18 @@ const (
 	MaxTime = math.MaxInt64 - int64(MaxSpan)
 )
 
+// MaxCount is the most hits a window's count holds: an Overdraft that would
+// take a count past it leaves it at MaxCount (the counts are 32 bits).
+const MaxCount = math.MaxUint32
+
+// addCount returns count + cost, at most MaxCount (count ≤ MaxCount).
+func addCount(count, cost int64) int64 {
+	if cost > MaxCount-count {
+		return MaxCount
+	}
+	return count + cost
+}
+
 // Limit is one rate limit: an algorithm, a rate of Requests per Period kept
 // as an exact rational, and a capacity. A Limit is immutable; build it with
 // NewLimit. The zero Limit is not valid.
@@ -166,6 +178,22 @@ func (l *Limit) times(n int64) (ns, frac int64) {
 // between 0 and Capacity, so that ns is at most MaxSpan; the buckets'
 // arithmetic uses it for the capacity span and a charge's cost.
 func (l *Limit) Times(n int64) (ns, frac int64) { return l.times(n) }
+
+// TimesSaturated is Times for any n ≥ 0, saturating: n·Period/Requests as
+// whole nanoseconds and a remainder over Requests, or (MaxSpan, 0) when
+// that is more than MaxSpan. The buckets' Overdraft and Refund take n·P/R
+// so for their cost.
+func (l *Limit) TimesSaturated(n int64) (ns, frac int64) {
+	hi, lo := bits.Mul64(uint64(n), uint64(l.period))
+	if hi >= uint64(l.requests) {
+		return int64(MaxSpan), 0
+	}
+	q, r := bits.Div64(hi, lo, uint64(l.requests))
+	if q >= uint64(MaxSpan) {
+		return int64(MaxSpan), 0
+	}
+	return int64(q), int64(r)
+}
 
 // Algorithm returns the limit's algorithm.
 func (l *Limit) Algorithm() Algorithm { return l.alg }

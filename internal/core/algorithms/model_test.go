@@ -24,14 +24,14 @@ type model interface {
 	changeTo(l Limit)
 }
 
-// apply is o (decide for opAdmit) on m at now.
-func apply(m model, o op, now, cost int64) Decision {
+// apply is o (decide for Admit) on m at now.
+func apply(m model, o Kind, now, cost int64) Decision {
 	switch o {
-	case opCheck:
+	case Check:
 		return m.check(now)
-	case opOverdraft:
+	case Overdraft:
 		return m.overdraft(now, cost)
-	case opRefund:
+	case Refund:
 		return m.refund(now, cost)
 	}
 	return m.decide(now, cost)

@@ -48,7 +48,7 @@ func runCases(t *testing.T, algs ...algorithms.Algorithm) {
 				}
 				var s algorithms.State
 				for i, st := range c.Steps {
-					next, d, err := algorithms.CheckedOp(limits[i], s, st.Now(), uint8(st.Kind), st.Cost)
+					next, d, err := algorithms.CheckedOp(limits[i], s, st.Now(), st.Kind, st.Cost)
 					if err != nil {
 						t.Fatalf("step %d (at %v, %v of %d): %v", i, st.At, st.Kind, st.Cost, err)
 					}

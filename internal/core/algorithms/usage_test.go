@@ -46,9 +46,9 @@ func TestRandomUsage(t *testing.T) {
 				)
 				for n := range steps {
 					now += gen.gap()
-					o := op(gen.rng.IntN(4))
+					o := Kind(gen.rng.IntN(4))
 					cost := gen.cost()
-					if o == opOverdraft || o == opRefund {
+					if o == Overdraft || o == Refund {
 						cost = gen.usageCost()
 					}
 					next, d, err := checkedOp(l, s, now, o, cost)
@@ -67,7 +67,7 @@ func TestRandomUsage(t *testing.T) {
 				}
 				// An overdraft on a limit of MaxCount per window saturates
 				// at the limit: never in debt.
-				if counts[opCheck][Denied] == 0 || counts[opOverdraft][Denied] == 0 && !saturable(l) || counts[opRefund][Allowed] == 0 {
+				if counts[Check][Denied] == 0 || counts[Overdraft][Denied] == 0 && !saturable(l) || counts[Refund][Allowed] == 0 {
 					t.Errorf("timeline too tame: %v (admit, check, overdraft, refund: allowed, denied, over capacity)", counts)
 				}
 			})
@@ -83,7 +83,7 @@ func TestUsageTable(t *testing.T) {
 	const minute = int64(time.Minute)
 	type step struct {
 		at   int64 // after t0
-		op   op
+		op   Kind
 		cost int64
 		want Decision
 	}
@@ -97,41 +97,41 @@ func TestUsageTable(t *testing.T) {
 			name: "fixed window: 200 in debt until the window ends",
 			alg:  FixedWindow,
 			steps: []step{
-				{0, opCheck, 0, Decision{Remaining: 1000}},
-				{1, opOverdraft, 1200, Decision{Code: Denied, ResetAfter: time.Duration(minute - 1), RetryAfter: time.Duration(minute - 1)}},
-				{2, opCheck, 0, Decision{Code: Denied, ResetAfter: time.Duration(minute - 2), RetryAfter: time.Duration(minute - 2)}},
-				{3, opAdmit, 1, Decision{Code: Denied, ResetAfter: time.Duration(minute - 3), RetryAfter: time.Duration(minute - 3)}},
-				{4, opRefund, 150, Decision{ResetAfter: time.Duration(minute - 4)}},
-				{5, opRefund, 100, Decision{Remaining: 50, ResetAfter: time.Duration(minute - 5)}},
-				{6, opAdmit, 50, Decision{ResetAfter: time.Duration(minute - 6)}},
-				{minute, opCheck, 0, Decision{Remaining: 1000}},
+				{0, Check, 0, Decision{Remaining: 1000}},
+				{1, Overdraft, 1200, Decision{Code: Denied, ResetAfter: time.Duration(minute - 1), RetryAfter: time.Duration(minute - 1)}},
+				{2, Check, 0, Decision{Code: Denied, ResetAfter: time.Duration(minute - 2), RetryAfter: time.Duration(minute - 2)}},
+				{3, Admit, 1, Decision{Code: Denied, ResetAfter: time.Duration(minute - 3), RetryAfter: time.Duration(minute - 3)}},
+				{4, Refund, 150, Decision{ResetAfter: time.Duration(minute - 4)}},
+				{5, Refund, 100, Decision{Remaining: 50, ResetAfter: time.Duration(minute - 5)}},
+				{6, Admit, 50, Decision{ResetAfter: time.Duration(minute - 6)}},
+				{minute, Check, 0, Decision{Remaining: 1000}},
 			},
 		},
 		{
 			name: "token bucket: the debt is paid back at the rate",
 			alg:  TokenBucket,
 			steps: []step{
-				{0, opOverdraft, 1200, Decision{Code: Denied, ResetAfter: 72 * time.Second, RetryAfter: 12*time.Second + 60*time.Millisecond}},
+				{0, Overdraft, 1200, Decision{Code: Denied, ResetAfter: 72 * time.Second, RetryAfter: 12*time.Second + 60*time.Millisecond}},
 				// 200 in debt: 12s until 0 tokens, 60ms more for one.
-				{int64(12 * time.Second), opCheck, 0, Decision{Code: Denied, ResetAfter: 60 * time.Second, RetryAfter: 60 * time.Millisecond}},
-				{int64(12*time.Second + 60*time.Millisecond), opCheck, 0, Decision{Remaining: 1, ResetAfter: 60*time.Second - 60*time.Millisecond}},
+				{int64(12 * time.Second), Check, 0, Decision{Code: Denied, ResetAfter: 60 * time.Second, RetryAfter: 60 * time.Millisecond}},
+				{int64(12*time.Second + 60*time.Millisecond), Check, 0, Decision{Remaining: 1, ResetAfter: 60*time.Second - 60*time.Millisecond}},
 				// A refund of all 1,200 is back at rest, never past it.
-				{int64(12*time.Second + 60*time.Millisecond), opRefund, 1200, Decision{Remaining: 1000}},
-				{int64(13 * time.Second), opOverdraft, 999, Decision{Remaining: 1, ResetAfter: 59940 * time.Millisecond}},
-				{int64(13 * time.Second), opOverdraft, math.MaxInt64, Decision{Code: Denied, ResetAfter: MaxSpan, RetryAfter: MaxSpan - 60*time.Second + 60*time.Millisecond}},
+				{int64(12*time.Second + 60*time.Millisecond), Refund, 1200, Decision{Remaining: 1000}},
+				{int64(13 * time.Second), Overdraft, 999, Decision{Remaining: 1, ResetAfter: 59940 * time.Millisecond}},
+				{int64(13 * time.Second), Overdraft, math.MaxInt64, Decision{Code: Denied, ResetAfter: MaxSpan, RetryAfter: MaxSpan - 60*time.Second + 60*time.Millisecond}},
 			},
 		},
 		{
 			name: "sliding window: the debt is weighed out with its window",
 			alg:  SlidingWindow,
 			steps: []step{
-				{0, opOverdraft, 1500, Decision{Code: Denied, ResetAfter: time.Duration(2 * minute), RetryAfter: 80*time.Second + 40*time.Millisecond}},
+				{0, Overdraft, 1500, Decision{Code: Denied, ResetAfter: time.Duration(2 * minute), RetryAfter: 80*time.Second + 40*time.Millisecond}},
 				// In the next window, 1500·(P-e)/P ≤ 999 at e ≥ 501P/1500 = 20.04s.
-				{int64(80*time.Second + 40*time.Millisecond), opCheck, 0, Decision{Remaining: 1, ResetAfter: 39*time.Second + 960*time.Millisecond}},
+				{int64(80*time.Second + 40*time.Millisecond), Check, 0, Decision{Remaining: 1, ResetAfter: 39*time.Second + 960*time.Millisecond}},
 				// Units come back off the current window's count first, then
 				// the previous one's.
-				{minute + minute/2, opAdmit, 10, Decision{Remaining: 240, ResetAfter: time.Duration(minute + minute/2)}},
-				{minute + minute/2, opRefund, 510, Decision{Remaining: 500, ResetAfter: time.Duration(minute / 2)}},
+				{minute + minute/2, Admit, 10, Decision{Remaining: 240, ResetAfter: time.Duration(minute + minute/2)}},
+				{minute + minute/2, Refund, 510, Decision{Remaining: 500, ResetAfter: time.Duration(minute / 2)}},
 			},
 		},
 	}
@@ -179,7 +179,7 @@ func TestDebtBound(t *testing.T) {
 					var s State
 					total := new(big.Int)
 					for i, cost := range []int64{math.MaxInt64, 1, math.MaxInt64, l.capacity} {
-						next, d, err := checkedOp(l, s, now, opOverdraft, cost)
+						next, d, err := checkedOp(l, s, now, Overdraft, cost)
 						if err != nil {
 							t.Fatalf("overdraft %d: %v", i, err)
 						}
@@ -199,14 +199,14 @@ func TestDebtBound(t *testing.T) {
 						}
 						s = next
 					}
-					if _, _, err := checkedOp(l, s, now, opCheck, 0); err != nil {
+					if _, _, err := checkedOp(l, s, now, Check, 0); err != nil {
 						t.Fatal(err)
 					}
 					// Refunds of all that was charged leave the bucket at
 					// rest (and past the bound, sooner).
 					var d Decision
 					for i, units := range []int64{math.MaxInt64, 1, math.MaxInt64, l.capacity} {
-						if s, d, err = checkedOp(l, s, now, opRefund, units); err != nil {
+						if s, d, err = checkedOp(l, s, now, Refund, units); err != nil {
 							t.Fatalf("refund %d: %v", i, err)
 						}
 					}
@@ -306,9 +306,9 @@ func TestChangedLimits(t *testing.T) {
 					}
 					l := gen.l
 					now += gen.gap()
-					o := op(gen.rng.IntN(4))
+					o := Kind(gen.rng.IntN(4))
 					cost := gen.cost()
-					if o == opOverdraft || o == opRefund {
+					if o == Overdraft || o == Refund {
 						cost = gen.usageCost()
 					}
 					next, d, err := checkedOp(l, s, now, o, cost)
@@ -326,7 +326,7 @@ func TestChangedLimits(t *testing.T) {
 					counts[o][d.Code]++
 					s = next
 				}
-				if changes == 0 || counts[opAdmit][Allowed] == 0 || counts[opAdmit][Denied] == 0 {
+				if changes == 0 || counts[Admit][Allowed] == 0 || counts[Admit][Denied] == 0 {
 					t.Errorf("timeline too tame: %d changes, %v", changes, counts)
 				}
 			})

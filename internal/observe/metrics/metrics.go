@@ -95,7 +95,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/observe/buildinfo"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
-	"github.com/ratelimitd/ratelimitd/internal/store"
 )
 
 // namespace prefixes every metric of ratelimitd's own.
@@ -416,7 +415,7 @@ func (m *Metrics) Observe(_ context.Context, req *engine.Request, resp *engine.R
 	var rules *sync.Map
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if st.Rule == nil || st.Limit == nil || st.Cost == 0 && st.Kind != store.Check {
+		if st.Rule == nil || st.Limit == nil || st.Cost == 0 && st.Kind != algorithms.Check {
 			continue // no rule, every limit replaced, or a peek
 		}
 		if rules == nil {
@@ -428,16 +427,16 @@ func (m *Metrics) Observe(_ context.Context, req *engine.Request, resp *engine.R
 		}
 		cost := float64(st.Cost)
 		switch st.Kind {
-		case store.Check:
+		case algorithms.Check:
 			c.checks.Inc()
 			if st.Code != algorithms.Allowed {
 				c.checksOver.Inc()
 			}
 			continue
-		case store.Refund:
+		case algorithms.Refund:
 			c.refunded.Add(cost)
 			continue
-		case store.Overdraft:
+		case algorithms.Overdraft:
 			c.overdraft.Add(cost)
 		}
 		c.hits.Add(cost)

@@ -66,9 +66,9 @@ func cachedCost(ch *store.Charge) (int64, bool) {
 	switch {
 	case ch.Shadow, ch.Quota != 0:
 		return 0, false
-	case ch.Kind == store.Check:
+	case ch.Kind == algorithms.Check:
 		return 1, true
-	case ch.Kind == store.Admit && ch.Cost > 0:
+	case ch.Kind == algorithms.Admit && ch.Cost > 0:
 		return ch.Cost, true
 	}
 	return 0, false
@@ -78,7 +78,7 @@ func cachedCost(ch *store.Charge) (int64, bool) {
 // a request that must reach Redis.
 func applied(charges []store.Charge) bool {
 	for i := range charges {
-		if k := charges[i].Kind; (k == store.Overdraft || k == store.Refund) && charges[i].Cost > 0 {
+		if k := charges[i].Kind; (k == algorithms.Overdraft || k == algorithms.Refund) && charges[i].Cost > 0 {
 			return true
 		}
 	}
@@ -126,7 +126,7 @@ func (c *denyCache) deny(charges []store.Charge, decisions []algorithms.Decision
 // the buckets it refunded.
 func (c *denyCache) remember(charges []store.Charge, decisions []algorithms.Decision, sent int64) {
 	for i := range charges {
-		if charges[i].Kind == store.Refund && charges[i].Cost > 0 {
+		if charges[i].Kind == algorithms.Refund && charges[i].Cost > 0 {
 			c.mu.Lock()
 			delete(c.entries, string(charges[i].Key))
 			c.mu.Unlock()

@@ -75,11 +75,11 @@ func (m FailureMode) decideDenied(charges []store.Charge, idx []int, now int64, 
 func (FailureMode) decideClosed(charges []store.Charge, i int, decisions []algorithms.Decision) {
 	c := &charges[i]
 	switch {
-	case c.Kind == store.Check:
+	case c.Kind == algorithms.Check:
 		decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}
-	case c.Cost <= 0 || c.Kind == store.Refund:
+	case c.Cost <= 0 || c.Kind == algorithms.Refund:
 		decisions[i] = algorithms.Decision{}
-	case c.Cost > c.Limit.Capacity() && c.Kind != store.Overdraft:
+	case c.Cost > c.Limit.Capacity() && c.Kind != algorithms.Overdraft:
 		decisions[i] = algorithms.Decision{Code: algorithms.OverCapacity}
 	default:
 		decisions[i] = algorithms.Decision{Code: algorithms.Denied, RetryAfter: FailClosedRetryAfter}

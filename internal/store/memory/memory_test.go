@@ -331,16 +331,16 @@ func TestDebtIsKeptUntilRest(t *testing.T) {
 	s := New(c)
 	l := mustLimit(t, algorithms.TokenBucket, 10, time.Second, 0) // at rest 1s after a full charge
 	key := []byte("tokens")
-	charge := func(kind store.Kind, cost int64) algorithms.Decision {
+	charge := func(kind algorithms.Kind, cost int64) algorithms.Decision {
 		return apply(t, s, store.Charge{Domain: storetest.Domain, Key: key, Limit: l, Cost: cost, Kind: kind})[0]
 	}
-	for _, kind := range []store.Kind{store.Check, store.Refund} {
+	for _, kind := range []algorithms.Kind{algorithms.Check, algorithms.Refund} {
 		if d := charge(kind, 5); d.Code != algorithms.Allowed || s.Len() != 0 {
 			t.Fatalf("a %v of a new bucket: %+v, %d buckets held; want allowed, none", kind, d, s.Len())
 		}
 	}
 	// 30 tokens taken of 10: 20 in debt, 3s until at rest.
-	if d := charge(store.Overdraft, 30); d.Code != algorithms.Denied || d.ResetAfter != 3*time.Second {
+	if d := charge(algorithms.Overdraft, 30); d.Code != algorithms.Denied || d.ResetAfter != 3*time.Second {
 		t.Fatalf("an overdraft of 30 on 10: %+v, want denied, at rest in 3s", d)
 	}
 	c.Advance(3*time.Second - time.Nanosecond)
@@ -348,7 +348,7 @@ func TestDebtIsKeptUntilRest(t *testing.T) {
 	if s.Len() != 1 {
 		t.Fatal("Sweep reclaimed a bucket still in debt")
 	}
-	if d := charge(store.Check, 0); d.Code != algorithms.Allowed || d.Remaining != 9 {
+	if d := charge(algorithms.Check, 0); d.Code != algorithms.Allowed || d.Remaining != 9 {
 		t.Fatalf("a check 1ns before rest: %+v, want allowed, 9 remaining", d)
 	}
 	c.Advance(time.Nanosecond)

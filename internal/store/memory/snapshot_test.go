@@ -424,14 +424,14 @@ func TestRestoreVersion1(t *testing.T) {
 func TestRestoreBucketsInDebt(t *testing.T) {
 	for _, c := range bucketCases(t) {
 		t.Run(c.name, func(t *testing.T) {
-			debt := func(kind store.Kind, cost int64) store.Charge {
+			debt := func(kind algorithms.Kind, cost int64) store.Charge {
 				ch := charge(c.name, c.limit, cost)
 				ch.Kind = kind
 				return ch
 			}
 			oldClock := clock.NewFake(snapT0)
 			old := New(oldClock)
-			if d := storetest.Apply(t, old, debt(store.Overdraft, 3*c.limit.Capacity()))[0]; d.Code != algorithms.Denied {
+			if d := storetest.Apply(t, old, debt(algorithms.Overdraft, 3*c.limit.Capacity()))[0]; d.Code != algorithms.Denied {
 				t.Fatalf("an overdraft of three times the capacity: %+v, want denied (in debt)", d)
 			}
 			snap := writeRead(t, old, filepath.Join(t.TempDir(), "state"), snapT0)
@@ -442,12 +442,12 @@ func TestRestoreBucketsInDebt(t *testing.T) {
 				t.Fatalf("Restore = %+v, want the bucket in debt restored", r)
 			}
 			oldClock.Set(snapT0 + int64(down))
-			if d := storetest.Apply(t, restarted, debt(store.Check, 0))[0]; d.Code != algorithms.Denied {
+			if d := storetest.Apply(t, restarted, debt(algorithms.Check, 0))[0]; d.Code != algorithms.Denied {
 				t.Fatalf("a check right after the restart: %+v, want denied (in debt)", d)
 			}
 			// Through the debt and well past it (the buckets' debt takes
 			// three capacities' worth of refill).
-			steps := []store.Charge{debt(store.Check, 0), debt(store.Admit, c.cost), debt(store.Check, 0), debt(store.Refund, 1), debt(store.Overdraft, 1)}
+			steps := []store.Charge{debt(algorithms.Check, 0), debt(algorithms.Admit, c.cost), debt(algorithms.Check, 0), debt(algorithms.Refund, 1), debt(algorithms.Overdraft, 1)}
 			var checks [2]int
 			for step := range 200 {
 				ch := steps[step%len(steps)]
@@ -457,7 +457,7 @@ func TestRestoreBucketsInDebt(t *testing.T) {
 					t.Fatalf("%v of %d, %v after the restart: restored store decides %+v, the old one %+v",
 						ch.Kind, ch.Cost, time.Duration(newClock.Now()-snapT0), got, want)
 				}
-				if ch.Kind == store.Check {
+				if ch.Kind == algorithms.Check {
 					checks[min(want.Code, algorithms.Denied)]++
 				}
 				oldClock.Advance(c.limit.Period() / 7)

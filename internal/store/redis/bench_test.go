@@ -23,7 +23,7 @@ import (
 // in production; and "redis counters", with Config.Counters: its fixed
 // windows kept as envoyproxy/ratelimit's counters, on the daemon's clock)
 // on requests of one fixed-window charge, one token-bucket
-// charge, one token-bucket check (store.Check: it must cost no more than
+// charge, one token-bucket check (algorithms.Check: it must cost no more than
 // a charge), three charges (fixed window, sliding window, token bucket),
 // and three charges of which two are quotas (store.Charge.Quota), one of
 // them spent (one per hour, spent by the first request on its key), each
@@ -46,14 +46,14 @@ func BenchmarkApply(b *testing.B) {
 	cases := []struct {
 		name   string
 		limits []*algorithms.Limit
-		kind   store.Kind
+		kind   algorithms.Kind
 		quotas []uint32
 	}{
-		{"fixed", []*algorithms.Limit{fixed}, store.Admit, nil},
-		{"token", []*algorithms.Limit{token}, store.Admit, nil},
-		{"token check", []*algorithms.Limit{token}, store.Check, nil},
-		{"3 charges", []*algorithms.Limit{fixed, sliding, token}, store.Admit, nil},
-		{"2 quotas, one spent", []*algorithms.Limit{fixed, spent, token}, store.Admit, []uint32{1, 2, 0}},
+		{"fixed", []*algorithms.Limit{fixed}, algorithms.Admit, nil},
+		{"token", []*algorithms.Limit{token}, algorithms.Admit, nil},
+		{"token check", []*algorithms.Limit{token}, algorithms.Check, nil},
+		{"3 charges", []*algorithms.Limit{fixed, sliding, token}, algorithms.Admit, nil},
+		{"2 quotas, one spent", []*algorithms.Limit{fixed, spent, token}, algorithms.Admit, []uint32{1, 2, 0}},
 	}
 	for _, tc := range cases {
 		stores := []struct {

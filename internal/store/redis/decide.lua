@@ -1,22 +1,279 @@
--- decide.lua: internal/core/algorithms' Limit.Decide, line for line, on bignums
--- (bignum.lua; the constants are now.lua's). Each function names the Go function it mirrors; read them
--- side by side. Times are bignums of nanoseconds; counts, fractions,
--- Requests, Capacity and costs are below 2^33 and kept as plain numbers,
--- which are exact.
+-- decide.lua: internal/core/algorithms' arithmetic, function for function,
+-- on bignums (bignum.lua; the constants are now.lua's). Each section is
+-- headed by the Go file it mirrors (fixedwindow.go, slidingwindow.go,
+-- gcra.go, change.go, decision.go and kind.go), as fast.lua's are, and
+-- each function names the Go function it mirrors: read them side by side.
+-- Times are bignums of nanoseconds; counts, fractions, Requests, Capacity
+-- and costs are below 2^33 and kept as plain numbers, which are exact.
 --
 -- A limit is {alg, r = Requests, p = Period (bignum), cap = Capacity, rb =
 -- small(r)} and, for the buckets, the rationals (whole ns as a bignum, and
 -- a remainder over R) that Go computes exactly with math/bits (as
 -- Limit.Times does) and passes in: the capacity span C = Capacity·P/R
 -- (spanNs, spanFrac), the charge's k = cost·P/R (kNs, kFrac) and a =
--- (Capacity-cost)·P/R (aNs, aFrac), for the cost decided. A state is {t =
--- bignum, n, m}; the zero State is {t = {}, n = 0, m = 0}. A decision is
--- {code, rem, reset, retry, delay}, durations as bignums; decide returns
--- the next state (nil when unchanged) and the decision.
+-- (Capacity-cost)·P/R (aNs, aFrac), for the cost decided; for a check, an
+-- overdraft or a refund also a1 = C - I (a1Ns, a1Frac), and for an
+-- overdraft or a refund k of its whole cost or units (at most MaxSpan:
+-- Limit.TimesSaturated). A state is {t = bignum, n, m}; the zero State is
+-- {t = {}, n = 0, m = 0}. A decision is {code, rem, reset, retry, delay},
+-- durations as bignums. Each function that decides returns the next state
+-- (nil when unchanged; false for the zero State, a bucket brought back to
+-- rest, whose key is deleted) and the decision.
 
 local ZERO, ONE = {}, { 1 }
 -- math.MaxInt64 = 2^63 - 1.
 local MAXINT64 = { 16777215, 16777215, 32767 }
+-- MaxSpan = 2^62 = 2^14 · 2^48: the bound on a bucket's backlog.
+local MAXSPAN = { 0, 0, 16384 }
+
+-- newLimit builds a limit from its parts (see the top of this file).
+local function newLimit(alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac, a1Ns, a1Frac)
+  return {
+    alg = alg, r = r, rb = small(r), p = p, cap = cap,
+    spanNs = spanNs, spanFrac = spanFrac, kNs = kNs, kFrac = kFrac, aNs = aNs, aFrac = aFrac,
+    a1Ns = a1Ns, a1Frac = a1Frac,
+  }
+end
+
+-- windowStart is now - now%P.
+local function windowStart(l, now)
+  local _, rem = divmod(now, l.p)
+  return sub(now, rem)
+end
+
+-- =========================================================================
+-- fixedwindow.go: FixedWindow
+-- =========================================================================
+
+-- fixedWindow mirrors Limit.fixedWindow.
+local function fixedWindow(l, s, now, cost)
+  local start = windowStart(l, now)
+  local count = s.n
+  if cmp(start, s.t) > 0 then
+    count = 0
+  else
+    start = s.t
+  end
+  local stop = add(start, l.p)
+
+  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
+  if count > 0 then
+    d.reset = csub(stop, now)
+  end
+  if cost <= 0 or cost > l.cap then
+    d.rem = math.max(l.cap - count, 0)
+    if cost > 0 then d.code = OVER end
+    return nil, d
+  end
+  if count + cost > l.cap then
+    d.code = DENIED
+    d.rem = math.max(l.cap - count, 0)
+    d.retry = csub(stop, now)
+    return nil, d
+  end
+  count = count + cost
+  d.rem = l.cap - count
+  d.reset = csub(stop, now)
+  return { restAt = stop, t = start, n = count, m = 0 }, d
+end
+
+-- fixedAt mirrors Limit.fixedAt.
+local function fixedAt(l, s, now)
+  local start = windowStart(l, now)
+  if cmp(start, s.t) > 0 then
+    return start, 0
+  end
+  return s.t, s.n
+end
+
+-- fixedReport mirrors Limit.fixedReport.
+local function fixedReport(l, start, count, now, extra)
+  local d = { code = ALLOWED, rem = math.max(l.cap - count, 0), reset = ZERO, retry = ZERO, delay = ZERO }
+  if count > 0 then
+    d.reset = csub(add(start, l.p), now)
+  end
+  if count + extra > l.cap then
+    d.code, d.retry = DENIED, d.reset
+  end
+  return d
+end
+
+-- fixedOverdraft mirrors Limit.fixedOverdraft.
+local function fixedOverdraft(l, s, now, cost)
+  local start, count = fixedAt(l, s, now)
+  if cost <= 0 then
+    return nil, fixedReport(l, start, count, now, 0)
+  end
+  count = math.min(count + cost, MAXCOUNT)
+  return { restAt = add(start, l.p), t = start, n = count, m = 0 }, fixedReport(l, start, count, now, 0)
+end
+
+-- fixedRefund mirrors Limit.fixedRefund.
+local function fixedRefund(l, s, now, units)
+  local start, count = fixedAt(l, s, now)
+  local next
+  if units > 0 and count > 0 then
+    count = math.max(count - units, 0)
+    next = false
+    if count > 0 then
+      next = { restAt = add(start, l.p), t = start, n = count, m = 0 }
+    end
+  end
+  local d = fixedReport(l, start, count, now, 0)
+  d.code, d.retry = ALLOWED, ZERO
+  return next, d
+end
+
+-- =========================================================================
+-- slidingwindow.go: SlidingWindow
+-- =========================================================================
+
+-- slidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
+local function slidingRemaining(l, cur, prev, e, w)
+  local weight = prev
+  if #e > 0 and prev > 0 then
+    local q, rem = divmod(w, l.p)
+    weight = num(q)
+    if #rem > 0 then weight = weight + 1 end
+  end
+  return math.max(l.cap - cur - weight, 0)
+end
+
+-- slidingRetry mirrors Limit.slidingRetry.
+local function slidingRetry(l, start, now, cur, prev, k, cost)
+  if k >= 0 and prev > 0 then
+    local q = divmod(mul(small(k), l.p), small(prev))
+    if #q > 0 then
+      return csub(add(start, l.p), add(q, now))
+    end
+  end
+  local e2 = ZERO
+  local room = l.cap - cost
+  if cur > room then
+    local q = divmod(mul(small(room), l.p), small(cur))
+    e2 = sub(l.p, q)
+  end
+  return csub(add(add(start, l.p), e2), now)
+end
+
+-- slidingWindow mirrors Limit.slidingWindow.
+local function slidingWindow(l, s, now, cost)
+  local p = l.p
+  local start = windowStart(l, now)
+  local cur, prev = s.n, s.m
+  local e
+  if cmp(start, s.t) <= 0 then
+    start = s.t
+    e = csub(now, start)
+  elseif cmp(sub(start, s.t), add(p, p)) < 0 then
+    prev, cur = cur, 0
+    e = sub(now, start)
+  else
+    prev, cur = 0, 0
+    e = sub(now, start)
+  end
+
+  local w = mul(small(prev), csub(p, e))
+
+  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
+  if cur > 0 then
+    d.reset = csub(add(start, add(p, p)), now)
+  elseif prev > 0 then
+    d.reset = csub(add(start, p), now)
+  end
+  if cost <= 0 or cost > l.cap then
+    d.rem = slidingRemaining(l, cur, prev, e, w)
+    if cost > 0 then d.code = OVER end
+    return nil, d
+  end
+
+  local k = l.cap - cur - cost
+  local kP = ZERO
+  if k > 0 then kP = mul(small(k), p) end
+  if k < 0 or cmp(w, kP) > 0 then
+    d.code = DENIED
+    d.rem = slidingRemaining(l, cur, prev, e, w)
+    d.retry = slidingRetry(l, start, now, cur, prev, k, cost)
+    return nil, d
+  end
+  cur = cur + cost
+  d.rem = slidingRemaining(l, cur, prev, e, w)
+  local restAt = add(start, add(p, p))
+  d.reset = csub(restAt, now)
+  return { restAt = restAt, t = start, n = cur, m = prev }, d
+end
+
+-- slidingAt mirrors Limit.slidingAt: start, cur, prev, e.
+local function slidingAt(l, s, now)
+  local p = l.p
+  local start = windowStart(l, now)
+  if cmp(start, s.t) <= 0 then
+    return s.t, s.n, s.m, csub(now, s.t)
+  elseif cmp(sub(start, s.t), add(p, p)) < 0 then
+    return start, 0, s.n, sub(now, start)
+  end
+  return start, 0, 0, sub(now, start)
+end
+
+-- slidingReport mirrors Limit.slidingReport.
+local function slidingReport(l, start, cur, prev, e, now, extra)
+  local p = l.p
+  local w = mul(small(prev), csub(p, e))
+  local d = { code = ALLOWED, rem = slidingRemaining(l, cur, prev, e, w), reset = ZERO, retry = ZERO, delay = ZERO }
+  if cur > 0 then
+    d.reset = csub(add(start, add(p, p)), now)
+  elseif prev > 0 then
+    d.reset = csub(add(start, p), now)
+  end
+  local k = l.cap - cur - extra
+  local kP = ZERO
+  if k > 0 then kP = mul(small(k), p) end
+  if k < 0 or cmp(w, kP) > 0 then
+    d.code = DENIED
+    d.retry = slidingRetry(l, start, now, cur, prev, l.cap - cur - 1, 1)
+  end
+  return d
+end
+
+-- slidingState mirrors Limit.slidingState.
+local function slidingState(l, start, cur, prev)
+  if cur > 0 then
+    return { restAt = add(start, add(l.p, l.p)), t = start, n = cur, m = prev }
+  elseif prev > 0 then
+    return { restAt = add(start, l.p), t = start, n = 0, m = prev }
+  end
+  return false
+end
+
+-- slidingOverdraft mirrors Limit.slidingOverdraft.
+local function slidingOverdraft(l, s, now, cost)
+  local start, cur, prev, e = slidingAt(l, s, now)
+  local next
+  if cost > 0 then
+    cur = math.min(cur + cost, MAXCOUNT)
+    next = slidingState(l, start, cur, prev)
+  end
+  return next, slidingReport(l, start, cur, prev, e, now, 0)
+end
+
+-- slidingRefund mirrors Limit.slidingRefund.
+local function slidingRefund(l, s, now, units)
+  local start, cur, prev, e = slidingAt(l, s, now)
+  local next
+  if units > 0 and cur + prev > 0 then
+    local back = math.min(units, cur)
+    cur = cur - back
+    prev = math.max(prev - (units - back), 0)
+    next = slidingState(l, start, cur, prev)
+  end
+  local d = slidingReport(l, start, cur, prev, e, now, 0)
+  d.code, d.retry = ALLOWED, ZERO
+  return next, d
+end
+
+-- =========================================================================
+-- gcra.go: TokenBucket, LeakyBucket, LeakyBucketQueue
+-- =========================================================================
 
 -- ceilNs mirrors ceilNs: ns + frac/R rounded up, saturating at MaxInt64.
 local function ceilNs(ns, frac)
@@ -108,145 +365,6 @@ local function gcra(l, s, now, cost)
   }
 end
 
--- windowStart is now - now%P.
-local function windowStart(l, now)
-  local _, rem = divmod(now, l.p)
-  return sub(now, rem)
-end
-
--- fixedWindow mirrors Limit.fixedWindow.
-local function fixedWindow(l, s, now, cost)
-  local start = windowStart(l, now)
-  local count = s.n
-  if cmp(start, s.t) > 0 then
-    count = 0
-  else
-    start = s.t
-  end
-  local stop = add(start, l.p)
-
-  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
-  if count > 0 then
-    d.reset = csub(stop, now)
-  end
-  if cost <= 0 or cost > l.cap then
-    d.rem = math.max(l.cap - count, 0)
-    if cost > 0 then d.code = OVER end
-    return nil, d
-  end
-  if count + cost > l.cap then
-    d.code = DENIED
-    d.rem = math.max(l.cap - count, 0)
-    d.retry = csub(stop, now)
-    return nil, d
-  end
-  count = count + cost
-  d.rem = l.cap - count
-  d.reset = csub(stop, now)
-  return { restAt = stop, t = start, n = count, m = 0 }, d
-end
-
--- slidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
-local function slidingRemaining(l, cur, prev, e, w)
-  local weight = prev
-  if #e > 0 and prev > 0 then
-    local q, rem = divmod(w, l.p)
-    weight = num(q)
-    if #rem > 0 then weight = weight + 1 end
-  end
-  return math.max(l.cap - cur - weight, 0)
-end
-
--- slidingRetry mirrors Limit.slidingRetry.
-local function slidingRetry(l, start, now, cur, prev, k, cost)
-  if k >= 0 and prev > 0 then
-    local q = divmod(mul(small(k), l.p), small(prev))
-    if #q > 0 then
-      return csub(add(start, l.p), add(q, now))
-    end
-  end
-  local e2 = ZERO
-  local room = l.cap - cost
-  if cur > room then
-    local q = divmod(mul(small(room), l.p), small(cur))
-    e2 = sub(l.p, q)
-  end
-  return csub(add(add(start, l.p), e2), now)
-end
-
--- slidingWindow mirrors Limit.slidingWindow.
-local function slidingWindow(l, s, now, cost)
-  local p = l.p
-  local start = windowStart(l, now)
-  local cur, prev = s.n, s.m
-  local e
-  if cmp(start, s.t) <= 0 then
-    start = s.t
-    e = csub(now, start)
-  elseif cmp(sub(start, s.t), add(p, p)) < 0 then
-    prev, cur = cur, 0
-    e = sub(now, start)
-  else
-    prev, cur = 0, 0
-    e = sub(now, start)
-  end
-
-  local w = mul(small(prev), csub(p, e))
-
-  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
-  if cur > 0 then
-    d.reset = csub(add(start, add(p, p)), now)
-  elseif prev > 0 then
-    d.reset = csub(add(start, p), now)
-  end
-  if cost <= 0 or cost > l.cap then
-    d.rem = slidingRemaining(l, cur, prev, e, w)
-    if cost > 0 then d.code = OVER end
-    return nil, d
-  end
-
-  local k = l.cap - cur - cost
-  local kP = ZERO
-  if k > 0 then kP = mul(small(k), p) end
-  if k < 0 or cmp(w, kP) > 0 then
-    d.code = DENIED
-    d.rem = slidingRemaining(l, cur, prev, e, w)
-    d.retry = slidingRetry(l, start, now, cur, prev, k, cost)
-    return nil, d
-  end
-  cur = cur + cost
-  d.rem = slidingRemaining(l, cur, prev, e, w)
-  local restAt = add(start, add(p, p))
-  d.reset = csub(restAt, now)
-  return { restAt = restAt, t = start, n = cur, m = prev }, d
-end
-
--- decide mirrors Limit.Decide; now is already within [0, MaxTime].
-local function decide(l, s, now, cost)
-  local alg = l.alg
-  if alg == FIXED then
-    return fixedWindow(l, s, now, cost)
-  elseif alg == SLIDING then
-    return slidingWindow(l, s, now, cost)
-  elseif alg == TOKEN or alg == LEAKY or alg == QUEUE then
-    return gcra(l, s, now, cost)
-  end
-  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
-  if cost > 0 then d.code = OVER end
-  return nil, d
-end
-
--- newLimit builds a limit from its parts (see the top of this file).
-
--- Checks, overdraft and refunds: internal/core/algorithms' usage.go. A next
--- state false is the zero State (a refund brought the bucket back to rest:
--- its key is deleted). The limit of an overdraft or a refund carries
--- a1Ns, a1Frac (C - I) and kNs, kFrac for its whole cost or units (at most
--- MaxSpan: Limit.TimesSaturated).
-
--- MaxSpan = 2^62 = 2^14 · 2^48: the bound on a bucket's backlog.
-local MAXSPAN = { 0, 0, 16384 }
-
 -- backlog mirrors Limit.backlog.
 local function backlog(l, s, now)
   if cmp(s.t, now) < 0 then
@@ -330,123 +448,17 @@ local function gcraRefund(l, s, now, units)
   return next, d
 end
 
--- fixedAt mirrors Limit.fixedAt.
-local function fixedAt(l, s, now)
-  local start = windowStart(l, now)
-  if cmp(start, s.t) > 0 then
-    return start, 0
-  end
-  return s.t, s.n
-end
+-- =========================================================================
+-- change.go: a bucket's state written at another rate
+-- =========================================================================
 
--- fixedReport mirrors Limit.fixedReport.
-local function fixedReport(l, start, count, now, extra)
-  local d = { code = ALLOWED, rem = math.max(l.cap - count, 0), reset = ZERO, retry = ZERO, delay = ZERO }
-  if count > 0 then
-    d.reset = csub(add(start, l.p), now)
-  end
-  if count + extra > l.cap then
-    d.code, d.retry = DENIED, d.reset
-  end
-  return d
-end
+-- A bucket's state records the Requests it was written at (m; 0 for a
+-- state written before states recorded it).
 
--- fixedOverdraft mirrors Limit.fixedOverdraft.
-local function fixedOverdraft(l, s, now, cost)
-  local start, count = fixedAt(l, s, now)
-  if cost <= 0 then
-    return nil, fixedReport(l, start, count, now, 0)
-  end
-  count = math.min(count + cost, MAXCOUNT)
-  return { restAt = add(start, l.p), t = start, n = count, m = 0 }, fixedReport(l, start, count, now, 0)
+-- rateChanged mirrors Limit.rateChanged.
+local function rateChanged(l, s)
+  return l.alg >= TOKEN and s.m ~= 0 and s.m ~= l.r
 end
-
--- fixedRefund mirrors Limit.fixedRefund.
-local function fixedRefund(l, s, now, units)
-  local start, count = fixedAt(l, s, now)
-  local next
-  if units > 0 and count > 0 then
-    count = math.max(count - units, 0)
-    next = false
-    if count > 0 then
-      next = { restAt = add(start, l.p), t = start, n = count, m = 0 }
-    end
-  end
-  local d = fixedReport(l, start, count, now, 0)
-  d.code, d.retry = ALLOWED, ZERO
-  return next, d
-end
-
--- slidingAt mirrors Limit.slidingAt: start, cur, prev, e.
-local function slidingAt(l, s, now)
-  local p = l.p
-  local start = windowStart(l, now)
-  if cmp(start, s.t) <= 0 then
-    return s.t, s.n, s.m, csub(now, s.t)
-  elseif cmp(sub(start, s.t), add(p, p)) < 0 then
-    return start, 0, s.n, sub(now, start)
-  end
-  return start, 0, 0, sub(now, start)
-end
-
--- slidingReport mirrors Limit.slidingReport.
-local function slidingReport(l, start, cur, prev, e, now, extra)
-  local p = l.p
-  local w = mul(small(prev), csub(p, e))
-  local d = { code = ALLOWED, rem = slidingRemaining(l, cur, prev, e, w), reset = ZERO, retry = ZERO, delay = ZERO }
-  if cur > 0 then
-    d.reset = csub(add(start, add(p, p)), now)
-  elseif prev > 0 then
-    d.reset = csub(add(start, p), now)
-  end
-  local k = l.cap - cur - extra
-  local kP = ZERO
-  if k > 0 then kP = mul(small(k), p) end
-  if k < 0 or cmp(w, kP) > 0 then
-    d.code = DENIED
-    d.retry = slidingRetry(l, start, now, cur, prev, l.cap - cur - 1, 1)
-  end
-  return d
-end
-
--- slidingState mirrors Limit.slidingState.
-local function slidingState(l, start, cur, prev)
-  if cur > 0 then
-    return { restAt = add(start, add(l.p, l.p)), t = start, n = cur, m = prev }
-  elseif prev > 0 then
-    return { restAt = add(start, l.p), t = start, n = 0, m = prev }
-  end
-  return false
-end
-
--- slidingOverdraft mirrors Limit.slidingOverdraft.
-local function slidingOverdraft(l, s, now, cost)
-  local start, cur, prev, e = slidingAt(l, s, now)
-  local next
-  if cost > 0 then
-    cur = math.min(cur + cost, MAXCOUNT)
-    next = slidingState(l, start, cur, prev)
-  end
-  return next, slidingReport(l, start, cur, prev, e, now, 0)
-end
-
--- slidingRefund mirrors Limit.slidingRefund.
-local function slidingRefund(l, s, now, units)
-  local start, cur, prev, e = slidingAt(l, s, now)
-  local next
-  if units > 0 and cur + prev > 0 then
-    local back = math.min(units, cur)
-    cur = cur - back
-    prev = math.max(prev - (units - back), 0)
-    next = slidingState(l, start, cur, prev)
-  end
-  local d = slidingReport(l, start, cur, prev, e, now, 0)
-  d.code, d.retry = ALLOWED, ZERO
-  return next, d
-end
-
--- A changed limit (change.go). A bucket's state records the Requests it
--- was written at (m; 0 for a state written before states recorded it).
 
 -- timesSat mirrors Limit.TimesSaturated for n·P/m: whole ns (a bignum)
 -- and a remainder over m, or MaxSpan and 0 when that is more than
@@ -528,9 +540,23 @@ local function changed(l, s, now, kind, cost)
   return gcra(o, s, now, cost)
 end
 
--- rateChanged mirrors Limit.rateChanged.
-local function rateChanged(l, s)
-  return l.alg >= TOKEN and s.m ~= 0 and s.m ~= l.r
+-- =========================================================================
+-- decision.go, kind.go: the dispatch by algorithm and by kind
+-- =========================================================================
+
+-- decide mirrors Limit.Decide; now is already within [0, MaxTime].
+local function decide(l, s, now, cost)
+  local alg = l.alg
+  if alg == FIXED then
+    return fixedWindow(l, s, now, cost)
+  elseif alg == SLIDING then
+    return slidingWindow(l, s, now, cost)
+  elseif alg == TOKEN or alg == LEAKY or alg == QUEUE then
+    return gcra(l, s, now, cost)
+  end
+  local d = { code = ALLOWED, rem = 0, reset = ZERO, retry = ZERO, delay = ZERO }
+  if cost > 0 then d.code = OVER end
+  return nil, d
 end
 
 -- apply mirrors store.Charge.Decide: the charge of kind and cost on the
@@ -576,14 +602,4 @@ local function decideAny(l, s, now, cost)
     return changed(l, s, now, ADMIT, cost)
   end
   return decide(l, s, now, cost)
-end
-
--- newLimit builds a limit from its parts (see the top of this file; a1Ns,
--- a1Frac only for an overdraft, above).
-local function newLimit(alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac, a1Ns, a1Frac)
-  return {
-    alg = alg, r = r, rb = small(r), p = p, cap = cap,
-    spanNs = spanNs, spanFrac = spanFrac, kNs = kNs, kFrac = kFrac, aNs = aNs, aFrac = aFrac,
-    a1Ns = a1Ns, a1Frac = a1Frac,
-  }
 end

@@ -1,7 +1,12 @@
--- fast.lua: internal/core/algorithms' Limit.Decide, line for line as decide.lua,
--- on plain Lua numbers instead of bignums, for the limits and states where
--- every value fits below 2^53 (so every operation below is exact). After
--- bignum.lua and state.lua.
+-- fast.lua: internal/core/algorithms' arithmetic, function for function as
+-- decide.lua, on plain Lua numbers instead of bignums, for the limits and
+-- states where every value fits below 2^53 (so every operation below is
+-- exact). After bignum.lua and state.lua.
+--
+-- Each section is headed by the Go file it mirrors (fixedwindow.go,
+-- slidingwindow.go, gcra.go, decision.go and kind.go), as decide.lua's
+-- are, and each function names the Go function it mirrors: read them side
+-- by side.
 --
 -- Times are relative to now (readNow's): now is 0, a state's t and restAt
 -- are t - now and restAt - now. Go sends a limit down this path only when
@@ -26,11 +31,29 @@
 -- decision's five numbers (code, remaining, reset, retry, delay) and the
 -- next state's four (t, n, m, restAt), t nil when the state is unchanged,
 -- as decide.lua's do in tables: the hot path makes no table of its own.
+--
+-- Checks, overdraft and refunds (each algorithm's usage operations) return
+-- the same, with t false for a bucket brought back to rest: the zero
+-- State, whose key is deleted. The limit of a check, an overdraft or a
+-- refund carries a1Ns, a1Frac (C - I: the most backlog that admits a cost
+-- of 1), and of an overdraft or a refund kNs, kFrac for its whole cost or
+-- units; Go sends an overdraft or refund whose k reaches 2^50 ns down the
+-- bignum path, so d + k stays below 2^52 here, far below the bound on debt
+-- (MaxSpan), which this path never meets. Each algorithm's are built, like
+-- the bignums library, by a function of its section (fastFixedUsage,
+-- fastSlidingUsage, fastGcraUsage) the first time a script call meets a
+-- check, an overdraft charge or a refund of that algorithm: a script's body
+-- runs whole on every call, and creating these functions would cost every
+-- ordinary charge.
 
 local FAR_PAST = -math.huge
 local LIMIT51 = 2251799813685248 -- 2^51
 local LIMIT52 = 4503599627370496 -- 2^52
 local fmod, format, ssub = math.fmod, string.format, string.sub
+
+-- =========================================================================
+-- The state and now on plain numbers: reading, writing, window starts
+-- =========================================================================
 
 -- relTime returns the time ms·10^6 + sub minus now: FAR_PAST when it is
 -- more than 2^51 ns before now, nil when more than 2^51 ns after. (|dms|
@@ -157,6 +180,10 @@ local function sinceWindow(l)
   return since
 end
 
+-- =========================================================================
+-- fixedwindow.go: FixedWindow
+-- =========================================================================
+
 -- fastFixedWindow mirrors Limit.fixedWindow.
 local function fastFixedWindow(l, t, n, cost)
   local cap = l.cap
@@ -184,57 +211,79 @@ local function fastFixedWindow(l, t, n, cost)
   return ALLOWED, cap - count, stop, 0, 0, start, count, 0, stop
 end
 
--- A fixed window's state charged in its window is t = the window's start,
--- n, m = 0 and restAt = the window's end (fastFixedWindow's next state, and
--- decide.lua's), and its key expires at that end: another charge in the
--- same window changes n alone. fixedCount and fixedPutCount take that
--- most common case without unpacking the whole state and packing a new
--- one: the same decision (fastDecide's on t, n, 0) and the same value.
+-- fastFixedUsage returns the function that decides a check, an overdraft or a
+-- refund (l.kind) on a fixed window: the FixedWindow case of Limit.Check,
+-- Overdraft and Refund (decision.go).
+local fixedUsageLib
+local function fastFixedUsage()
+if fixedUsageLib then return fixedUsageLib end
 
--- fixedCount returns n when v holds a state of the fixed window l's
--- current window (its first 13 bytes, the format byte and t, are those of
--- the window's start, packed once per call), else nil.
-local function fixedCount(l, v)
-  local mark = l.mark
-  if not mark then
-    mark = spack("<BdI4", 1, absMs(-sinceWindow(l)))
-    l.mark = mark
+-- fastFixedAt mirrors Limit.fixedAt.
+local function fastFixedAt(l, t, n)
+  local start = -sinceWindow(l)
+  if start > t then
+    return start, 0
   end
-  if not v or #v ~= 41 or ssub(v, 1, 13) ~= mark then
-    return nil
-  end
-  return (sunpack("<d", v, 14))
+  return t, n
 end
 
--- fixedPutCount sets the count of the state under key, which fixedCount
--- found in the current window, to n: STATE's n, bytes 14 to 21, in place.
-local function fixedPutCount(key, n)
-  redis.call("SETRANGE", key, "13", spack("<d", n))
+-- fastFixedReport mirrors Limit.fixedReport: code, remaining, reset,
+-- retry.
+local function fastFixedReport(l, start, count, extra)
+  local rem, reset = math.max(l.cap - count, 0), 0
+  if count > 0 then
+    reset = start + l.p
+  end
+  if count + extra > l.cap then
+    return DENIED, rem, reset, reset
+  end
+  return ALLOWED, rem, reset, 0
 end
 
--- fastRead is fastState for the settle paths that write with fastWrite:
--- it returns the same, and whether the state is a fixed window's in its
--- current window (fixedCount), which fastWrite then writes in place.
-local function fastRead(v, l)
-  if l.alg == FIXED then
-    local n = fixedCount(l, v)
-    if n then
-      return true, -l.since, n, 0, nil, true
-    end
+-- fastFixedOverdraft mirrors Limit.fixedOverdraft.
+local function fastFixedOverdraft(l, t, n, cost)
+  local start, count = fastFixedAt(l, t, n)
+  if cost <= 0 then
+    local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
+    return code, rem, reset, retry, 0
   end
-  local ok, t, n, m, kept = fastState(v, l)
-  return ok, t, n, m, kept, false
+  count = math.min(count + cost, MAXCOUNT)
+  local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
+  return code, rem, reset, retry, 0, start, count, 0, start + l.p
 end
 
--- fastWrite writes a charge's next state read by fastRead: its count in
--- place when fastRead found the state in its window, else as fastPut.
-local function fastWrite(key, inWindow, t, n, m, restAt, expire, kept)
-  if inWindow and t then
-    fixedPutCount(key, n)
-  else
-    fastPut(key, t, n, m, restAt, expire, kept)
+-- fastFixedRefund mirrors Limit.fixedRefund.
+local function fastFixedRefund(l, t, n, units)
+  local start, count = fastFixedAt(l, t, n)
+  if units <= 0 or count <= 0 then
+    local _, rem, reset = fastFixedReport(l, start, count, 0)
+    return ALLOWED, rem, reset, 0, 0
   end
+  count = math.max(count - units, 0)
+  local _, rem, reset = fastFixedReport(l, start, count, 0)
+  if count == 0 then
+    return ALLOWED, rem, reset, 0, 0, false
+  end
+  return ALLOWED, rem, reset, 0, 0, start, count, 0, start + l.p
 end
+
+fixedUsageLib = function(l, t, n)
+  local kind = l.kind
+  if kind == CHECK then
+    local start, count = fastFixedAt(l, t, n)
+    local code, rem, reset, retry = fastFixedReport(l, start, count, 1)
+    return code, rem, reset, retry, 0
+  elseif kind == OVERDRAFT then
+    return fastFixedOverdraft(l, t, n, l.cost)
+  end
+  return fastFixedRefund(l, t, n, l.cost)
+end
+return fixedUsageLib
+end
+
+-- =========================================================================
+-- slidingwindow.go: SlidingWindow
+-- =========================================================================
 
 -- fastSlidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
 local function fastSlidingRemaining(l, cur, prev, e, w)
@@ -307,138 +356,12 @@ local function fastSlidingWindow(l, t, n, m, cost)
   return ALLOWED, fastSlidingRemaining(l, cur, prev, e, w), math.max(restAt, 0), 0, 0, start, cur, prev, restAt
 end
 
--- fastCeilNs mirrors ceilNs (no saturation: every value is below 2^53).
-local function fastCeilNs(ns, frac)
-  if frac > 0 then return ns + 1 end
-  return ns
-end
-
--- fastGcraRemaining mirrors Limit.gcraRemaining: (C-d)·R ≤ Capacity·P <
--- 2^52.
-local function fastGcraRemaining(l, dNs, dFrac)
-  local ns, frac = l.spanNs - dNs, l.spanFrac - dFrac
-  if frac < 0 then
-    ns, frac = ns - 1, frac + l.r
-  end
-  if ns < 0 then
-    return 0
-  end
-  return quo(ns * l.r + frac, l.p)
-end
-
--- fastGcra mirrors Limit.gcra.
-local function fastGcra(l, t, n, cost)
-  local r = l.r
-  local frac = n
-  if frac >= r then frac = r - 1 end
-  local dNs, dFrac = 0, 0
-  if t >= 0 then
-    dNs, dFrac = t, frac
-  end
-
-  if cost <= 0 or cost > l.cap then
-    local code = ALLOWED
-    if cost > 0 then code = OVER end
-    return code, fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac), 0, 0
-  end
-
-  local aNs, aFrac = l.aNs, l.aFrac
-  if dNs > aNs or dNs == aNs and dFrac > aFrac then
-    local wNs, wFrac = dNs - aNs, dFrac - aFrac
-    if wFrac < 0 then
-      wNs, wFrac = wNs - 1, wFrac + r
-    end
-    return DENIED, fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac), fastCeilNs(wNs, wFrac), 0
-  end
-
-  local delay = 0
-  if l.alg == QUEUE then
-    delay = fastCeilNs(dNs, dFrac)
-  end
-  dNs, dFrac = dNs + l.kNs, dFrac + l.kFrac
-  if dFrac >= r then
-    dNs, dFrac = dNs + 1, dFrac - r
-  end
-  local reset = fastCeilNs(dNs, dFrac)
-  return ALLOWED, fastGcraRemaining(l, dNs, dFrac), reset, 0, delay, dNs, dFrac, r, reset
-end
-
--- fastDecide mirrors Limit.Decide.
-local function fastDecide(l, t, n, m, cost)
-  local alg = l.alg
-  if alg == FIXED then
-    return fastFixedWindow(l, t, n, cost)
-  elseif alg == SLIDING then
-    return fastSlidingWindow(l, t, n, m, cost)
-  end
-  return fastGcra(l, t, n, cost)
-end
-
--- Checks, overdraft and refunds (internal/core/algorithms' usage.go). Each
--- returns what fastDecide returns, with t false for a bucket brought back
--- to rest: the zero State, whose key is deleted. The limit of a check, an
--- overdraft or a refund carries a1Ns, a1Frac (C - I: the most backlog that
--- admits a cost of 1), and of an overdraft or a refund kNs, kFrac for its
--- whole cost or units; Go sends an overdraft or refund whose k
--- reaches 2^50 ns down the bignum path, so d + k stays below 2^52 here,
--- far below the bound on debt (MaxSpan), which this path never meets.
---
--- They are built, like the bignums library, by a function (fastUsage) the
--- first time a script call meets a check, an overdraft charge or a refund:
--- a script's body runs whole on every call, and creating these functions
--- would cost every ordinary charge.
-local fastUsageLib
-local function fastUsage()
-if fastUsageLib then return fastUsageLib end
-
--- fastFixedAt mirrors Limit.fixedAt.
-local function fastFixedAt(l, t, n)
-  local start = -sinceWindow(l)
-  if start > t then
-    return start, 0
-  end
-  return t, n
-end
-
--- fastFixedReport mirrors Limit.fixedReport: code, remaining, reset,
--- retry.
-local function fastFixedReport(l, start, count, extra)
-  local rem, reset = math.max(l.cap - count, 0), 0
-  if count > 0 then
-    reset = start + l.p
-  end
-  if count + extra > l.cap then
-    return DENIED, rem, reset, reset
-  end
-  return ALLOWED, rem, reset, 0
-end
-
--- fastFixedOverdraft mirrors Limit.fixedOverdraft.
-local function fastFixedOverdraft(l, t, n, cost)
-  local start, count = fastFixedAt(l, t, n)
-  if cost <= 0 then
-    local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
-    return code, rem, reset, retry, 0
-  end
-  count = math.min(count + cost, MAXCOUNT)
-  local code, rem, reset, retry = fastFixedReport(l, start, count, 0)
-  return code, rem, reset, retry, 0, start, count, 0, start + l.p
-end
-
--- fastFixedRefund mirrors Limit.fixedRefund.
-local function fastFixedRefund(l, t, n, units)
-  local start, count = fastFixedAt(l, t, n)
-  if units <= 0 or count <= 0 then
-    local _, rem, reset = fastFixedReport(l, start, count, 0)
-    return ALLOWED, rem, reset, 0, 0
-  end
-  count = math.max(count - units, 0)
-  local _, rem, reset = fastFixedReport(l, start, count, 0)
-  if count == 0 then
-    return ALLOWED, rem, reset, 0, 0, false
-  end
-  return ALLOWED, rem, reset, 0, 0, start, count, 0, start + l.p
-end
+-- fastSlidingUsage returns the function that decides a check, an overdraft or a
+-- refund (l.kind) on a sliding window: the SlidingWindow case of
+-- Limit.Check, Overdraft and Refund (decision.go).
+local slidingUsageLib
+local function fastSlidingUsage()
+if slidingUsageLib then return slidingUsageLib end
 
 -- fastSlidingAt mirrors Limit.slidingAt: start, cur, prev, e.
 local function fastSlidingAt(l, t, n, m)
@@ -509,6 +432,88 @@ local function fastSlidingRefund(l, t, n, m, units)
   local nt, nn, nm, nr = fastSlidingState(l, start, cur, prev)
   return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
 end
+
+slidingUsageLib = function(l, t, n, m)
+  local kind = l.kind
+  if kind == CHECK then
+    local start, cur, prev, e = fastSlidingAt(l, t, n, m)
+    local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 1)
+    return code, rem, reset, retry, 0
+  elseif kind == OVERDRAFT then
+    return fastSlidingOverdraft(l, t, n, m, l.cost)
+  end
+  return fastSlidingRefund(l, t, n, m, l.cost)
+end
+return slidingUsageLib
+end
+
+-- =========================================================================
+-- gcra.go: TokenBucket, LeakyBucket, LeakyBucketQueue
+-- =========================================================================
+
+-- fastCeilNs mirrors ceilNs (no saturation: every value is below 2^53).
+local function fastCeilNs(ns, frac)
+  if frac > 0 then return ns + 1 end
+  return ns
+end
+
+-- fastGcraRemaining mirrors Limit.gcraRemaining: (C-d)·R ≤ Capacity·P <
+-- 2^52.
+local function fastGcraRemaining(l, dNs, dFrac)
+  local ns, frac = l.spanNs - dNs, l.spanFrac - dFrac
+  if frac < 0 then
+    ns, frac = ns - 1, frac + l.r
+  end
+  if ns < 0 then
+    return 0
+  end
+  return quo(ns * l.r + frac, l.p)
+end
+
+-- fastGcra mirrors Limit.gcra.
+local function fastGcra(l, t, n, cost)
+  local r = l.r
+  local frac = n
+  if frac >= r then frac = r - 1 end
+  local dNs, dFrac = 0, 0
+  if t >= 0 then
+    dNs, dFrac = t, frac
+  end
+
+  if cost <= 0 or cost > l.cap then
+    local code = ALLOWED
+    if cost > 0 then code = OVER end
+    return code, fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac), 0, 0
+  end
+
+  local aNs, aFrac = l.aNs, l.aFrac
+  if dNs > aNs or dNs == aNs and dFrac > aFrac then
+    local wNs, wFrac = dNs - aNs, dFrac - aFrac
+    if wFrac < 0 then
+      wNs, wFrac = wNs - 1, wFrac + r
+    end
+    return DENIED, fastGcraRemaining(l, dNs, dFrac), fastCeilNs(dNs, dFrac), fastCeilNs(wNs, wFrac), 0
+  end
+
+  local delay = 0
+  if l.alg == QUEUE then
+    delay = fastCeilNs(dNs, dFrac)
+  end
+  dNs, dFrac = dNs + l.kNs, dFrac + l.kFrac
+  if dFrac >= r then
+    dNs, dFrac = dNs + 1, dFrac - r
+  end
+  local reset = fastCeilNs(dNs, dFrac)
+  return ALLOWED, fastGcraRemaining(l, dNs, dFrac), reset, 0, delay, dNs, dFrac, r, reset
+end
+
+-- fastGcraUsage returns the function that decides a check, an overdraft or a
+-- refund (l.kind) on a bucket: the buckets' case of Limit.Check,
+-- Overdraft and Refund (decision.go; Check's gcraCheck is gcraReport for
+-- a cost of 1).
+local gcraUsageLib
+local function fastGcraUsage()
+if gcraUsageLib then return gcraUsageLib end
 
 -- fastBacklog mirrors Limit.backlog (t is at most 2^51 ns here).
 local function fastBacklog(l, t, n)
@@ -587,48 +592,103 @@ local function fastGcraRefund(l, t, n, units)
   return ALLOWED, rem, reset, 0, 0
 end
 
--- usageApply is fastApply for a check, an overdraft or a refund.
-local function usageApply(l, t, n, m)
-  local kind, alg = l.kind, l.alg
+gcraUsageLib = function(l, t, n)
+  local kind = l.kind
   if kind == CHECK then
-    -- Limit.Check
-    if alg == FIXED then
-      local start, count = fastFixedAt(l, t, n)
-      local code, rem, reset, retry = fastFixedReport(l, start, count, 1)
-      return code, rem, reset, retry, 0
-    elseif alg == SLIDING then
-      local start, cur, prev, e = fastSlidingAt(l, t, n, m)
-      local code, rem, reset, retry = fastSlidingReport(l, start, cur, prev, e, 1)
-      return code, rem, reset, retry, 0
-    end
     local dNs, dFrac = fastBacklog(l, t, n)
     local code, rem, reset, retry = fastGcraReport(l, dNs, dFrac, 1)
     return code, rem, reset, retry, 0
   elseif kind == OVERDRAFT then
-    if alg == FIXED then
-      return fastFixedOverdraft(l, t, n, l.cost)
-    elseif alg == SLIDING then
-      return fastSlidingOverdraft(l, t, n, m, l.cost)
-    end
     return fastGcraOverdraft(l, t, n, l.cost)
-  end
-  if alg == FIXED then
-    return fastFixedRefund(l, t, n, l.cost)
-  elseif alg == SLIDING then
-    return fastSlidingRefund(l, t, n, m, l.cost)
   end
   return fastGcraRefund(l, t, n, l.cost)
 end
-
-fastUsageLib = usageApply
-return fastUsageLib
+return gcraUsageLib
 end
 
--- fastApply mirrors store.Charge.Decide: the charge of the limit l (and
--- its kind and cost) on the state t, n, m.
-local function fastApply(l, t, n, m)
-  if l.kind == ADMIT then
-    return fastDecide(l, t, n, m, l.cost)
+-- =========================================================================
+-- decision.go, kind.go: the dispatch by algorithm and by kind
+-- =========================================================================
+
+-- fastDecide mirrors Limit.Decide.
+local function fastDecide(l, t, n, m, cost)
+  local alg = l.alg
+  if alg == FIXED then
+    return fastFixedWindow(l, t, n, cost)
+  elseif alg == SLIDING then
+    return fastSlidingWindow(l, t, n, m, cost)
   end
-  return fastUsage()(l, t, n, m)
+  return fastGcra(l, t, n, cost)
+end
+
+-- fastApply mirrors Limit.Apply: the charge of the limit l (and its kind
+-- and cost) on the state t, n, m; a check, an overdraft or a refund is
+-- decided by its algorithm's usage function, as Limit.Check, Overdraft and
+-- Refund dispatch.
+local function fastApply(l, t, n, m)
+  local kind, alg = l.kind, l.alg
+  if kind == ADMIT then
+    return fastDecide(l, t, n, m, l.cost)
+  elseif alg == FIXED then
+    return fastFixedUsage()(l, t, n)
+  elseif alg == SLIDING then
+    return fastSlidingUsage()(l, t, n, m)
+  end
+  return fastGcraUsage()(l, t, n)
+end
+
+-- =========================================================================
+-- A fixed window's count written in place: settle.lua's reads and writes
+-- =========================================================================
+
+-- A fixed window's state charged in its window is t = the window's start,
+-- n, m = 0 and restAt = the window's end (fastFixedWindow's next state, and
+-- decide.lua's), and its key expires at that end: another charge in the
+-- same window changes n alone. fixedCount and fixedPutCount take that
+-- most common case without unpacking the whole state and packing a new
+-- one: the same decision (fastDecide's on t, n, 0) and the same value.
+
+-- fixedCount returns n when v holds a state of the fixed window l's
+-- current window (its first 13 bytes, the format byte and t, are those of
+-- the window's start, packed once per call), else nil.
+local function fixedCount(l, v)
+  local mark = l.mark
+  if not mark then
+    mark = spack("<BdI4", 1, absMs(-sinceWindow(l)))
+    l.mark = mark
+  end
+  if not v or #v ~= 41 or ssub(v, 1, 13) ~= mark then
+    return nil
+  end
+  return (sunpack("<d", v, 14))
+end
+
+-- fixedPutCount sets the count of the state under key, which fixedCount
+-- found in the current window, to n: STATE's n, bytes 14 to 21, in place.
+local function fixedPutCount(key, n)
+  redis.call("SETRANGE", key, "13", spack("<d", n))
+end
+
+-- fastRead is fastState for the settle paths that write with fastWrite:
+-- it returns the same, and whether the state is a fixed window's in its
+-- current window (fixedCount), which fastWrite then writes in place.
+local function fastRead(v, l)
+  if l.alg == FIXED then
+    local n = fixedCount(l, v)
+    if n then
+      return true, -l.since, n, 0, nil, true
+    end
+  end
+  local ok, t, n, m, kept = fastState(v, l)
+  return ok, t, n, m, kept, false
+end
+
+-- fastWrite writes a charge's next state read by fastRead: its count in
+-- place when fastRead found the state in its window, else as fastPut.
+local function fastWrite(key, inWindow, t, n, m, restAt, expire, kept)
+  if inWindow and t then
+    fixedPutCount(key, n)
+  else
+    fastPut(key, t, n, m, restAt, expire, kept)
+  end
 end

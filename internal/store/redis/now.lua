@@ -4,7 +4,7 @@
 
 local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
 local ALLOWED, DENIED, OVER = 0, 1, 2
--- store.Kind: how a charge is applied.
+-- algorithms.Kind: how a charge is applied.
 local ADMIT, CHECK, OVERDRAFT, REFUND = 0, 1, 2, 3
 -- algorithms.MaxCount: a window's count saturates there.
 local MAXCOUNT = 4294967295

@@ -1,8 +1,8 @@
 // Package redis is the store that keeps bucket states in Redis, so that
 // several daemons behind a load balancer share one set of limits.
 //
-// Apply decides exactly as the memory store does (store.Settle's rule over
-// algorithms.Limit.Decide, all or nothing), inside Redis, in a Lua script
+// Apply decides exactly as the memory store does (by the settle rule of
+// package store, over algorithms' arithmetic), inside Redis, in a Lua script
 // that decides at Redis TIME: every daemon sharing a Redis decides on the
 // Redis server's clock. A request costs at most one round trip per Redis
 // node, shared by the requests sent together (batch.go). A bucket is one
@@ -12,8 +12,8 @@
 // With the hash tag, a request is one script on one node, atomic. With
 // Config.SpreadKeys on a cluster, a request whose buckets are in several
 // slots is settled per slot: each slot's share is atomic, the request is
-// admitted only if every share admitted and its quotas (store.Settle's rule
-// 5, decided over every share's decisions) do not deny it, and the shares
+// admitted only if every share admitted and its quotas (the settle
+// rule, decided over every share's decisions) do not deny it, and the shares
 // charged are undone (best effort) when another denied or failed.
 //
 // Apply returns an error when Redis fails, answers after Config.Timeout,
@@ -533,7 +533,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 		return failure // decided by the failure mode
 	}
 	// A share denied the request: it is denied whatever the failed shares
-	// would have said. Report the charged shares as peeks (Settle's rule),
+	// would have said. Report the charged shares as peeks (the settle rule),
 	// and leave only the failed shares to the failure mode.
 	var failedIdx []int
 	for g, idx := range groups {

@@ -144,7 +144,7 @@ const maxChargeSpecs = 4096
 type chargeSpecKey struct {
 	limit   algorithms.Limit
 	cost    int64
-	kind    store.Kind
+	kind    algorithms.Kind
 	shadow  bool
 	probe   bool
 	counter bool
@@ -171,8 +171,8 @@ func formatCharge(c *store.Charge, counter bool) string {
 	l := c.Limit
 	capacity := l.Capacity()
 	kind := c.Kind
-	if kind > store.Refund {
-		kind = store.Admit // as store.Charge.Decide takes it
+	if kind > algorithms.Refund {
+		kind = algorithms.Admit // as store.Charge.Decide takes it
 	}
 	// Pass costs in a range that Lua's doubles hold exactly, with the same
 	// decisions: for an admit, a cost above Capacity is OverCapacity
@@ -183,11 +183,11 @@ func formatCharge(c *store.Charge, counter bool) string {
 	// from the cost.
 	cost := min(max(c.Cost, 0), capacity+1)
 	switch {
-	case kind == store.Check:
+	case kind == algorithms.Check:
 		cost = 1
-	case kind == store.Overdraft && l.Burst() == 0:
+	case kind == algorithms.Overdraft && l.Burst() == 0:
 		cost = min(max(c.Cost, 0), algorithms.MaxCount)
-	case kind == store.Refund && l.Burst() == 0:
+	case kind == algorithms.Refund && l.Burst() == 0:
 		cost = min(max(c.Cost, 0), 2*algorithms.MaxCount)
 	}
 	fast := fastPath(l)
@@ -212,7 +212,7 @@ func formatCharge(c *store.Charge, counter bool) string {
 		k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
 		rational := func(ns, frac int64) { b = appendRational(b, ns, frac) }
 		rational(l.Times(capacity))
-		if kind == store.Overdraft || kind == store.Refund {
+		if kind == algorithms.Overdraft || kind == algorithms.Refund {
 			// k of the whole cost, saturated at MaxSpan: d + k is bounded
 			// there (Limit.Overdraft). fast.lua keeps d + k below 2^52.
 			ns, frac := l.TimesSaturated(max(c.Cost, 0))
@@ -223,9 +223,9 @@ func formatCharge(c *store.Charge, counter bool) string {
 		}
 		rational(l.Times(capacity - k))
 		switch kind {
-		case store.Overdraft, store.Refund:
+		case algorithms.Overdraft, algorithms.Refund:
 			rational(l.Times(capacity - 1))
-		case store.Check:
+		case algorithms.Check:
 			rational(l.Times(capacity - k)) // a1 = a, for a cost of 1
 		}
 	}

@@ -21,7 +21,7 @@ func TestChargeSpecs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		charges = append(charges, store.Charge{Limit: &l, Cost: int64(i % 3), Shadow: i%4 == 0, Kind: store.Kind(i / 5 % 4)})
+		charges = append(charges, store.Charge{Limit: &l, Cost: int64(i % 3), Shadow: i%4 == 0, Kind: algorithms.Kind(i / 5 % 4)})
 	}
 	for round := range 2 {
 		for i := range charges {
@@ -40,7 +40,7 @@ func TestChargeSpecs(t *testing.T) {
 	a := cs.of(&store.Charge{Limit: &l, Cost: 1}, false)
 	b := cs.of(&store.Charge{Limit: &l, Cost: 2}, false)
 	c := cs.of(&store.Charge{Limit: &l, Cost: 1, Shadow: true}, false)
-	d := cs.of(&store.Charge{Limit: &l, Cost: 1, Kind: store.Overdraft}, false)
+	d := cs.of(&store.Charge{Limit: &l, Cost: 1, Kind: algorithms.Overdraft}, false)
 	if a == b || a == c || b == c || d == a || d == b || d == c {
 		t.Errorf("charges differing in cost, shadow or kind share a string: %q %q %q %q", a, b, c, d)
 	}

@@ -1,4 +1,5 @@
--- settle.lua: store.Settle for one request or several, each over its
+-- settle.lua: the settle rule (internal/store's package doc; store.Settle
+-- in Go) for one request or several, each over its
 -- buckets among KEYS, at one instant, in one script (so atomically): the
 -- requests are settled one after the other, each all or nothing on its
 -- own, as if each had been a script of its own. After now.lua, the bignums library (bignum.lua,
@@ -26,7 +27,7 @@
 --          fast ("1": the charge may take fast.lua's path; "3": it takes
 --          it, and its bucket is a counter, see below) and algorithm
 --          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
---          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (store.Kind, 0..3) as two digits, cost,
+--          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (algorithms.Kind, 0..3) as two digits, cost,
 --          and for the buckets C, k and a (see decide.lua), each as whole
 --          ns (hex) and remainder over R (decimal), and for a check, an
 --          overdraft or a refund a1 = C - I likewise. Requests, Capacity,
@@ -44,11 +45,8 @@
 -- counters, a plain count (a decimal integer) under a key that ends in its
 -- window's start in Unix seconds, now's window (the store names it at the
 -- now it passes), expiring when the window ends (counterState, counterPut).
--- A request is committed (admitted) iff no non-shadow charge that is not a
--- quota's is denied and, when it has quotas, one of them has room (none of
--- its charges denied); its admits are written only then (those that were
--- allowed), its overdraft charges and refunds always (store.Settle's
--- combining rule), its checks never. In try mode, quotas deny nothing: the
+-- A request is committed (admitted) or not, and its charges written and
+-- reported, as the settle rule says. In try mode, quotas deny nothing: the
 -- store decides them over every slot's decisions, and undoes the shares
 -- when they deny.
 --

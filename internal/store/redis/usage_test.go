@@ -46,11 +46,11 @@ func TestDebtExpiry(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			key := engineKey("shop", tt.name)
 			redisKey := "debt:{shop}" + string(key)
-			charge := func(kind store.Kind, cost int64) store.Charge {
+			charge := func(kind algorithms.Kind, cost int64) store.Charge {
 				return store.Charge{Domain: "shop", Key: key, Limit: tt.limit, Cost: cost, Kind: kind}
 			}
 			before := redisNow(t, admin)
-			d := apply(t, s, charge(store.Overdraft, tt.cost))[0]
+			d := apply(t, s, charge(algorithms.Overdraft, tt.cost))[0]
 			after := redisNow(t, admin)
 			if d.Code != algorithms.Denied || d.Remaining != 0 || d.ResetAfter < tt.beyond {
 				t.Fatalf("an overdraft of %d: %+v, want denied, in debt for at least %v", tt.cost, d, tt.beyond)
@@ -63,10 +63,10 @@ func TestDebtExpiry(t *testing.T) {
 			if !expiresAtRest(expireMs, restAt) {
 				t.Errorf("the key expires at %d ms; its bucket in debt is at rest at %d ns: want that rounded up to the millisecond", expireMs, restAt)
 			}
-			if d := apply(t, s, charge(store.Check, 0))[0]; d.Code != algorithms.Denied {
+			if d := apply(t, s, charge(algorithms.Check, 0))[0]; d.Code != algorithms.Denied {
 				t.Errorf("a check in debt: %+v, want denied", d)
 			}
-			if d := apply(t, s, charge(store.Refund, math.MaxInt64))[0]; d.Code != algorithms.Allowed || d.Remaining != tt.limit.Capacity() || d.ResetAfter != 0 {
+			if d := apply(t, s, charge(algorithms.Refund, math.MaxInt64))[0]; d.Code != algorithms.Allowed || d.Remaining != tt.limit.Capacity() || d.ResetAfter != 0 {
 				t.Errorf("a refund of everything: %+v, want allowed, the bucket at rest", d)
 			}
 			if n, err := admin.Exists(t.Context(), redisKey).Result(); err != nil || n != 0 {
@@ -87,7 +87,7 @@ func TestDenyCacheKinds(t *testing.T) {
 	s := newGuardedStore(t, redis.Config{Addr: srv.Addr()}, guard.Config{DenyCache: 100}, c)
 	budget := mustLimit(t, algorithms.FixedWindow, 1000, time.Minute, 0)
 	key := engineKey("shop", "model", "gpt")
-	charge := func(kind store.Kind, cost int64) store.Charge {
+	charge := func(kind algorithms.Kind, cost int64) store.Charge {
 		return store.Charge{Domain: "shop", Key: key, Limit: budget, Cost: cost, Kind: kind}
 	}
 	fromRedis := func(what string, cs ...store.Charge) algorithms.Decision {
@@ -110,31 +110,31 @@ func TestDenyCacheKinds(t *testing.T) {
 	}
 
 	// Two overdraft charges into debt: both reach Redis and both are taken.
-	if d := fromRedis("an overdraft", charge(store.Overdraft, 1200)); d.Code != algorithms.Denied {
+	if d := fromRedis("an overdraft", charge(algorithms.Overdraft, 1200)); d.Code != algorithms.Denied {
 		t.Fatalf("an overdraft of 1200 on 1000: %+v, want denied", d)
 	}
-	fromRedis("an overdraft after an overdraft's denial", charge(store.Overdraft, 100))
+	fromRedis("an overdraft after an overdraft's denial", charge(algorithms.Overdraft, 100))
 	// 1300 used of 1000: 300 in debt.
-	if d := fromRedis("a check", charge(store.Check, 0)); d.Code != algorithms.Denied || d.RetryAfter != time.Minute {
+	if d := fromRedis("a check", charge(algorithms.Check, 0)); d.Code != algorithms.Denied || d.RetryAfter != time.Minute {
 		t.Fatalf("a check in debt: %+v, want denied for the rest of the window", d)
 	}
 	c.Set(t0 + int64(time.Second))
-	if d := fromCache("a check after a check's denial", charge(store.Check, 7)); d.Code != algorithms.Denied || d.RetryAfter != 59*time.Second {
+	if d := fromCache("a check after a check's denial", charge(algorithms.Check, 7)); d.Code != algorithms.Denied || d.RetryAfter != 59*time.Second {
 		t.Errorf("a check from the cache: %+v, want denied, retry after 59s", d)
 	}
-	if d := fromCache("an admit of 1 after a check's denial", charge(store.Admit, 1)); d.Code != algorithms.Denied {
+	if d := fromCache("an admit of 1 after a check's denial", charge(algorithms.Admit, 1)); d.Code != algorithms.Denied {
 		t.Errorf("an admit of 1 from the cache: %+v, want denied", d)
 	}
-	fromRedis("an admit of 2 after a check's denial", charge(store.Admit, 2))
+	fromRedis("an admit of 2 after a check's denial", charge(algorithms.Admit, 2))
 	// A request with a refund reaches Redis, even beside a remembered denial.
-	other := store.Charge{Domain: "shop", Key: engineKey("shop", "user", "ann"), Limit: budget, Cost: 5, Kind: store.Refund}
-	fromRedis("a request with a refund", charge(store.Check, 0), other)
-	fromRedis("a request with an overdraft", charge(store.Check, 0), store.Charge{Domain: "shop", Key: other.Key, Limit: budget, Cost: 5, Kind: store.Overdraft})
+	other := store.Charge{Domain: "shop", Key: engineKey("shop", "user", "ann"), Limit: budget, Cost: 5, Kind: algorithms.Refund}
+	fromRedis("a request with a refund", charge(algorithms.Check, 0), other)
+	fromRedis("a request with an overdraft", charge(algorithms.Check, 0), store.Charge{Domain: "shop", Key: other.Key, Limit: budget, Cost: 5, Kind: algorithms.Overdraft})
 	// The refund of 360 on the bucket itself forgets its denial: 60 left.
-	if d := fromRedis("a refund", charge(store.Refund, 360)); d.Code != algorithms.Allowed || d.Remaining != 60 {
+	if d := fromRedis("a refund", charge(algorithms.Refund, 360)); d.Code != algorithms.Allowed || d.Remaining != 60 {
 		t.Fatalf("a refund of 360 after 1300 charged: %+v, want allowed, 60 remaining", d)
 	}
-	if d := fromRedis("a check after a refund", charge(store.Check, 0)); d.Code != algorithms.Allowed || d.Remaining != 60 {
+	if d := fromRedis("a check after a refund", charge(algorithms.Check, 0)); d.Code != algorithms.Allowed || d.Remaining != 60 {
 		t.Errorf("a check after the refund: %+v, want allowed, 60 remaining", d)
 	}
 }
@@ -149,14 +149,14 @@ func TestFailClosedKinds(t *testing.T) {
 	srv.Stop()
 	denied := algorithms.Decision{Code: algorithms.Denied, RetryAfter: guard.FailClosedRetryAfter}
 	for _, tt := range []struct {
-		kind store.Kind
+		kind algorithms.Kind
 		cost int64
 		want algorithms.Decision
 	}{
-		{store.Check, 0, denied},
-		{store.Overdraft, 50, denied},
-		{store.Refund, 5, algorithms.Decision{}},
-		{store.Admit, 11, algorithms.Decision{Code: algorithms.OverCapacity}},
+		{algorithms.Check, 0, denied},
+		{algorithms.Overdraft, 50, denied},
+		{algorithms.Refund, 5, algorithms.Decision{}},
+		{algorithms.Admit, 11, algorithms.Decision{Code: algorithms.OverCapacity}},
 	} {
 		if d := apply(t, s, store.Charge{Domain: "shop", Key: engineKey("shop", "k"), Limit: l, Cost: tt.cost, Kind: tt.kind})[0]; d != tt.want {
 			t.Errorf("%v of %d with Redis down: %+v, want %+v", tt.kind, tt.cost, d, tt.want)

@@ -134,13 +134,13 @@ func AllOrNothing(t *testing.T, newStore Factory) {
 	}
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
 	probe := func(c store.Charge) store.Charge { c.Shadow, c.Probe = true, true; return c }
-	kind := func(k store.Kind, c store.Charge) store.Charge { c.Kind = k; return c }
-	check := func(key string, l *algorithms.Limit) store.Charge { return kind(store.Check, charge(key, l, 0)) }
+	kind := func(k algorithms.Kind, c store.Charge) store.Charge { c.Kind = k; return c }
+	check := func(key string, l *algorithms.Limit) store.Charge { return kind(algorithms.Check, charge(key, l, 0)) }
 	overdraft := func(key string, l *algorithms.Limit, cost int64) store.Charge {
-		return kind(store.Overdraft, charge(key, l, cost))
+		return kind(algorithms.Overdraft, charge(key, l, cost))
 	}
 	refund := func(key string, l *algorithms.Limit, units int64) store.Charge {
-		return kind(store.Refund, charge(key, l, units))
+		return kind(algorithms.Refund, charge(key, l, units))
 	}
 	C := algorithms.Allowed
 	D, O := algorithms.Denied, algorithms.OverCapacity
@@ -282,8 +282,8 @@ func Quotas(t *testing.T, newStore Factory) {
 	charge := func(key string, l *algorithms.Limit, cost int64, quota uint32) store.Charge {
 		return store.Charge{Domain: Domain, Key: []byte(key), Limit: l, Cost: cost, Quota: quota}
 	}
-	over := func(c store.Charge) store.Charge { c.Kind = store.Overdraft; return c }
-	check := func(c store.Charge) store.Charge { c.Kind = store.Check; return c }
+	over := func(c store.Charge) store.Charge { c.Kind = algorithms.Overdraft; return c }
+	check := func(c store.Charge) store.Charge { c.Kind = algorithms.Check; return c }
 	shadow := func(c store.Charge) store.Charge { c.Shadow = true; return c }
 	C, D, O := algorithms.Allowed, algorithms.Denied, algorithms.OverCapacity
 	keys := []string{"tenant", "default", "other", "global"}
@@ -584,18 +584,18 @@ func randomRequest(rng *rand.Rand, limits []*algorithms.Limit) []store.Charge {
 		default:
 			cost = 1 + rng.Int64N(min(capacity, 3))
 		}
-		kind := store.Admit
+		kind := algorithms.Admit
 		switch rng.IntN(10) {
 		case 0, 1:
-			kind = store.Check
+			kind = algorithms.Check
 		case 2, 3, 4:
-			kind = store.Overdraft
+			kind = algorithms.Overdraft
 			if rng.IntN(3) == 0 {
 				// Deep into debt: up to the bound.
 				cost = capacity + rng.Int64N(math.MaxInt64-capacity)>>rng.IntN(63)
 			}
 		case 5, 6:
-			kind = store.Refund
+			kind = algorithms.Refund
 		}
 		charges[i] = store.Charge{Domain: Domain, Key: fmt.Appendf(nil, "key-%d", k), Limit: l, Cost: cost, Kind: kind, Shadow: rng.IntN(8) == 0}
 		if rng.IntN(2) == 0 {
@@ -696,9 +696,9 @@ func ConcurrentUsage(t *testing.T, newStore Factory, goroutines int) {
 						// Each refund follows its own overdraft: the bucket is
 						// never refunded past rest.
 						for _, c := range []store.Charge{
-							{Domain: Domain, Key: key, Limit: l, Kind: store.Overdraft, Cost: charged},
-							{Domain: Domain, Key: key, Limit: l, Kind: store.Check},
-							{Domain: Domain, Key: key, Limit: l, Kind: store.Refund, Cost: refunded},
+							{Domain: Domain, Key: key, Limit: l, Kind: algorithms.Overdraft, Cost: charged},
+							{Domain: Domain, Key: key, Limit: l, Kind: algorithms.Check},
+							{Domain: Domain, Key: key, Limit: l, Kind: algorithms.Refund, Cost: refunded},
 						} {
 							if err := s.Apply(context.Background(), []store.Charge{c}, make([]algorithms.Decision, 1)); err != nil {
 								t.Error(err)
@@ -710,12 +710,12 @@ func ConcurrentUsage(t *testing.T, newStore Factory, goroutines int) {
 			}
 			wg.Wait()
 			used := int64(goroutines * rounds * (charged - refunded))
-			d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: store.Check})[0]
+			d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: algorithms.Check})[0]
 			if want := max(l.Capacity()-used, 0); d.Remaining != want || (d.Code == algorithms.Denied) != (used >= l.Capacity()) {
 				t.Fatalf("after %d used: %+v, want %d remaining, denied iff %d ≥ %d", used, d, want, used, l.Capacity())
 			}
 			// Refunding what is used brings the bucket back to rest exactly.
-			if d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: store.Refund, Cost: used - 1})[0]; d.Remaining != l.Capacity()-1 {
+			if d := Apply(t, s, store.Charge{Domain: Domain, Key: key, Limit: l, Kind: algorithms.Refund, Cost: used - 1})[0]; d.Remaining != l.Capacity()-1 {
 				t.Fatalf("a refund of %d of the %d used: %+v, want %d remaining", used-1, used, d, l.Capacity()-1)
 			}
 		})

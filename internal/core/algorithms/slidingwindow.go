@@ -5,46 +5,11 @@ import (
 	"time"
 )
 
-// fixedWindow decides FixedWindow. The state holds the start of the window
-// last charged (t) and its count (n).
-//
-// Windows are [k·P, (k+1)·P). Once now is in a later window than s.t's, the
-// count starts over at 0. A now in an earlier window than s.t's (a clock
-// that went back) is settled in s.t's window with its count: the window
-// ends no sooner and the count is no lower than they were.
-func (l *Limit) fixedWindow(s State, now, cost int64) (State, Decision) {
-	start := now - now%l.period
-	count := int64(s.n)
-	if start > s.t {
-		count = 0
-	} else {
-		start = s.t
-	}
-	end := start + l.period
-
-	var d Decision
-	if count > 0 {
-		d.ResetAfter = time.Duration(end - now)
-	}
-	switch {
-	case cost <= 0 || cost > l.capacity:
-		d.Remaining = max(l.capacity-count, 0)
-		if cost > 0 {
-			d.Code = OverCapacity
-		}
-		return s, d
-	case count+cost > l.capacity:
-		// count > 0 here; the count starts over when the window ends.
-		d.Code = Denied
-		d.Remaining = max(l.capacity-count, 0)
-		d.RetryAfter = time.Duration(end - now)
-		return s, d
-	}
-	count += cost
-	d.Remaining = l.capacity - count
-	d.ResetAfter = time.Duration(end - now)
-	return State{restAt: end, t: start, n: uint32(count)}, d
-}
+// This file is SlidingWindow's arithmetic: its decision (slidingWindow,
+// which Decide calls) and its usage operations (Check, Overdraft, Refund).
+// The Redis store's Lua mirrors it function for function in the section
+// headed "slidingwindow.go" of internal/store/redis/fast.lua (plain
+// numbers) and of decide.lua (bignums).
 
 // slidingWindow decides SlidingWindow. The state holds the start S of the
 // window last charged (t), its count (n) and the previous window's (m).
@@ -147,4 +112,77 @@ func (l *Limit) slidingRetry(start, now, cur, prev, k, cost int64) int64 {
 		e2 = l.period - int64(q)
 	}
 	return start + l.period + e2 - now
+}
+
+// slidingAt returns the window that s settles now in, its count, the
+// previous window's and e = now - start (0 for a clock that went back), as
+// slidingWindow settles them.
+func (l *Limit) slidingAt(s State, now int64) (start, cur, prev, e int64) {
+	p := l.period
+	start = now - now%p
+	cur, prev = int64(s.n), int64(s.m)
+	switch {
+	case start <= s.t:
+		return s.t, cur, prev, max(now-s.t, 0)
+	case uint64(start)-uint64(s.t) < 2*uint64(p): // the next window
+		return start, 0, cur, now - start
+	}
+	return start, 0, 0, now - start
+}
+
+// slidingReport is the decision reporting counts cur and prev in window
+// start at now: Remaining, ResetAfter and, when a cost of extra more does
+// not fit (extra 0: the estimate above Requests, in debt; 1: a check),
+// Denied with the RetryAfter of a cost of 1.
+func (l *Limit) slidingReport(start, cur, prev, e, now, extra int64) Decision {
+	p := l.period
+	wHi, wLo := bits.Mul64(uint64(prev), uint64(p-e))
+	d := Decision{Remaining: l.slidingRemaining(cur, prev, e, wHi, wLo)}
+	switch {
+	case cur > 0:
+		d.ResetAfter = time.Duration(start + 2*p - now)
+	case prev > 0:
+		d.ResetAfter = time.Duration(start + p - now)
+	}
+	// Denied iff w > k·P with k = L - cur - extra.
+	k := l.capacity - cur - extra
+	kHi, kLo := bits.Mul64(uint64(max(k, 0)), uint64(p))
+	if k < 0 || wHi > kHi || wHi == kHi && wLo > kLo {
+		d.Code = Denied
+		d.RetryAfter = time.Duration(l.slidingRetry(start, now, cur, prev, l.capacity-cur-1, 1))
+	}
+	return d
+}
+
+// slidingState is the state holding counts cur and prev in window start.
+func (l *Limit) slidingState(start, cur, prev int64) State {
+	switch {
+	case cur > 0:
+		return State{restAt: start + 2*l.period, t: start, n: uint32(cur), m: uint32(prev)}
+	case prev > 0:
+		return State{restAt: start + l.period, t: start, m: uint32(prev)}
+	}
+	return State{}
+}
+
+func (l *Limit) slidingOverdraft(s State, now, cost int64) (State, Decision) {
+	start, cur, prev, e := l.slidingAt(s, now)
+	if cost > 0 {
+		cur = addCount(cur, cost)
+		s = l.slidingState(start, cur, prev)
+	}
+	return s, l.slidingReport(start, cur, prev, e, now, 0)
+}
+
+func (l *Limit) slidingRefund(s State, now, units int64) (State, Decision) {
+	start, cur, prev, e := l.slidingAt(s, now)
+	if units > 0 && cur+prev > 0 {
+		back := min(units, cur)
+		cur -= back
+		prev = max(prev-(units-back), 0)
+		s = l.slidingState(start, cur, prev)
+	}
+	d := l.slidingReport(start, cur, prev, e, now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return s, d
 }
