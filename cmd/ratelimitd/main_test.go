@@ -29,24 +29,36 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
-// binary builds ratelimitd once into a temporary directory.
-var binary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "ratelimitd-test-")
+// buildDir holds the programs the tests build, removed by TestMain.
+var buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "ratelimitd-test-") })
+
+// build builds the package pkg (without the race detector, whatever the
+// tests run under) into buildDir as name, and returns its path.
+func build(name, pkg string) (string, error) {
+	dir, err := buildDir()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "ratelimitd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	bin := filepath.Join(dir, name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
-		return "", errors.New("go build: " + err.Error() + "\n" + string(out))
+		return "", errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(out))
 	}
 	return bin, nil
+}
+
+// binary builds ratelimitd once.
+var binary = sync.OnceValues(func() (string, error) { return build("ratelimitd", ".") })
+
+// floodClient builds internal/testkit/keyflood's floodclient once.
+var floodClient = sync.OnceValues(func() (string, error) {
+	return build("floodclient", "github.com/ratelimitd/ratelimitd/internal/testkit/keyflood/floodclient")
 })
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bin, err := binary(); err == nil {
-		os.RemoveAll(filepath.Dir(bin))
+	if dir, err := buildDir(); err == nil {
+		os.RemoveAll(dir)
 	}
 	os.Exit(code)
 }
