@@ -60,15 +60,14 @@ const transportRSSBound = memory.DefaultMaxBytes + memoryHeadroom
 // the well-behaved client's 127.0.0.1. Each asserts its bound (RSS under
 // --max-memory + 192 MiB; streams refused; connections closed or paced) and
 // logs the well-behaved client's latency percentiles and errors; the p99
-// is quoted in docs/operations.md, not asserted. The floods run in
-// parallel with each other and the package's other tests, each against a
-// daemon of its own; run one alone (-run 'TestTransportFlood/churn$'
-// -parallel 1) for a latency to quote.
+// is quoted in docs/operations.md, not asserted. The floods run side by
+// side (as many at once as -parallel allows), each against a daemon of
+// its own, before the package's parallel tests; run one alone (-run
+// 'TestTransportFlood/churn$' -parallel 1) for a latency to quote.
 func TestTransportFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods take a minute")
 	}
-	t.Parallel()
 	t.Run("none", func(t *testing.T) { // the well-behaved client's latency on this machine, for comparison
 		t.Parallel()
 		_, rss, probe := floodTarget(t)

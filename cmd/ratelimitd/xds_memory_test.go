@@ -45,7 +45,6 @@ func TestXDSMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a daemon per attack")
 	}
-	t.Parallel()
 	huge := flatConfig(1)
 	huge.Descriptors[0].Key = strings.Repeat("k", 2_500_000)
 	for _, tc := range []struct {
