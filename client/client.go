@@ -33,12 +33,14 @@ type Client struct {
 	failClosed bool
 	closedWait time.Duration
 	onFailure  func(error, Decision)
+	onRelease  func(error)
 	logger     *slog.Logger
 	clock      Clock
 	local      *localDeny
 	dialOpts   []grpc.DialOption
 
-	failures atomic.Int64 // consecutive failures, for the state-change log
+	failures        atomic.Int64 // consecutive failures, for the state-change log
+	releaseFailures atomic.Int64 // consecutive undelivered releases, likewise
 }
 
 // An Option configures a Client.
@@ -77,16 +79,27 @@ func WithFailClosed(retryAfter time.Duration) Option {
 
 // WithFailureHook calls hook for every request the service could not
 // decide, with the error and the decision the failure policy made, before
-// Check returns. Count them in a metric here. hook must be safe for
+// Charge returns. Count them in a metric here. hook must be safe for
 // concurrent use and quick: it runs on the request's path.
 func WithFailureHook(hook func(err error, d Decision)) Option {
 	return func(c *Client) { c.onFailure = hook }
 }
 
+// WithReleaseFailureHook calls hook for every Lease.Release that did not
+// reach the service (unreachable, slower than the timeout, an error, or the
+// release's context ended), with the error, before Release returns. The
+// units of such a release stay in flight until their lease ends. Count
+// them in a metric here. hook must be safe for concurrent use and quick.
+func WithReleaseFailureHook(hook func(err error)) Option {
+	return func(c *Client) { c.onRelease = hook }
+}
+
 // WithLogger sets where the client logs (default slog.Default()). It logs
 // state changes only, never once per request: a warning at the first
 // failure after a success, with the error and the failure policy, and a
-// notice when the service answers again, with the number of failures.
+// notice when the service answers again, with the number of failures. A
+// run of releases that did not reach the service (Lease.Release) is logged
+// the same way, apart.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
@@ -205,11 +218,13 @@ func (c *Client) Close() error { return c.conn.Close() }
 // (a Decision's Delay) on the same time.
 func (c *Client) Clock() Clock { return c.clock }
 
-// Check asks whether a request named by domain and descriptors may go
+// Charge asks whether a request named by domain and descriptors may go
 // through, and charges it when it may: all descriptors or, when any
-// denies, none. Each descriptor costs 1 unless given WithHits.
+// denies, none. Each descriptor costs 1 unless given WithHits, and asks
+// what its WithOperation says (a charge unless told; OPERATION_CHECK asks
+// without charging).
 //
-// Check returns an error only when ctx ends before a decision (the
+// Charge returns an error only when ctx ends before a decision (the
 // caller's deadline or cancellation: the caller is gone, so no failure
 // policy applies). Everything else yields a Decision:
 //
@@ -223,7 +238,7 @@ func (c *Client) Clock() Clock { return c.clock }
 //     for the fail-closed wait (SourceFailClosed), with the cause in Err.
 //     Such a decision is reported to the failure hook and, at the change
 //     from working to failing, to the log.
-func (c *Client) Check(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
+func (c *Client) Charge(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
@@ -258,16 +273,7 @@ func recordsUsage(ds []Descriptor) bool {
 // returns its decision, or the failure policy's; an error only when ctx
 // ends first.
 func (c *Client) ask(ctx context.Context, domain string, descriptors []Descriptor) (Decision, error) {
-	req := &ratelimitv1.ShouldRateLimitRequest{
-		Domain:      domain,
-		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
-	}
-	for i, d := range descriptors {
-		req.Descriptors[i] = d.proto()
-	}
-	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	resp, err := c.service.ShouldRateLimit(callCtx, req)
-	cancel()
+	resp, err := c.call(ctx, domain, descriptors)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return Decision{}, ctxErr
@@ -278,6 +284,21 @@ func (c *Client) ask(ctx context.Context, domain string, descriptors []Descripto
 	return decide(resp, descriptors), nil
 }
 
+// call sends a request of domain and descriptors to the service, within
+// the client's timeout, and returns its answer.
+func (c *Client) call(ctx context.Context, domain string, descriptors []Descriptor) (*ratelimitv1.ShouldRateLimitResponse, error) {
+	req := &ratelimitv1.ShouldRateLimitRequest{
+		Domain:      domain,
+		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
+	}
+	for i, d := range descriptors {
+		req.Descriptors[i] = d.proto()
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.service.ShouldRateLimit(callCtx, req)
+}
+
 // decide reads the service's answer to a request of ds.
 func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision {
 	d := Decision{
@@ -286,6 +307,9 @@ func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision
 		Response: resp,
 	}
 	sts := resp.GetStatuses()
+	for _, st := range sts {
+		d.Overdrew = d.Overdrew || st.GetOverdrew()
+	}
 	if d.Allowed {
 		for _, st := range sts {
 			if !st.GetShadow() { // a shadow rule only observes
@@ -295,7 +319,7 @@ func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision
 		return d
 	}
 	d.RetryAfter = resp.GetRetryAfter().AsDuration()
-	if i := d.MostRestrictive(); i >= 0 && rank(sts[i].GetCode()) > 0 {
+	if i := d.MostRestrictive(); i >= 0 && sts[i].GetCode() != ratelimitv1.Code_CODE_OK {
 		var desc Descriptor
 		if i < len(ds) {
 			desc = ds[i]

@@ -58,9 +58,9 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func check(t *testing.T, c *client.Client, ds ...client.Descriptor) client.Decision {
 	t.Helper()
-	d, err := c.Check(context.Background(), "default", ds...)
+	d, err := c.Charge(context.Background(), "default", ds...)
 	if err != nil {
-		t.Fatalf("Check: %v", err)
+		t.Fatalf("Charge: %v", err)
 	}
 	return d
 }
@@ -335,9 +335,9 @@ func TestFailurePolicy(t *testing.T) {
 				var h hook
 				opts := append([]client.Option{h.option()}, p.opts...)
 				c := newClient(t, target, append(opts, client.WithTimeout(svc.timeout))...)
-				got, err := c.Check(context.Background(), "default", svc.ask...)
+				got, err := c.Charge(context.Background(), "default", svc.ask...)
 				if err != nil {
-					t.Fatalf("Check returned an error: %v; a failure is a decision", err)
+					t.Fatalf("Charge returned an error: %v; a failure is a decision", err)
 				}
 				if got.Allowed != p.wantAllowed || got.Source != p.wantSource || got.RetryAfter != p.wantRetry {
 					t.Errorf("decision %+v, want allowed=%v source=%v retry=%v", got, p.wantAllowed, p.wantSource, p.wantRetry)
@@ -370,10 +370,10 @@ func TestCheckReturnsTheCallersContextError(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-blocked; cancel() }()
-	if _, err := c.Check(ctx, "default", global); !errors.Is(err, context.Canceled) {
+	if _, err := c.Charge(ctx, "default", global); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled mid-call: err %v, want context.Canceled", err)
 	}
-	if _, err := c.Check(ctx, "default", global); !errors.Is(err, context.Canceled) {
+	if _, err := c.Charge(ctx, "default", global); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled before the call: err %v, want context.Canceled", err)
 	}
 	if len(h.errs) != 0 {
@@ -485,7 +485,7 @@ func TestLocalDeny(t *testing.T) {
 		clk.Advance(s.dt)
 		before := rpcs.n.Load()
 		domain := cmp.Or(s.domain, "default")
-		got, err := c.Check(context.Background(), domain, s.ask...)
+		got, err := c.Charge(context.Background(), domain, s.ask...)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}

@@ -39,7 +39,7 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
-// Decision is the answer to Check.
+// Decision is the answer to Charge.
 type Decision struct {
 	// Allowed reports whether the request may go through (after Delay).
 	Allowed bool
@@ -65,6 +65,12 @@ type Decision struct {
 	// by the descriptor's entries when the rule has no name. Empty
 	// otherwise.
 	Policy string
+	// Overdrew reports that a charge of the request was taken in full on a
+	// limit that had less left than its cost, which is now in debt (a
+	// status's overdrew): the usage was counted, though Allowed is false.
+	// Only a charge that may overdraw does (Descriptor.WithOverdraft, or
+	// the policy's overdraft: true); only with Source SourceService.
+	Overdrew bool
 	// Response is the service's answer, with a status per descriptor; nil
 	// unless Source is SourceService.
 	Response *ratelimitv1.ShouldRateLimitResponse
@@ -75,62 +81,18 @@ type Decision struct {
 }
 
 // MostRestrictive returns the index, in Response's statuses, of the status
-// whose limit binds the request hardest: for a denial, the one Policy
-// names; it is also the one httplimit's RateLimit headers describe. It is
-// -1 when Response is nil (a local or failure-policy decision) or when no
-// status counts.
-//
-// The order is the service's own, the one its Envoy adapter uses for the
-// RateLimit headers:
-//
-//   - Only a status with a rule counts, and not when the rule is unlimited
-//     or in shadow mode. An unmatched descriptor, and one whose every limit
-//     another descriptor's limit replaces, has no rule.
-//   - CODE_OVER_CAPACITY beats CODE_OVER_LIMIT, which beats CODE_OK.
-//   - Between two CODE_OVER_LIMIT, the longer retry_after wins; between two
-//     CODE_OVER_CAPACITY or two CODE_OK, the fewer remaining.
-//   - On a tie, the first in request order wins.
+// whose limit binds the request hardest, as the service names it
+// (ShouldRateLimitResponse.most_restrictive, which states the order): for
+// a denial, the one Policy names; it is also the one httplimit's
+// RateLimit headers describe. It is -1 when Response is nil (a local or
+// failure-policy decision), when no status counts, or when the service
+// names a status the response does not hold.
 func (d Decision) MostRestrictive() int {
-	return mostRestrictive(d.Response.GetStatuses())
-}
-
-// mostRestrictive is Decision.MostRestrictive over sts: the order of the
-// service's engine (engine.Response.MostRestrictive), on the statuses as
-// the v1 API carries them.
-func mostRestrictive(sts []*ratelimitv1.DescriptorStatus) int {
-	best := -1
-	for i, st := range sts {
-		if st.GetRule() == nil || st.GetRule().GetUnlimited() || st.GetShadow() {
-			continue
-		}
-		if best < 0 || restricts(st, sts[best]) {
-			best = i
-		}
+	i := int(d.Response.GetMostRestrictive()) - 1
+	if i >= len(d.Response.GetStatuses()) {
+		return -1
 	}
-	return best
-}
-
-// restricts reports whether status a binds harder than status b: over
-// capacity beats over limit beats OK; between two over limit the longer
-// retry_after, otherwise the fewer remaining. Equals do not.
-func restricts(a, b *ratelimitv1.DescriptorStatus) bool {
-	if ra, rb := rank(a.GetCode()), rank(b.GetCode()); ra != rb {
-		return ra > rb
-	}
-	if a.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT {
-		return a.GetRetryAfter().AsDuration() > b.GetRetryAfter().AsDuration()
-	}
-	return a.GetRemaining() < b.GetRemaining()
-}
-
-func rank(c ratelimitv1.Code) int {
-	switch c {
-	case ratelimitv1.Code_CODE_OVER_CAPACITY:
-		return 2
-	case ratelimitv1.Code_CODE_OVER_LIMIT:
-		return 1
-	}
-	return 0
+	return i
 }
 
 // String explains the decision in one line fit for the person whose

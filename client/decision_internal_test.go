@@ -56,39 +56,36 @@ func shadowed(s *ratelimitv1.DescriptorStatus) *ratelimitv1.DescriptorStatus {
 	return s
 }
 
+func overdrew(s *ratelimitv1.DescriptorStatus) *ratelimitv1.DescriptorStatus {
+	s.Overdrew = true
+	return s
+}
+
 func delayed(s *ratelimitv1.DescriptorStatus, d time.Duration) *ratelimitv1.DescriptorStatus {
 	s.Delay = durationpb.New(d)
 	return s
 }
 
-// The ranking is the engine's (engine.Response.MostRestrictive): over
-// capacity, then over limit, then OK; the longer retry among denials, the
-// fewer remaining otherwise; the first of equals.
+// MostRestrictive is the status the service names (most_restrictive, 1 +
+// its index), never one the client ranks itself; the service's ranking is
+// engine.Response.MostRestrictive's, tested there.
 func TestMostRestrictive(t *testing.T) {
-	unlimited := &ratelimitv1.DescriptorStatus{Code: ok, Matched: true, Remaining: 1<<32 - 1, Rule: &ratelimitv1.Rule{Name: "u", Unlimited: true}}
-	unmatched := &ratelimitv1.DescriptorStatus{Code: ok}
-	replaced := &ratelimitv1.DescriptorStatus{Code: ok, Matched: true} // every limit replaced: no rule
+	two := []*ratelimitv1.DescriptorStatus{st("a", ok, 0, 0), st("b", ok, 9, 0)}
 	tests := []struct {
 		name string
 		sts  []*ratelimitv1.DescriptorStatus
+		most uint32
 		want int
 	}{
-		{"no statuses", nil, -1},
-		{"fewest remaining", []*ratelimitv1.DescriptorStatus{st("a", ok, 10, 0), st("b", ok, 3, 0)}, 1},
-		{"remaining tie: the first", []*ratelimitv1.DescriptorStatus{st("a", ok, 3, 0), st("b", ok, 3, 0)}, 0},
-		{"a denial beats fewer remaining", []*ratelimitv1.DescriptorStatus{st("a", ok, 0, 0), st("b", over, 5, time.Second)}, 1},
-		{"the longest retry", []*ratelimitv1.DescriptorStatus{st("a", over, 0, time.Second), st("b", over, 0, 2*time.Second)}, 1},
-		{"retry tie: the first, whatever remains", []*ratelimitv1.DescriptorStatus{st("a", over, 5, time.Second), st("b", over, 0, time.Second)}, 0},
-		{"over capacity beats a longer denial", []*ratelimitv1.DescriptorStatus{st("a", over, 0, time.Hour), st("b", overCapy, 9, 0)}, 1},
-		{"two over capacity: fewer remaining", []*ratelimitv1.DescriptorStatus{st("a", overCapy, 5, 0), st("b", overCapy, 2, 0)}, 1},
-		{"two over capacity, equal: the first", []*ratelimitv1.DescriptorStatus{st("a", overCapy, 2, 0), st("b", overCapy, 2, 0)}, 0},
-		{"shadow never counts", []*ratelimitv1.DescriptorStatus{shadowed(st("s", overCapy, 0, 0)), st("b", ok, 7, 0)}, 1},
-		{"unlimited, unmatched, replaced never count", []*ratelimitv1.DescriptorStatus{unlimited, unmatched, replaced, st("d", ok, 9, 0)}, 3},
-		{"none counts", []*ratelimitv1.DescriptorStatus{unmatched, shadowed(st("s", over, 0, time.Second))}, -1},
+		{"none named", two, 0, -1},
+		{"the first", two, 1, 0},
+		{"the second, though it has more remaining", two, 2, 1},
+		{"past the statuses", two, 3, -1},
+		{"no statuses", nil, 1, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Decision{Source: SourceService, Response: &ratelimitv1.ShouldRateLimitResponse{Statuses: tt.sts}}
+			d := Decision{Source: SourceService, Response: &ratelimitv1.ShouldRateLimitResponse{Statuses: tt.sts, MostRestrictive: tt.most}}
 			if got := d.MostRestrictive(); got != tt.want {
 				t.Errorf("MostRestrictive() = %d, want %d", got, tt.want)
 			}
@@ -109,6 +106,7 @@ func TestDecide(t *testing.T) {
 		code      ratelimitv1.Code
 		retry     time.Duration // the response's
 		sts       []*ratelimitv1.DescriptorStatus
+		most      uint32   // the response's most_restrictive
 		want      Decision // Source and Response are not compared
 		wantWords string
 	}{
@@ -133,6 +131,7 @@ func TestDecide(t *testing.T) {
 		{
 			name:  "the longest retry names the policy",
 			code:  over,
+			most:  2,
 			retry: 2 * time.Second,
 			sts:   []*ratelimitv1.DescriptorStatus{st("a", over, 0, time.Second), st("b", over, 0, 2*time.Second)},
 			want:  Decision{RetryAfter: 2 * time.Second, Policy: "b"}, wantWords: "throttled by policy 'b'; retry after 2 s",
@@ -140,6 +139,7 @@ func TestDecide(t *testing.T) {
 		{
 			name:  "equal retries: the first",
 			code:  over,
+			most:  2,
 			retry: time.Second,
 			sts:   []*ratelimitv1.DescriptorStatus{st("a", ok, 0, 0), st("b", over, 3, time.Second), st("c", over, 0, time.Second)},
 			want:  Decision{RetryAfter: time.Second, Policy: "b"}, wantWords: "throttled by policy 'b'; retry after 1 s",
@@ -147,25 +147,45 @@ func TestDecide(t *testing.T) {
 		{
 			name: "over capacity twice: the fewer remaining",
 			code: over,
+			most: 2,
 			sts:  []*ratelimitv1.DescriptorStatus{st("a", overCapy, 5, 0), st("b", overCapy, 2, 0)},
 			want: Decision{Never: true, Policy: "b"}, wantWords: "throttled by policy 'b'; the request costs more than the limit's capacity, so no wait will admit it",
 		},
 		{
 			name: "over capacity twice, equal remaining: the first",
 			code: over,
+			most: 2,
 			sts:  []*ratelimitv1.DescriptorStatus{st("a", over, 0, time.Hour), st("b", overCapy, 2, 0), st("c", overCapy, 2, 0)},
 			want: Decision{Never: true, Policy: "b"}, wantWords: "throttled by policy 'b'; the request costs more than the limit's capacity, so no wait will admit it",
 		},
 		{
 			name:  "a shadow rule over capacity neither names the policy nor makes it Never",
 			code:  over,
+			most:  2,
 			retry: time.Second,
 			sts:   []*ratelimitv1.DescriptorStatus{shadowed(st("s", overCapy, 0, 0)), st("b", over, 0, time.Second)},
 			want:  Decision{RetryAfter: time.Second, Policy: "b"}, wantWords: "throttled by policy 'b'; retry after 1 s",
 		},
 		{
+			name:  "the status the service names, whatever the client would rank",
+			code:  over,
+			most:  1,
+			retry: 2 * time.Second,
+			sts:   []*ratelimitv1.DescriptorStatus{st("a", over, 0, time.Second), st("b", over, 0, 2*time.Second)},
+			want:  Decision{RetryAfter: 2 * time.Second, Policy: "a"}, wantWords: "throttled by policy 'a'; retry after 2 s",
+		},
+		{
+			name:  "a charge that overdrew",
+			code:  over,
+			most:  1,
+			retry: time.Second,
+			sts:   []*ratelimitv1.DescriptorStatus{overdrew(st("tokens", over, 0, time.Second))},
+			want:  Decision{RetryAfter: time.Second, Policy: "tokens", Overdrew: true}, wantWords: "throttled by policy 'tokens'; retry after 1 s",
+		},
+		{
 			name:  "a rule without a name: the descriptor",
 			code:  over,
+			most:  2,
 			retry: time.Second,
 			sts:   []*ratelimitv1.DescriptorStatus{st("a", ok, 0, 0), st("", over, 0, time.Second)},
 			want:  Decision{RetryAfter: time.Second, Policy: second.String()}, wantWords: "throttled by policy 'path=/b'; retry after 1 s",
@@ -173,16 +193,16 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := &ratelimitv1.ShouldRateLimitResponse{OverallCode: tt.code, Statuses: tt.sts}
+			resp := &ratelimitv1.ShouldRateLimitResponse{OverallCode: tt.code, Statuses: tt.sts, MostRestrictive: tt.most}
 			if tt.retry > 0 {
 				resp.RetryAfter = durationpb.New(tt.retry)
 			}
 			got := decide(resp, ds)
 			if got.Allowed != tt.want.Allowed || got.Delay != tt.want.Delay || got.RetryAfter != tt.want.RetryAfter ||
-				got.Never != tt.want.Never || got.Policy != tt.want.Policy {
-				t.Errorf("decide: Allowed %v Delay %v RetryAfter %v Never %v Policy %q\nwant    Allowed %v Delay %v RetryAfter %v Never %v Policy %q",
-					got.Allowed, got.Delay, got.RetryAfter, got.Never, got.Policy,
-					tt.want.Allowed, tt.want.Delay, tt.want.RetryAfter, tt.want.Never, tt.want.Policy)
+				got.Never != tt.want.Never || got.Policy != tt.want.Policy || got.Overdrew != tt.want.Overdrew {
+				t.Errorf("decide: Allowed %v Delay %v RetryAfter %v Never %v Policy %q Overdrew %v\nwant    Allowed %v Delay %v RetryAfter %v Never %v Policy %q Overdrew %v",
+					got.Allowed, got.Delay, got.RetryAfter, got.Never, got.Policy, got.Overdrew,
+					tt.want.Allowed, tt.want.Delay, tt.want.RetryAfter, tt.want.Never, tt.want.Policy, tt.want.Overdrew)
 			}
 			if s := got.String(); s != tt.wantWords {
 				t.Errorf("String() = %q\nwant        %q", s, tt.wantWords)

@@ -26,6 +26,7 @@ type Descriptor struct {
 	hasHits bool
 	limit   *Limit
 	op      ratelimitv1.Operation
+	over    ratelimitv1.Overdraft
 }
 
 type entry struct{ key, value string }
@@ -65,23 +66,31 @@ func (d Descriptor) WithHits(n uint32) Descriptor {
 
 // WithOperation returns d asking op of its buckets instead of a charge
 // (ratelimitv1.Operation documents each): OPERATION_CHECK asks whether a
-// charge of 1 would be admitted and charges nothing; OPERATION_OVERDRAFT
-// charges its cost in full, into debt if need be, for usage that already
-// happened; OPERATION_REFUND gives its cost back; OPERATION_ADMIT charges
-// it only if it fits, whatever the policy says of overdraft. A request
-// holding an overdraft charge or a refund is always sent to the service:
-// the local short-circuit never answers it, nor remembers its denial, as
-// its charge must land. Reserve makes these calls for usage known only
-// afterwards.
+// charge of 1 would be admitted and charges nothing; OPERATION_REFUND
+// gives its cost back. Reserve, Settle and Cancel make these calls for
+// usage known only afterwards.
 func (d Descriptor) WithOperation(op ratelimitv1.Operation) Descriptor {
 	d.op = op
 	return d
 }
 
+// WithOverdraft returns d's charge allowed to overdraw, or not, whatever
+// the policy says (ratelimitv1.Overdraft): OVERDRAFT_ALWAYS takes the cost
+// in full, into debt if need be, for usage that already happened;
+// OVERDRAFT_NEVER admits it only if it fits. Only a charge may say it (the
+// service answers a check or a refund that does InvalidArgument). A
+// request holding a charge that always overdraws or a refund is always
+// sent to the service: the local short-circuit never answers it, nor
+// remembers its denial, as its charge must land.
+func (d Descriptor) WithOverdraft(o ratelimitv1.Overdraft) Descriptor {
+	d.over = o
+	return d
+}
+
 // recordsUsage reports whether d's charge is applied whatever the service
-// decides: an overdraft charge or a refund.
+// decides: a charge that always overdraws, or a refund.
 func (d Descriptor) recordsUsage() bool {
-	return d.op == ratelimitv1.Operation_OPERATION_OVERDRAFT || d.op == ratelimitv1.Operation_OPERATION_REFUND
+	return d.over == ratelimitv1.Overdraft_OVERDRAFT_ALWAYS || d.op == ratelimitv1.Operation_OPERATION_REFUND
 }
 
 // WithLimit returns d decided by l instead of the service's policy, in any
@@ -114,7 +123,7 @@ func (d Descriptor) cost() uint32 {
 }
 
 func (d Descriptor) proto() *ratelimitv1.Descriptor {
-	out := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.entries)), Operation: d.op}
+	out := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.entries)), Operation: d.op, Overdraft: d.over}
 	for i, e := range d.entries {
 		out.Entries[i] = &ratelimitv1.Entry{Key: e.key, Value: e.value}
 	}

@@ -8,7 +8,7 @@
 //	c, err := client.New("127.0.0.1:8081")
 //	...
 //	orders := client.NewDescriptor("path", "/orders")
-//	d, err := c.Check(ctx, "default",
+//	d, err := c.Charge(ctx, "default",
 //		client.NewDescriptor("generic_key", "global"),
 //		orders,
 //		orders.With("user", "alice"))
@@ -19,7 +19,9 @@
 //		return fmt.Errorf("%v", d) // throttled by policy 'per-user-per-endpoint'; retry after 100 ms
 //	}
 //
-// The service charges every descriptor or, when any denies, none.
+// The service charges every descriptor or, when any denies, none. Charge
+// is named for what it does: it spends the budget it asks about. To ask
+// without spending, give a descriptor WithOperation(OPERATION_CHECK).
 //
 // # Usage known afterwards
 //
@@ -35,12 +37,29 @@
 //	r.Settle(ctx, used) // charges used-500 in full (into debt if need be), or refunds 500-used
 //
 // Cancel gives a reservation back. Descriptor.WithOperation asks a single
-// check, overdraft charge or refund directly. A refund (Cancel, or Settle
+// check or refund directly, and Descriptor.WithOverdraft says whether a
+// charge may overdraw whatever the policy says. A refund (Cancel, or Settle
 // for less than the estimate) needs the verb refund where the service
 // authorizes its callers, and a rule with refunds: false refuses it from
 // anyone: a refused refund is answered PermissionDenied, which the failure
 // policy decides like any error, and the reservation stays open
 // (docs/authz.md).
+//
+// # Work in flight
+//
+// A concurrency limit (a policy's algorithm: concurrency) counts units in
+// flight: Acquire takes them and Lease.Release gives them back, and a unit
+// never released frees itself when its lease ends:
+//
+//	lease, err := c.Acquire(ctx, "llm", client.NewDescriptor("tenant", "acme"))
+//	...
+//	if !lease.Allowed {
+//		return fmt.Errorf("%v", lease.Decision) // 20 streams of acme in flight already
+//	}
+//	defer lease.Release(context.WithoutCancel(ctx))
+//
+// httplimit.NewConcurrency and grpclimit.NewConcurrency do this around
+// each request's handler.
 //
 // # When the service cannot decide
 //

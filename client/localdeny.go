@@ -112,6 +112,7 @@ func appendRequestKey(b []byte, domain string, ds []Descriptor) []byte {
 		}
 		b = binary.AppendUvarint(b, uint64(d.cost()))
 		b = binary.AppendUvarint(b, uint64(d.op))
+		b = binary.AppendUvarint(b, uint64(d.over))
 		l := d.limit
 		if l == nil {
 			b = append(b, 0)

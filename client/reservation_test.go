@@ -25,7 +25,7 @@ var acme = client.NewDescriptor("tenant", "acme")
 // and whether a charge of 1 would be admitted.
 func remaining(t *testing.T, c *client.Client) (uint64, bool) {
 	t.Helper()
-	d, err := c.Check(context.Background(), "ai", acme.WithOperation(ratelimitv1.Operation_OPERATION_CHECK))
+	d, err := c.Charge(context.Background(), "ai", acme.WithOperation(ratelimitv1.Operation_OPERATION_CHECK))
 	if err != nil || d.Source != client.SourceService {
 		t.Fatalf("check: %v %v", d, err)
 	}
@@ -62,7 +62,7 @@ func TestReservation(t *testing.T) {
 		t.Fatalf("a reservation of 300 in 1000: %v", r.Decision)
 	}
 	wantLeft(t, c, "reserved 300", 700, true)
-	if s, err := r.Settle(ctx, 450); err != nil || !s.Allowed {
+	if s, err := r.Settle(ctx, 450); err != nil || !s.Allowed || s.Overdrew {
 		t.Fatalf("settle 450: %v %v", s, err)
 	}
 	wantLeft(t, c, "settled at 450", 550, true)
@@ -88,8 +88,8 @@ func TestReservation(t *testing.T) {
 	// reservations are denied until the window ends.
 	r = reserve(t, c, 500)
 	s, err := r.Settle(ctx, 800)
-	if err != nil || s.Allowed || s.Response.GetStatuses()[0].GetOperation() != ratelimitv1.Operation_OPERATION_OVERDRAFT {
-		t.Fatalf("settle 800 of 500 with 50 left: %v %v; want the overdraft charged and reported denied", s, err)
+	if err != nil || s.Allowed || !s.Overdrew || !s.Response.GetStatuses()[0].GetOverdrew() {
+		t.Fatalf("settle 800 of 500 with 50 left: %+v %v; want the overdraft charged, reported denied and overdrawn", s, err)
 	}
 	wantLeft(t, c, "in debt", 0, false)
 	if r := reserve(t, c, 1); r.Allowed {
@@ -99,7 +99,8 @@ func TestReservation(t *testing.T) {
 	wantLeft(t, c, "the next window", 1000, true)
 
 	// Cancel gives it all back; settling for less refunds the rest; settling
-	// for the estimate sends nothing.
+	// for the estimate sends nothing and answers with the reservation's own
+	// decision, which admitted it.
 	r = reserve(t, c, 200)
 	if _, err := r.Cancel(ctx); err != nil {
 		t.Fatal(err)
@@ -112,8 +113,8 @@ func TestReservation(t *testing.T) {
 	wantLeft(t, c, "settled for 40 of 100", 960, true)
 	r = reserve(t, c, 60)
 	before := n.n.Load()
-	if s, err := r.Settle(ctx, 60); err != nil || s.Source != client.SourceService || s.Response != nil {
-		t.Fatalf("settle at the estimate: %v %v", s, err)
+	if s, err := r.Settle(ctx, 60); err != nil || !s.Allowed || s.Source != client.SourceService || s.Response != r.Response || s.Overdrew {
+		t.Fatalf("settle at the estimate: %+v %v; want the reservation's decision, allowed", s, err)
 	}
 	if n.n.Load() != before {
 		t.Errorf("settling at the estimate made a call")

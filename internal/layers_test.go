@@ -23,7 +23,7 @@ var layers = []string{
 	"store",     // buckets kept: memory, Redis, the guard around a remote store, snapshots
 	"transport", // the wire's guards: TLS, connections, streams, bytes not yet read, hosts
 	"policy",    // policies: files, xDS, the YAML they are written in, watching for changes
-	"engine",    // one request: match, plan, settle through the store, answer
+	"engine",    // one request: match, plan, settle through the store, answer; the quota service
 	"observe",   // metrics, traces and the top-denied list: observers of the engine
 	"api",       // adapters: ratelimit.v1, Envoy's v3 and RLQS, HTTP/JSON; authorization
 	"operator",  // the operator's surface: console, admin endpoints, simulate, bench

@@ -25,6 +25,10 @@
 //     RetryInfo carrying the fail-closed wait.
 //
 // A stream is checked once, when it opens, not per message.
+//
+// NewConcurrency's Interceptor limits calls in flight instead (a policy's
+// algorithm: concurrency): each call holds units while its handler runs,
+// released when it returns, panics and cancellations included.
 package grpclimit
 
 import (
@@ -48,6 +52,7 @@ type Interceptor struct {
 	domain   string
 	describe DescribeFunc
 	quota    *quota.Client // WithQuota
+	inFlight bool          // NewConcurrency's: Acquire and Release instead of Charge
 }
 
 // An Option configures an Interceptor.
@@ -70,43 +75,98 @@ func New(c *client.Client, domain string, describe DescribeFunc, opts ...Option)
 	return i
 }
 
+// NewConcurrency returns an Interceptor that holds units in flight with c
+// in domain for each call, named by describe, while its handler runs: a
+// unary call until its handler returns, a stream until it ends.
+// client.Client.Acquire comes before the handler, Lease.Release once it
+// has returned — normally, by a panic, or after the call's context ended
+// (the caller cancelled, or its deadline passed). Name only descriptors of
+// concurrency rules (algorithm: concurrency); to limit calls by rate too,
+// chain an Interceptor made by New in front of this one:
+//
+//	rate := grpclimit.New(c, "default", grpclimit.PerMethod())
+//	inFlight := grpclimit.NewConcurrency(c, "default", perTenant)
+//	s := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(rate.Unary(), inFlight.Unary()),
+//		grpc.ChainStreamInterceptor(rate.Stream(), inFlight.Stream()))
+//
+// A caller sees what New's Interceptor shows (see the package
+// documentation): a denied call ends with ResourceExhausted, the rule
+// named, and RetryInfo with the service's wait, which is until the oldest
+// unit in flight frees itself at its lease's end (a release may free one
+// sooner); the failure policy decides when the service cannot, and a call
+// it admits holds no unit.
+//
+// The release is sent after the handler returns and before the call's
+// status goes out, on a context detached from the call's (it is sent even
+// when the call's context has ended), within the client's timeout
+// (client.WithTimeout). A release that cannot reach the service does not
+// change the call's answer; the client reports it
+// (client.WithReleaseFailureHook, and its log), and the unit frees itself
+// at its lease's end. A handler's panic goes on once the release is sent
+// (grpc-go does not recover panics: a recovery interceptor chained in
+// front of this one does). WithQuota does not apply here.
+func NewConcurrency(c *client.Client, domain string, describe DescribeFunc, opts ...Option) *Interceptor {
+	i := New(c, domain, describe, opts...)
+	i.quota, i.inFlight = nil, true
+	return i
+}
+
 // Unary returns the interceptor for unary calls.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := i.admit(ctx, info.FullMethod); err != nil {
+		release, err := i.admit(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
+		defer release()
 		return handler(ctx, req)
 	}
 }
 
-// Stream returns the interceptor for streaming calls: one check per stream.
+// Stream returns the interceptor for streaming calls: one check per
+// stream, and for NewConcurrency's a unit held until the stream ends.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := i.admit(ss.Context(), info.FullMethod); err != nil {
+		release, err := i.admit(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
 		}
+		defer release()
 		return handler(srv, ss)
 	}
 }
 
-// admit returns nil when the call may proceed, once its queue delay has
-// passed, and otherwise the status error to end it with.
-func (i *Interceptor) admit(ctx context.Context, method string) error {
+// admit returns, when the call may proceed (once its queue delay has
+// passed), what to call when its handler has returned; otherwise the
+// status error to end it with.
+func (i *Interceptor) admit(ctx context.Context, method string) (release func(), err error) {
+	release = func() {}
 	md, _ := metadata.FromIncomingContext(ctx)
 	ds := i.describe(ctx, method, md)
 	if len(ds) == 0 {
-		return nil
+		return release, nil
 	}
 	if i.quota != nil {
 		if ok, n := i.quota.Admit(ctx, ds...); !ok {
-			return status.Error(codes.ResourceExhausted, "throttled by quota: "+ds[n].String())
+			return nil, status.Error(codes.ResourceExhausted, "throttled by quota: "+ds[n].String())
 		}
-		return nil
+		return release, nil
 	}
-	d, err := i.client.Check(ctx, i.domain, ds...)
+	var d client.Decision
+	if i.inFlight {
+		var l *client.Lease
+		if l, err = i.client.Acquire(ctx, i.domain, ds...); err == nil {
+			d = l.Decision
+			// Its error went to the client's hook and log; the unit is
+			// left to its lease.
+			release = func() { l.Release(context.WithoutCancel(ctx)) }
+		}
+	} else {
+		d, err = i.client.Charge(ctx, i.domain, ds...)
+	}
 	if err != nil {
-		return status.FromContextError(err).Err()
+		return nil, status.FromContextError(err).Err()
 	}
 	switch {
 	case d.Allowed:
@@ -114,16 +174,17 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 			select {
 			case <-i.client.Clock().After(d.Delay):
 			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
+				release()
+				return nil, status.FromContextError(ctx.Err()).Err()
 			}
 		}
-		return nil
+		return release, nil
 	case d.Source == client.SourceFailClosed:
-		return withRetry(codes.Unavailable, d)
+		return nil, withRetry(codes.Unavailable, d)
 	case d.Never:
-		return status.Error(codes.ResourceExhausted, d.String())
+		return nil, status.Error(codes.ResourceExhausted, d.String())
 	}
-	return withRetry(codes.ResourceExhausted, d)
+	return nil, withRetry(codes.ResourceExhausted, d)
 }
 
 // withRetry is a status error with a RetryInfo detail of d's RetryAfter.

@@ -48,25 +48,25 @@ func TestRateLimitHeaders(t *testing.T) {
 		wantPolicy string
 		wantLimit  string
 	}{
-		{"fewest remaining", service(ok, st("a", ok, 10, 0), st("b", ok, 3, 0), st("c", ok, 3, 0)), nil,
+		{"fewest remaining", service(ok, 2, st("a", ok, 10, 0), st("b", ok, 3, 0), st("c", ok, 3, 0)), nil,
 			`"b";q=800;w=80`, `"b";r=3;t=2`},
-		{"a denial beats remaining", service(over, st("a", ok, 0, 0), st("b", over, 0, time.Second)), nil,
+		{"a denial beats remaining", service(over, 2, st("a", ok, 0, 0), st("b", over, 0, time.Second)), nil,
 			`"b";q=800;w=80`, `"b";r=0;t=2`},
-		{"the longest denial", service(over, st("a", over, 0, time.Second), st("b", over, 0, 2*time.Second), st("c", over, 0, 2*time.Second)), nil,
+		{"the longest denial", service(over, 2, st("a", over, 0, time.Second), st("b", over, 0, 2*time.Second), st("c", over, 0, 2*time.Second)), nil,
 			`"b";q=800;w=80`, `"b";r=0;t=2`},
-		{"over capacity beats a denial", service(over, st("a", over, 0, time.Hour), st("b", overCapy, 0, 0)), nil,
+		{"over capacity beats a denial", service(over, 2, st("a", over, 0, time.Hour), st("b", overCapy, 0, 0)), nil,
 			`"b";q=800;w=80`, `"b";r=0;t=2`},
-		{"shadow, unlimited and unmatched never count", service(ok, shadow, unlimited, unmatched, st("d", ok, 9, 0)), nil,
+		{"shadow, unlimited and unmatched never count", service(ok, 4, shadow, unlimited, unmatched, st("d", ok, 9, 0)), nil,
 			`"d";q=800;w=80`, `"d";r=9;t=2`},
-		{"none counts: no headers", service(ok, shadow, unmatched), nil, "", ""},
-		{"a window: q is its requests, w its length", service(ok, window), nil, `"window";q=7;w=60`, `"window";r=5;t=2`},
-		{"w rounds up", service(ok, oneThird), nil, `"one-third";q=1;w=1`, `"one-third";r=1;t=2`},
-		{"no name: the descriptor's entries", service(ok, st("", ok, 1, 0)),
+		{"none counts: no headers", service(ok, 0, shadow, unmatched), nil, "", ""},
+		{"a window: q is its requests, w its length", service(ok, 1, window), nil, `"window";q=7;w=60`, `"window";r=5;t=2`},
+		{"w rounds up", service(ok, 1, oneThird), nil, `"one-third";q=1;w=1`, `"one-third";r=1;t=2`},
+		{"no name: the descriptor's entries", service(ok, 1, st("", ok, 1, 0)),
 			[]client.Descriptor{client.NewDescriptor("path", "/a").With("user", "u")},
 			`"path=/a, user=u";q=800;w=80`, `"path=/a, user=u";r=1;t=2`},
-		{"quotes escaped", service(ok, st(`say "hi" \o/`, ok, 1, 0)), nil,
+		{"quotes escaped", service(ok, 1, st(`say "hi" \o/`, ok, 1, 0)), nil,
 			`"say \"hi\" \\o/";q=800;w=80`, `"say \"hi\" \\o/";r=1;t=2`},
-		{"not printable ASCII: default", service(ok, st("café", ok, 1, 0)), nil, `"default";q=800;w=80`, `"default";r=1;t=2`},
+		{"not printable ASCII: default", service(ok, 1, st("café", ok, 1, 0)), nil, `"default";q=800;w=80`, `"default";r=1;t=2`},
 		{"local denial", client.Decision{Source: client.SourceLocal, Policy: "p", RetryAfter: 1200 * time.Millisecond}, nil,
 			"", `"p";r=0;t=2`},
 		{"fail open", client.Decision{Allowed: true, Source: client.SourceFailOpen}, nil, "", ""},
@@ -82,10 +82,13 @@ func TestRateLimitHeaders(t *testing.T) {
 	}
 }
 
-func service(code ratelimitv1.Code, sts ...*ratelimitv1.DescriptorStatus) client.Decision {
+// service is the service's answer: code, statuses, and the status it
+// names most restrictive (1 + its index; 0 for none), as the daemon would
+// name it for these statuses (the headers describe the status it names).
+func service(code ratelimitv1.Code, most uint32, sts ...*ratelimitv1.DescriptorStatus) client.Decision {
 	return client.Decision{
 		Allowed:  code == ok,
 		Source:   client.SourceService,
-		Response: &ratelimitv1.ShouldRateLimitResponse{OverallCode: code, Statuses: sts},
+		Response: &ratelimitv1.ShouldRateLimitResponse{OverallCode: code, Statuses: sts, MostRestrictive: most},
 	}
 }

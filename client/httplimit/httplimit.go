@@ -54,9 +54,15 @@
 // printable ASCII) "default". A local denial (client.WithLocalDeny) has
 // only RateLimit, with r=0 and t its Retry-After. Decisions of the failure
 // policy have neither.
+//
+// NewConcurrency's middleware limits requests in flight instead (a
+// policy's algorithm: concurrency): each request holds units while its
+// handler runs, released when it returns, panics and cancelled requests
+// included. Wrap it in New's to limit requests by rate and in flight.
 package httplimit
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -78,6 +84,8 @@ type Middleware struct {
 	maxHeld int64
 	held    atomic.Int64
 	quota   *quota.Client // WithQuota
+
+	inFlight bool // NewConcurrency's: Acquire and Release instead of Charge
 }
 
 // WithQuota decides each request locally against quota assignments
@@ -119,6 +127,45 @@ func New(c *client.Client, domain string, describe DescribeFunc, opts ...Option)
 	return m
 }
 
+// NewConcurrency returns middleware that holds units in flight with c in
+// domain for each request, named by describe, while its handler runs:
+// client.Client.Acquire before the handler, Lease.Release once it has
+// returned — normally, by a panic, or after the request's context ended
+// (the client went away). Name only descriptors of concurrency rules
+// (algorithm: concurrency); to limit requests by rate too, wrap this
+// middleware in one made by New:
+//
+//	rate := httplimit.New(c, "default", httplimit.Tiers(httplimit.Global(), httplimit.PerUserPerRoute(route, user)))
+//	inFlight := httplimit.NewConcurrency(c, "default", func(r *http.Request) []client.Descriptor {
+//		return []client.Descriptor{client.NewDescriptor("tenant", tenantOf(r))}
+//	})
+//	http.ListenAndServe(addr, rate.Wrap(inFlight.Wrap(mux)))
+//
+// A client sees what New's middleware shows (see the package
+// documentation): an admitted request's RateLimit headers describe the
+// concurrency (r units free, once this request's is taken), which replace
+// an outer rate middleware's; a denied one gets 429 with them, the body
+// naming the rule and Retry-After the service's wait, which is until the
+// oldest unit in flight frees itself at its lease's end (a release may free
+// one sooner); the failure policy decides when the service cannot, and a
+// request it admits holds no unit.
+//
+// The release is sent after the handler returns and before the response
+// is finished, on a context detached from the request's (it is sent even
+// when the request's context has ended), within the client's timeout
+// (client.WithTimeout): a client that waits for its response before
+// sending the next request finds its unit free. A release that cannot
+// reach the service does not change the response; the client reports it
+// (client.WithReleaseFailureHook, and its log), and the unit frees itself
+// at its lease's end. A handler's panic goes on to net/http once the
+// release is sent. WithQuota does not apply to this middleware; WithTarpit
+// does.
+func NewConcurrency(c *client.Client, domain string, describe DescribeFunc, opts ...Option) *Middleware {
+	m := New(c, domain, describe, opts...)
+	m.quota, m.inFlight = nil, true
+	return m
+}
+
 // Wrap returns next behind the limit.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -136,32 +183,53 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		d, err := m.client.Check(ctx, m.domain, ds...)
+		var d client.Decision
+		var err error
+		if m.inFlight {
+			var l *client.Lease
+			if l, err = m.client.Acquire(ctx, m.domain, ds...); err == nil {
+				// Its error went to the client's hook and log; the unit
+				// is left to its lease.
+				defer l.Release(context.WithoutCancel(ctx))
+				d = l.Decision
+			}
+		} else {
+			d, err = m.client.Charge(ctx, m.domain, ds...)
+		}
 		if err != nil {
 			// The request's context ended: the client is gone or the
 			// server's own deadline passed.
 			http.Error(w, "request ended before a rate limit decision", http.StatusServiceUnavailable)
 			return
 		}
-		switch {
-		case d.Allowed:
-			setRateLimit(w.Header(), d, ds)
-			if d.Delay > 0 {
-				select {
-				case <-m.client.Clock().After(d.Delay):
-				case <-ctx.Done():
-					http.Error(w, "request ended while queued by the rate limit", http.StatusServiceUnavailable)
-					return
-				}
-			}
+		if m.admit(w, r, d, ds) {
 			next.ServeHTTP(w, r)
-		case d.Source == client.SourceFailClosed:
-			w.Header().Set(ratelimitheader.RetryAfter, strconv.FormatInt(ratelimitheader.Seconds(d.RetryAfter), 10))
-			http.Error(w, d.String(), http.StatusServiceUnavailable)
-		default:
-			m.deny(w, r, d, ds)
 		}
 	})
+}
+
+// admit reports whether a request decided d may go on to its handler,
+// once its queue delay has passed, and answers it otherwise.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, d client.Decision, ds []client.Descriptor) bool {
+	switch {
+	case d.Allowed:
+		setRateLimit(w.Header(), d, ds)
+		if d.Delay > 0 {
+			select {
+			case <-m.client.Clock().After(d.Delay):
+			case <-r.Context().Done():
+				http.Error(w, "request ended while queued by the rate limit", http.StatusServiceUnavailable)
+				return false
+			}
+		}
+		return true
+	case d.Source == client.SourceFailClosed:
+		w.Header().Set(ratelimitheader.RetryAfter, strconv.FormatInt(ratelimitheader.Seconds(d.RetryAfter), 10))
+		http.Error(w, d.String(), http.StatusServiceUnavailable)
+	default:
+		m.deny(w, r, d, ds)
+	}
+	return false
 }
 
 // deny answers 429, after the tarpit's hold when there is one.

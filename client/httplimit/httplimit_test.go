@@ -398,7 +398,7 @@ func TestBodyAndHeadersNameTheSamePolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := start(t, func(*http.Request) []client.Descriptor { return tt.ask }, nil)
-			if d, err := s.client.Check(context.Background(), "default", tt.spend...); err != nil || !d.Allowed {
+			if d, err := s.client.Charge(context.Background(), "default", tt.spend...); err != nil || !d.Allowed {
 				t.Fatalf("spending: %v %v", d, err)
 			}
 			got := s.get(t, "/orders", "")

@@ -51,8 +51,10 @@ async function main(target, descriptorSet, protoDir) {
   const rl = new v1.RateLimitService(target, creds);
 
   const entries = (...kv) => kv.map(([key, value]) => ({ key, value }));
+  // most_restrictive names the status that decided: 1 + its index, 0 for none.
   const v1Decode = (r) => ({
     code: r.overall_code,
+    policy: r.most_restrictive ? r.statuses[r.most_restrictive - 1].rule.name : '',
     retry_after_ms: r.retry_after ? millis(r.retry_after) : null,
     statuses: r.statuses.map((s) => ({ code: s.code, rule: s.rule ? s.rule.name : '', remaining: Number(s.remaining) })),
   });

@@ -74,8 +74,11 @@ def main(target, descriptor_set):
         return Descriptor(entries=[Entry(key=k, value=v) for k, v in entries], **fields)
 
     def v1_decode(r):
+        # most_restrictive names the status that decided: 1 + its index, 0 for none.
+        most = r.statuses[r.most_restrictive - 1].rule.name if r.most_restrictive else ""
         return {
             "code": enum_name("ratelimit.v1.Code", r.overall_code),
+            "policy": most,
             "retry_after_ms": millis(r.retry_after) if r.HasField("retry_after") else None,
             "statuses": [
                 {"code": enum_name("ratelimit.v1.Code", s.code), "rule": s.rule.name, "remaining": s.remaining}

@@ -39,6 +39,7 @@ import (
 type decision struct {
 	Call         string   `json:"call"`
 	Code         string   `json:"code,omitempty"`
+	Policy       string   `json:"policy,omitempty"` // v1: the rule of the status most_restrictive names
 	RetryAfterMs *int64   `json:"retry_after_ms"`
 	Statuses     []status `json:"statuses,omitempty"`
 	Error        string   `json:"error,omitempty"`
@@ -58,16 +59,16 @@ func ms(n int64) *int64 { return &n }
 // default policy. Alice's calls go to v1, Bob's to v3; the global and
 // per-endpoint buckets are shared by both APIs.
 var want = []decision{
-	{Call: "v1 first", Code: "CODE_OK", Statuses: []status{
+	{Call: "v1 first", Code: "CODE_OK", Policy: "per-user-per-endpoint", Statuses: []status{
 		{"CODE_OK", "global", 6999, nil}, {"CODE_OK", "per-endpoint", 3999, nil}, {"CODE_OK", "per-user-per-endpoint", 799, nil}}},
-	{Call: "v1 spend", Code: "CODE_OK", Statuses: []status{{"CODE_OK", "per-user-per-endpoint", 0, nil}}},
+	{Call: "v1 spend", Code: "CODE_OK", Policy: "per-user-per-endpoint", Statuses: []status{{"CODE_OK", "per-user-per-endpoint", 0, nil}}},
 	// Denied on the user tier, one token at 600 a minute away; nothing is
 	// charged on the other two.
-	{Call: "v1 denied", Code: "CODE_OVER_LIMIT", RetryAfterMs: ms(100), Statuses: []status{
+	{Call: "v1 denied", Code: "CODE_OVER_LIMIT", Policy: "per-user-per-endpoint", RetryAfterMs: ms(100), Statuses: []status{
 		{"CODE_OK", "global", 6999, nil}, {"CODE_OK", "per-endpoint", 3999, nil}, {"CODE_OVER_LIMIT", "per-user-per-endpoint", 0, nil}}},
-	{Call: "v1 peek", Code: "CODE_OK", Statuses: []status{{"CODE_OK", "per-user-per-endpoint", 0, nil}}},
-	{Call: "v1 inline", Code: "CODE_OK", Statuses: []status{{"CODE_OK", "tenant-quota", 0, nil}}},
-	{Call: "v1 inline denied", Code: "CODE_OVER_LIMIT", RetryAfterMs: ms(30000), Statuses: []status{
+	{Call: "v1 peek", Code: "CODE_OK", Policy: "per-user-per-endpoint", Statuses: []status{{"CODE_OK", "per-user-per-endpoint", 0, nil}}},
+	{Call: "v1 inline", Code: "CODE_OK", Policy: "tenant-quota", Statuses: []status{{"CODE_OK", "tenant-quota", 0, nil}}},
+	{Call: "v1 inline denied", Code: "CODE_OVER_LIMIT", Policy: "tenant-quota", RetryAfterMs: ms(30000), Statuses: []status{
 		{"CODE_OVER_LIMIT", "tenant-quota", 0, nil}}},
 	{Call: "v1 invalid", Error: "INVALID_ARGUMENT: domain: must not be empty"},
 

@@ -118,8 +118,9 @@ func TestSharesHeldAcrossDaemons(t *testing.T) {
 			daemons := make([]*daemontest.Daemon, 3)
 			for i := range daemons {
 				daemons[i] = daemontest.Start(t, harnessPolicy, func(c *daemon.Config) {
-					c.Clock, c.QuotaLedgerClock, c.Store = clk, clk, "redis"
-					c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, KeyPrefix: fmt.Sprintf("held%d:", n)}
+					c.Clock, c.Store = clk, "redis"
+					c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, KeyPrefix: fmt.Sprintf("held%d:", n),
+						Clock: clk, Linger: redisstore.MaxLinger}
 				})
 			}
 			sharesHeld(t, n, daemons, true)

@@ -100,7 +100,7 @@ Flags, by topic (docs/operations.md has the manual):
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")
 	fs.IntVar(&b.MaxValueBytes, "max-value-bytes", b.MaxValueBytes, "longest entry value, in bytes")
 	fs.BoolVar(&cfg.ShadowMode, "shadow-mode", false, "global shadow mode: deny nothing; buckets are charged as shadow_mode rules' are (both APIs)")
-	fs.BoolVar(&cfg.OverdraftByDefault, "overdraft-by-default", false, "make every limit whose policy does not say overdraft: an overdraft limit: charges are taken in full, leaving the bucket in debt (token budgets charged after the response)")
+	fs.BoolVar(&cfg.OverdraftByDefault, "overdraft-by-default", false, "make every limit whose policy does not say overdraft: (a concurrency excepted) an overdraft limit: charges are taken in full, leaving the bucket in debt (token budgets charged after the response)")
 	fs.IntVar(&cfg.QuotaDaemons, "quota-daemons", 1, "how many daemons without a shared Redis serve quota (RLQS) streams for the same limits: each hands out shares of limit / N; daemons on one Redis share by demand instead (docs/quota.md)")
 	fs.BoolVar(&cfg.ResponseDynamicMetadata, "response-dynamic-metadata", false, "Envoy v3 responses carry dynamic_metadata: upstream's fields (domain, descriptors, hitsAddend, the merged metadata of the descriptors that passed), each descriptor's answer, and the quota scopes with room (docs/envoy.md)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")

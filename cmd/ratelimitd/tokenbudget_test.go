@@ -326,7 +326,7 @@ func TestDebtPaidByRefill(t *testing.T) {
 			// in [asked, answered]: the bounds below hold whatever the
 			// latencies.
 			sent := time.Now()
-			if st := call(rl.Operation_OPERATION_CHARGE, 300); st.Code != rl.Code_CODE_OVER_LIMIT || st.Operation != rl.Operation_OPERATION_OVERDRAFT {
+			if st := call(rl.Operation_OPERATION_CHARGE, 300); st.Code != rl.Code_CODE_OVER_LIMIT || !st.Overdrew {
 				t.Fatalf("300 on a bucket of 100: %v, want charged in full (overdraft) and in debt", st)
 			}
 			done := time.Now()

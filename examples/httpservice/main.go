@@ -17,7 +17,20 @@
 //
 // shows some 800 plus 10 for every second the loop took answered 200, the
 // rest 429. /healthz and /debug/vars (expvar, with a count of the requests
-// ratelimitd could not decide) are not limited.
+// ratelimitd could not decide, and of releases that did not reach it) are
+// not limited.
+//
+// GET /reports, work that takes a while, is also limited in flight: each
+// request holds the unit [in_flight=reports] while it runs. The default
+// policy has no rule for it, so it is not limited there; with a rule such
+// as
+//
+//	descriptors:
+//	  - key: in_flight
+//	    value: reports
+//	    rate_limit: {name: reports-in-flight, algorithm: concurrency, max_in_flight: 4, lease: 5m}
+//
+// at most 4 reports run at once, and a fifth is answered 429.
 package main
 
 import (
@@ -55,6 +68,10 @@ func main() {
 // serves it at /debug/vars.
 var undecided = expvar.NewInt("ratelimit_undecided_requests")
 
+// unreleased counts the units in flight whose release did not reach
+// ratelimitd: each frees itself at its lease's end.
+var unreleased = expvar.NewInt("ratelimit_unreleased_units")
+
 func run(addr, target, domain string, failClosed bool, tarpit time.Duration) error {
 	opts := []client.Option{
 		// A decision's budget on this service's hot path. It covers
@@ -65,6 +82,7 @@ func run(addr, target, domain string, failClosed bool, tarpit time.Duration) err
 		// Count the requests ratelimitd could not decide (the client also
 		// logs when it stops and starts answering).
 		client.WithFailureHook(func(error, client.Decision) { undecided.Add(1) }),
+		client.WithReleaseFailureHook(func(error) { unreleased.Add(1) }),
 	}
 	if failClosed {
 		opts = append(opts, client.WithFailClosed(time.Second))
@@ -99,7 +117,8 @@ func run(addr, target, domain string, failClosed bool, tarpit time.Duration) err
 	return nil
 }
 
-// newHandler is the service: its routes behind the rate limit.
+// newHandler is the service: its routes behind the rate limit, and
+// /reports behind the limit in flight too.
 func newHandler(c *client.Client, domain string, opts ...httplimit.Option) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders", func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +127,14 @@ func newHandler(c *client.Client, domain string, opts ...httplimit.Option) http.
 	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "{\"id\": %q}\n", r.PathValue("id"))
 	})
+	reports := http.NewServeMux()
+	reports.HandleFunc("GET /reports", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, `{"report": "orders by day"}`)
+	})
+	inFlight := httplimit.NewConcurrency(c, domain, func(*http.Request) []client.Descriptor {
+		return []client.Descriptor{client.NewDescriptor("in_flight", "reports")}
+	}, opts...)
+	mux.Handle("GET /reports", inFlight.Wrap(reports))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -40,6 +40,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/observe/topdenied"
 	"github.com/ratelimitd/ratelimitd/internal/observe/tracing"
@@ -174,10 +175,6 @@ type Config struct {
 	// limits through it by demand instead (more than 1 is refused with the
 	// redis store).
 	QuotaDaemons int
-	// QuotaLedgerClock, when set, keeps the leases of the quota ledger in
-	// Redis on its time instead of Redis TIME, for tests whose daemons
-	// share a fake clock (internal/store/redis: QuotaLedger).
-	QuotaLedgerClock clock.Clock
 	// ResponseHeaders selects the headers Envoy v3 responses carry (zero
 	// value: none).
 	ResponseHeaders envoyapi.Headers
@@ -198,14 +195,14 @@ type Config struct {
 	// order: for a program embedding the daemon (auth, tracing) and for
 	// tests that hold a call in flight.
 	UnaryInterceptors []grpc.UnaryServerInterceptor
-	// Clock is the decision clock (nil: the real monotonic clock).
+	// Clock is the daemon's clock (nil: the real monotonic clock): the
+	// memory store's and the engine's decisions, quota assignments and
+	// their reports. It is the one way to give the daemon a time; the
+	// Redis store keeps Redis's (all daemons on one Redis share it)
+	// unless Redis.Clock gives it one, the same way (redis.Config.Clock).
 	Clock clock.Clock
 	// Logger receives the daemon's logs (nil: slog.Default()).
 	Logger *slog.Logger
-
-	// restoring, when set (by tests, through export_test.go), is called as
-	// the restore of the state file starts, and waited for.
-	restoring func()
 }
 
 // Daemon is a running ratelimitd.
@@ -224,7 +221,8 @@ type Daemon struct {
 	bodies      *recvlimit.Limiter   // HTTP decision calls' bodies on their way
 	longStreams *streamlimit.Limiter // gRPC streams that last as long as their client wants
 	engine      *engine.Engine
-	quota       *rlqsapi.Server
+	quota       *quotaservice.Service
+	rlqs        *rlqsapi.Server
 	store       storeBackend
 	stopJobs    context.CancelFunc
 	served      chan error
@@ -298,7 +296,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
 	d.longStreams = d.newLongStreams()
 	d.metrics.Registry().MustRegister(d.limitCollectors()...)
-	d.quota = d.newQuota()
+	d.quota, d.rlqs = d.newQuota()
 	d.grpc = d.grpcServer()
 	d.serversHTTP()
 	// While the state file loads, the HTTP port answers: /readyz and the
@@ -448,6 +446,9 @@ func (d *Daemon) loadPolicy() error {
 			return err
 		}
 	}
+	if err := d.unsupportedLimit(policy); err != nil {
+		return err
+	}
 	d.warnPolicy(policy)
 	at := time.Now()
 	d.metrics.PolicyLoaded(policy, at)
@@ -484,9 +485,6 @@ func (d *Daemon) openStore() (err error) {
 // NOT_SERVING and decision calls refused. It cannot fail (a bad file
 // starts the store empty).
 func (d *Daemon) restoreBuckets() {
-	if d.cfg.restoring != nil {
-		d.cfg.restoring()
-	}
 	d.store.restore(d.engine.Adopt)
 }
 
@@ -573,7 +571,7 @@ func (d *Daemon) grpcServer() *grpc.Server {
 	g := grpc.NewServer(opts...)
 	grpcapi.Register(g, d.engine)
 	envoyapi.Register(g, d.engine, d.envoyOptions()...)
-	d.quota.Register(g)
+	d.rlqs.Register(g)
 	healthpb.RegisterHealthServer(g, &drainingHealth{Server: d.health, drain: d.drain})
 	reflection.Register(g)
 	d.boundStreams(g)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,7 +330,8 @@ func TestStateFileKeepsLongKeys(t *testing.T) {
 // TestNotReadyWhileRestoring: while the state file loads, the HTTP port
 // already answers, /readyz with 503 and decision calls with 503
 // (Unavailable), so that nothing is decided on a store without its
-// buckets; once it is loaded the daemon is ready.
+// buckets; once it is loaded the daemon is ready. The state file is a
+// named pipe, which holds the load until the test writes to it.
 func TestNotReadyWhileRestoring(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -338,13 +340,15 @@ func TestNotReadyWhileRestoring(t *testing.T) {
 	httpAddr := l.Addr().String()
 	l.Close()
 
-	restoring, release := make(chan struct{}), make(chan struct{})
+	stateFile := filepath.Join(t.TempDir(), "state")
+	if err := syscall.Mkfifo(stateFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := daemon.Config{
 		ConfigPath: "", GRPCAddr: "127.0.0.1:0", HTTPAddr: httpAddr,
-		StateFile: filepath.Join(t.TempDir(), "state"),
+		StateFile: stateFile,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	daemon.SetRestoring(&cfg, func() { close(restoring); <-release })
 	started := make(chan *daemon.Daemon, 1)
 	go func() {
 		d, err := daemon.Start(cfg)
@@ -353,7 +357,12 @@ func TestNotReadyWhileRestoring(t *testing.T) {
 		}
 		started <- d
 	}()
-	<-restoring
+	// Opening the pipe for writing returns once the daemon has opened it
+	// to read: the load has started, and waits for what the test writes.
+	pipe, err := os.OpenFile(stateFile, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	get := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, "http://"+httpAddr+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -373,7 +382,7 @@ func TestNotReadyWhileRestoring(t *testing.T) {
 	if code, body := get("POST", "/ratelimit.v1.RateLimitService/ShouldRateLimit", decide); code != http.StatusServiceUnavailable || !strings.Contains(body, "loading its state file") {
 		t.Errorf("a decision while restoring: %d %s; want 503 saying the state file is loading", code, body)
 	}
-	close(release)
+	pipe.Close() // an empty state file: refused, and the store starts empty
 	d := <-started
 	if d == nil {
 		t.FailNow()

@@ -17,8 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
-	"github.com/ratelimitd/ratelimitd/internal/core/clock"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/store"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
@@ -61,7 +60,7 @@ type storeBackend interface {
 	// quotaLedger is where daemons sharing the store keep their parts of
 	// quota limits (package quota, "Limits shared by several daemons"), nil
 	// for a store that no other daemon shares.
-	quotaLedger() rlqsapi.Ledger
+	quotaLedger() quotaservice.Ledger
 	// close releases what the store holds, once no call is deciding.
 	close()
 	// String names the store in the start log line.
@@ -156,9 +155,9 @@ func (b *memoryBackend) collectors() []prometheus.Collector {
 	}
 	return c
 }
-func (b *memoryBackend) routes(*http.ServeMux)       {}
-func (b *memoryBackend) misconfigured() error        { return nil }
-func (b *memoryBackend) quotaLedger() rlqsapi.Ledger { return nil }
+func (b *memoryBackend) routes(*http.ServeMux)            {}
+func (b *memoryBackend) misconfigured() error             { return nil }
+func (b *memoryBackend) quotaLedger() quotaservice.Ledger { return nil }
 func (b *memoryBackend) restore(adopt memory.Adopt) {
 	if b.snapshots != nil {
 		b.snapshots.load(adopt)
@@ -183,9 +182,8 @@ const redisCheckTimeout = 5 * time.Second
 // Redis, in the guard that decides while Redis fails.
 type redisBackend struct {
 	*guard.Guard
-	redis       *redisstore.Store
-	name        string
-	ledgerClock clock.Clock // Config.QuotaLedgerClock
+	redis *redisstore.Store
+	name  string
 }
 
 func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
@@ -236,18 +234,18 @@ func newRedisBackend(cfg Config, hs *health.Server) (*redisBackend, error) {
 	case cfg.Redis.SentinelMaster != "":
 		name = "redis sentinel master " + cfg.Redis.SentinelMaster
 	}
-	return &redisBackend{Guard: g, redis: rs, name: name, ledgerClock: cfg.QuotaLedgerClock}, nil
+	return &redisBackend{Guard: g, redis: rs, name: name}, nil
 }
 
 func (b *redisBackend) run(ctx context.Context) { b.Run(ctx, time.Second) }
 func (b *redisBackend) collectors() []prometheus.Collector {
 	return append(b.redis.Collectors(), b.Guard.Collectors()...)
 }
-func (b *redisBackend) restore(memory.Adopt)        {}
-func (b *redisBackend) misconfigured() error        { return b.Misconfigured() }
-func (b *redisBackend) quotaLedger() rlqsapi.Ledger { return b.redis.QuotaLedger(b.ledgerClock) }
-func (b *redisBackend) close()                      { b.Guard.Close(); b.redis.Close() }
-func (b *redisBackend) String() string              { return b.name }
+func (b *redisBackend) restore(memory.Adopt)             {}
+func (b *redisBackend) misconfigured() error             { return b.Misconfigured() }
+func (b *redisBackend) quotaLedger() quotaservice.Ledger { return b.redis.QuotaLedger() }
+func (b *redisBackend) close()                           { b.Guard.Close(); b.redis.Close() }
+func (b *redisBackend) String() string                   { return b.name }
 
 // routes serves GET /healthz/redis: 200 "ok" while the store reaches
 // Redis, 503 with the failure while it does not.

@@ -87,11 +87,11 @@ descriptors:
 	for _, k := range []string{"tenant", "user", "path"} {
 		l := pBefore.Domain("d").Match(entries(k, "v")).Limits[0]
 		st, _ := l.Rate.Decide(algorithms.State{}, t0, 7)
-		old[string(appendBucketKey(nil, "d", entries(k, "v"), nil, l.Key))] = st
+		old[string(AppendBucketKey(nil, "d", entries(k, "v"), nil, l.Key))] = st
 	}
 	inline, _ := config.NewInlineLimit("", algorithms.TokenBucket, 10, time.Second, 0)
 	st, _ := inline.Rate.Decide(algorithms.State{}, t0, 7)
-	old[string(appendBucketKey(nil, "d", entries("ip", "v"), nil, inline.Key))] = st
+	old[string(AppendBucketKey(nil, "d", entries("ip", "v"), nil, inline.Key))] = st
 
 	s := memory.New(clock.NewFake(t0))
 	e := New(mustParse(t, after), s)

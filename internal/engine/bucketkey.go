@@ -10,9 +10,11 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 )
 
-// BucketKey is what a bucket's store key is made of. Append encodes it and
-// ParseBucketKey decodes it: the one encoding of bucket keys, which the
-// engine charges the store with and a snapshot's keys are read back by.
+// BucketKey is what a bucket's key is made of. Append (or AppendBucketKey)
+// encodes it and ParseBucketKey decodes it: the one encoding of bucket
+// keys, which the engine charges the store with, a snapshot's keys are read
+// back by, and the quota service (internal/engine/quotaservice) names its
+// buckets of shares, their ledger entries and its clients' BucketIds by.
 type BucketKey struct {
 	// Domain is the request's domain.
 	Domain string
@@ -23,10 +25,13 @@ type BucketKey struct {
 	// Shared: the bucket is a share_threshold rule's (config.Rule.Shared
 	// is not nil).
 	Shared bool
-	// Limit is the limit's config.Limit.Bucket: the kind of state its
-	// algorithm keeps and its period (not its requests or burst, so that a
-	// changed limit keeps its buckets), and "inline:" first for a limit the
-	// request carried.
+	// Limit is, for a bucket of the store, the limit's config.Limit.Bucket:
+	// the kind of state its algorithm keeps and its period (not its
+	// requests or burst, so that a changed limit keeps its buckets), and
+	// "inline:" first for a limit the request carried. For a bucket of
+	// shares (the quota service) it is the limit's config.Limit.Key, its
+	// whole arithmetic; for a quota client's name of a bucket (an RLQS
+	// BucketId, which no limit is part of) it is empty.
 	Limit string
 }
 
@@ -43,16 +48,16 @@ func (k *BucketKey) Append(b []byte) []byte {
 	if k.Shared {
 		shared = []string{} // not nil, substituting nothing
 	}
-	return appendBucketKey(b, k.Domain, k.Entries, shared, k.Limit)
+	return AppendBucketKey(b, k.Domain, k.Entries, shared, k.Limit)
 }
 
-// appendBucketKey appends the key of the bucket that entries charge in
+// AppendBucketKey appends the key of the bucket that entries charge in
 // domain under the limit of key limitKey, of a rule with shared
 // (config.Rule.Shared; nil for none, and for an inline limit): the
 // encoding of the BucketKey whose Entries are entries with each value at
-// a depth where shared holds a pattern replaced by the pattern, without
-// building that BucketKey.
-func appendBucketKey(b []byte, domain string, entries []config.Entry, shared []string, limitKey string) []byte {
+// a depth where shared holds a pattern replaced by the pattern, and whose
+// Shared is shared != nil, without building that BucketKey.
+func AppendBucketKey(b []byte, domain string, entries []config.Entry, shared []string, limitKey string) []byte {
 	b = appendPart(b, domain)
 	for i, e := range entries {
 		b = appendPart(b, e.Key)
@@ -228,7 +233,7 @@ func parseLimitKey(s string) (algorithms.Limit, bool) {
 		return algorithms.Limit{}, false
 	}
 	burst := capacity
-	if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
+	if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow || alg == algorithms.Concurrency {
 		burst = 0
 	}
 	l, err := algorithms.NewLimit(alg, requests, period, burst)

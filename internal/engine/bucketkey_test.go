@@ -180,7 +180,9 @@ func TestInPolicySharedBuckets(t *testing.T) {
 }
 
 // TestBucketKeyRoundTrip: for keys of every shape — plain, a wildcard's
-// value, share_threshold at any depth, inline, empty and long values —
+// value, share_threshold at any depth, inline, a bucket of shares (the
+// limit's whole Key), a quota client's BucketId (no limit), empty and long
+// values —
 // ParseBucketKey gives back what the engine's encoding was made of (with
 // shared values replaced by their pattern), BucketKey.Append gives back
 // the same bytes, and two keys made of different parts never share bytes.
@@ -215,8 +217,8 @@ func TestBucketKeyRoundTrip(t *testing.T) {
 			es[i] = config.Entry{Key: str(), Value: str()}
 		}
 		var shared []string
-		limit := "token_bucket:1/60000000000ns:1"
-		switch rng.IntN(3) {
+		limit := "bucket/1m0s" // a store's bucket: config.Limit.Bucket
+		switch rng.IntN(5) {
 		case 0: // share_threshold at some depths
 			shared = make([]string, len(es))
 			for i := range shared {
@@ -226,8 +228,16 @@ func TestBucketKeyRoundTrip(t *testing.T) {
 			}
 		case 1:
 			limit = inline.Key
+		case 2: // a bucket of shares: config.Limit.Key, shared or not
+			limit = "token_bucket/600/1m0s/600"
+			if rng.IntN(2) == 0 {
+				shared = make([]string, len(es))
+				shared[rng.IntN(len(es))] = "pattern*" + str()
+			}
+		case 3: // a quota client's BucketId: no limit
+			limit = ""
 		}
-		key := appendBucketKey(nil, domain, es, shared, limit)
+		key := AppendBucketKey(nil, domain, es, shared, limit)
 
 		want := BucketKey{Domain: domain, Entries: slices.Clone(es), Shared: shared != nil, Limit: limit}
 		for i, p := range shared {

@@ -10,17 +10,16 @@
 // Each descriptor asks one operation (Descriptor.Op) of each of its
 // limits' buckets, and each becomes one store.Charge of an algorithms.Kind:
 //
-//   - OpCharge of Cost > 0: on a limit that takes overdraft
-//     (config.Limit.TakesOverdraft, with the engine's
-//     WithOverdraftByDefault) an overdraft charge (algorithms.Overdraft): taken in
-//     full whatever is left, the bucket going into debt if need be; on any
-//     other limit an admission (algorithms.Admit), taken only if it fits. Cost 0
-//     is a peek: reported, not charged.
-//   - OpCheck: would a charge of 1 be admitted now (algorithms.Check)? Nothing is
-//     charged; a check denies exactly when such a charge would be denied, a
-//     bucket in debt included.
-//   - OpOverdraft: an overdraft charge on every limit, whatever the policy
-//     says of overdraft.
+//   - OpCharge of Cost > 0: when the descriptor may overdraw
+//     (Descriptor.Overdraft: OverdraftAlways, or OverdraftPolicy on a limit
+//     that takes overdraft, config.Limit.TakesOverdraft with the engine's
+//     WithOverdraftByDefault) an overdraft charge (algorithms.Overdraft):
+//     taken in full whatever is left, the bucket going into debt if need be
+//     (Status.Overdrew); otherwise an admission (algorithms.Admit), taken
+//     only if it fits. Cost 0 is a peek: reported, not charged.
+//   - OpCheck: would a charge of 1 be admitted now (algorithms.Check)?
+//     Nothing is charged; a check denies exactly when such a charge would
+//     be denied, a bucket in debt included.
 //   - OpRefund: Cost units given back (algorithms.Refund), never past the
 //     bucket's rest state (a full bucket, an empty window). A request in
 //     which a descriptor asks a refund of a rule that takes none
@@ -28,8 +27,6 @@
 //     *RefusedError, whatever the cost, and nothing of it is applied: a
 //     caller that may charge a limit and give the charge back could
 //     otherwise charge it without end.
-//   - OpAdmit: an admission on every limit, whatever the policy says of
-//     overdraft.
 //
 // One request's charges combine by the store's settle rule (see package
 // store: all or nothing, overdraft charges and refunds always, what a
@@ -373,7 +370,7 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 		}
 		outright, charged := false, false
 		for _, l := range w.limits[i] {
-			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, cost, l, overdraftByDefault), charge: -1, probe: -1}
+			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, d.Overdraft, cost, l, overdraftByDefault), charge: -1, probe: -1}
 			u.replaced = l.Name != "" && w.replaced[l.Name]
 			if u.deniedOutright() && !shadowCharge {
 				if quotaID != 0 {
@@ -486,7 +483,7 @@ func (w *work) sameQuota(req *Request, i int) int {
 	d := &req.Descriptors[i]
 	for j := range i {
 		e := &req.Descriptors[j]
-		if w.roles[j] == quota && w.rules[j] == w.rules[i] && e.Op == d.Op &&
+		if w.roles[j] == quota && w.rules[j] == w.rules[i] && e.Op == d.Op && e.Overdraft == d.Overdraft &&
 			costOf(req, e) == costOf(req, d) && slices.Equal(e.Entries, d.Entries) {
 			return j
 		}
@@ -518,15 +515,6 @@ func (w *work) unquota(i int) {
 			c.Quota, c.Shadow = 0, true
 		}
 	}
-}
-
-// kindOf returns how a descriptor asking op at cost charges limit l.
-func kindOf(op Op, cost int64, l *config.Limit, overdraftByDefault bool) algorithms.Kind {
-	k := op.kind()
-	if op == OpCharge && cost > 0 && l.TakesOverdraft(overdraftByDefault) {
-		return algorithms.Overdraft
-	}
-	return k
 }
 
 // addCost returns a + b for costs a, b ≥ 0, at most math.MaxInt64.
@@ -576,7 +564,7 @@ func (w *work) charge(domain string, entries []config.Entry, rule *config.Rule, 
 	if rule != nil {
 		shared = rule.Shared
 	}
-	w.keys = appendBucketKey(w.keys, domain, entries, shared, u.limit.Bucket)
+	w.keys = AppendBucketKey(w.keys, domain, entries, shared, u.limit.Bucket)
 	key := w.keys[start:]
 	prev := 0
 	for i, end := range w.keyEnds {
@@ -689,7 +677,7 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 		cost := costOf(req, d)
 		resp.Statuses = append(resp.Statuses, Status{
 			Cost:    cost,
-			Kind:    d.Op.kind(),
+			Kind:    kindOf(d.Op, d.Overdraft, cost, nil, false),
 			Matched: w.limits[i] != nil,
 			Rule:    w.rules[i],
 			Shadow:  w.roles[i] == shadow,
@@ -709,6 +697,9 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 			}
 		default:
 			d = w.decision(&u)
+			if u.kind == algorithms.Overdraft && d.Code == algorithms.Denied {
+				st.Overdrew = true // taken in full into debt (see Status.Overdrew)
+			}
 			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
 				d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
 			}

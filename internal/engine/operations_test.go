@@ -186,9 +186,68 @@ func TestOverdraftByDefault(t *testing.T) {
 		r := ask(t, e, op{"unsaid", OpCharge, 150})
 		check(t, "unsaid", r, algorithms.Denied, want{wantCode, 100 - 100*boolInt(byDefault), unsaid})
 		check(t, "strict", ask(t, e, op{"strict", OpCharge, 150}), algorithms.Denied, want{algorithms.OverCapacity, 100, algorithms.Admit})
-		check(t, "explicit overdraft on a strict limit", ask(t, e, op{"strict", OpOverdraft, 150}), algorithms.Denied, want{algorithms.Denied, 0, algorithms.Overdraft})
-		check(t, "an admission on an overdraft limit must fit", ask(t, e, op{"tokens", OpAdmit, 1001}), algorithms.Denied, want{algorithms.OverCapacity, 1000, algorithms.Admit})
+		check(t, "overdraft always on a strict limit", askOverdraft(t, e, "strict", OverdraftAlways, 150), algorithms.Denied, want{algorithms.Denied, 0, algorithms.Overdraft})
+		check(t, "overdraft never on an overdraft limit must fit", askOverdraft(t, e, "tokens", OverdraftNever, 1001), algorithms.Denied, want{algorithms.OverCapacity, 1000, algorithms.Admit})
 		check(t, "a peek stays a peek", ask(t, e, op{"tokens", OpCharge, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Admit})
+	}
+}
+
+// askOverdraft asks a charge of cost on key=u with overdraft o.
+func askOverdraft(t *testing.T, e *Engine, key string, o Overdraft, cost uint64) *Response {
+	t.Helper()
+	return decide(t, e, &Request{Domain: "ai", Descriptors: []Descriptor{{Entries: entries(key, "u"), Overdraft: o, Hits: &cost}}})
+}
+
+// TestOverdrew: a status says when its charge was taken in full into debt
+// — the usage counted though the code is Denied — and only then.
+func TestOverdrew(t *testing.T) {
+	e, _ := opEngine(t)
+	for _, step := range []struct {
+		name     string
+		resp     func() *Response
+		overdrew []bool
+	}{
+		{"a charge that fits", func() *Response { return ask(t, e, op{"tokens", OpCharge, 900}) }, []bool{false}},
+		{"a charge that must fit and does not", func() *Response { return askOverdraft(t, e, "tokens", OverdraftNever, 200) }, []bool{false}},
+		{"a charge past what is left, beside an ordinary one", func() *Response {
+			return ask(t, e, op{"requests", OpCharge, 1}, op{"tokens", OpCharge, 200})
+		}, []bool{false, true}},
+		{"a check of the bucket in debt", func() *Response { return ask(t, e, op{"tokens", OpCheck, 0}) }, []bool{false}},
+		{"a peek", func() *Response { return ask(t, e, op{"tokens", OpCharge, 0}) }, []bool{false}},
+		{"a refund", func() *Response { return ask(t, e, op{"tokens", OpRefund, 50}) }, []bool{false}},
+		{"a charge on a bucket already in debt", func() *Response { return ask(t, e, op{"tokens", OpCharge, 1}) }, []bool{true}},
+		{"a shadow rule's", func() *Response { return ask(t, e, op{"watch", OpCharge, 101}) }, []bool{true}},
+		{"an ordinary limit's denial", func() *Response { return ask(t, e, op{"strict", OpCharge, 101}) }, []bool{false}},
+	} {
+		r := step.resp()
+		for i, want := range step.overdrew {
+			if got := r.Statuses[i].Overdrew; got != want {
+				t.Errorf("%s: status %d overdrew %v, want %v (code %v, remaining %d)", step.name, i, got, want, r.Statuses[i].Code, r.Statuses[i].Remaining)
+			}
+		}
+	}
+}
+
+// TestOverdraftOnlyOnCharges: a check or a refund that says whether it may
+// overdraw is invalid, naming the field.
+func TestOverdraftOnlyOnCharges(t *testing.T) {
+	e, _ := opEngine(t)
+	for _, op := range []Op{OpCheck, OpRefund} {
+		for _, o := range []Overdraft{OverdraftNever, OverdraftAlways} {
+			var resp Response
+			one := uint64(1)
+			err := e.ShouldRateLimit(context.Background(), &Request{Domain: "ai", Descriptors: []Descriptor{
+				{Entries: entries("requests", "u")},
+				{Entries: entries("tokens", "u"), Op: op, Overdraft: o, Hits: &one},
+			}}, &resp)
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Field != "descriptors[1].overdraft" {
+				t.Fatalf("%v with overdraft %v: %v, want an InvalidError of descriptors[1].overdraft", op, o, err)
+			}
+			if want := "is " + o.String() + ", but the descriptor asks a " + op.String() + ": only a charge may overdraw"; inv.Problem != want {
+				t.Errorf("problem %q, want %q", inv.Problem, want)
+			}
+		}
 	}
 }
 

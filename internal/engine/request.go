@@ -35,38 +35,37 @@ type Descriptor struct {
 	// Op is what the descriptor asks of its buckets (OpCharge when zero);
 	// see the package doc for how operations combine.
 	Op Op
+	// Overdraft is whether a charge (OpCharge) may overdraw its buckets
+	// (OverdraftPolicy when zero). A check or a refund with another value
+	// is invalid.
+	Overdraft Overdraft
 	// Limit, when not nil, decides this descriptor instead of the policy,
 	// in any domain.
 	Limit *InlineLimit
 }
 
-// Op is what a descriptor asks of its buckets.
+// Op is what a descriptor asks of its buckets. Whether a charge may go
+// into debt is another question: Overdraft.
 type Op uint8
 
 const (
-	// OpCharge charges the descriptor's cost: in full on a limit that
-	// takes overdraft (config.Limit.TakesOverdraft), else only if it fits
-	// (all or nothing with the request's other admissions). Cost 0 is a
-	// peek.
+	// OpCharge charges the descriptor's cost: in full, into debt if need
+	// be, when the descriptor's Overdraft lets it overdraw; else only if it
+	// fits (all or nothing with the request's other admissions). Cost 0 is
+	// a peek.
 	OpCharge Op = iota
 	// OpCheck asks whether a charge of 1 would be admitted now and charges
 	// nothing; the cost is ignored. It denies when such a charge would be
 	// denied: when the bucket is empty or in debt.
 	OpCheck
-	// OpOverdraft charges the cost in full on every limit, whatever the
-	// policy says of overdraft: the bucket may go into debt.
-	OpOverdraft
 	// OpRefund gives the cost back, never past the bucket's rest state. It
 	// never denies.
 	OpRefund
-	// OpAdmit charges the cost only if it fits, on every limit, whatever
-	// the policy says of overdraft (a reservation made ahead of use).
-	OpAdmit
 )
 
-var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpOverdraft: "overdraft", OpRefund: "refund", OpAdmit: "admit"}
+var opNames = [...]string{OpCharge: "charge", OpCheck: "check", OpRefund: "refund"}
 
-// String returns "charge", "check", "overdraft", "refund" or "admit".
+// String returns "charge", "check" or "refund".
 func (o Op) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]
@@ -74,16 +73,45 @@ func (o Op) String() string {
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
-// kind returns the store kind of o on a limit that takes no overdraft
-// (unknown ops are charges).
-func (o Op) kind() algorithms.Kind {
-	switch o {
+// Overdraft is whether a charge may take more than its bucket has left,
+// leaving the bucket in debt.
+type Overdraft uint8
+
+const (
+	// OverdraftPolicy: as the limit's policy says
+	// (config.Limit.TakesOverdraft, with WithOverdraftByDefault).
+	OverdraftPolicy Overdraft = iota
+	// OverdraftNever: the charge is admitted only if it fits, whatever the
+	// policy says (a reservation made ahead of use).
+	OverdraftNever
+	// OverdraftAlways: the charge is taken in full whatever is left and
+	// whatever the policy says (usage that already happened).
+	OverdraftAlways
+)
+
+var overdraftNames = [...]string{OverdraftPolicy: "policy", OverdraftNever: "never", OverdraftAlways: "always"}
+
+// String returns "policy", "never" or "always".
+func (o Overdraft) String() string {
+	if int(o) < len(overdraftNames) {
+		return overdraftNames[o]
+	}
+	return fmt.Sprintf("Overdraft(%d)", uint8(o))
+}
+
+// kindOf returns how a descriptor asking op, with overdraft o, at cost
+// charges limit l (nil: a limit that takes no overdraft);
+// overdraftByDefault is WithOverdraftByDefault. A charge of cost 0 is a
+// peek (algorithms.Admit of 0); unknown ops are charges.
+func kindOf(op Op, o Overdraft, cost int64, l *config.Limit, overdraftByDefault bool) algorithms.Kind {
+	switch op {
 	case OpCheck:
 		return algorithms.Check
-	case OpOverdraft:
-		return algorithms.Overdraft
 	case OpRefund:
 		return algorithms.Refund
+	}
+	if cost > 0 && (o == OverdraftAlways || o == OverdraftPolicy && l != nil && l.TakesOverdraft(overdraftByDefault)) {
+		return algorithms.Overdraft
 	}
 	return algorithms.Admit
 }
@@ -207,6 +235,10 @@ type Status struct {
 	// algorithms.Refund); for a descriptor without a deciding limit, what its
 	// Op asks of a limit that takes no overdraft.
 	Kind algorithms.Kind
+	// Overdrew: a charge of the descriptor was taken in full on a limit
+	// that had less left than its cost (algorithms.Overdraft decided Denied), so
+	// that limit is now in debt. The usage is counted whatever Code says.
+	Overdrew bool
 }
 
 // MostRestrictive returns the index of the status whose limit binds this
@@ -314,24 +346,74 @@ func (b *Bounds) validate(req *Request) error {
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
+		f := b.CheckEntries(d.Entries)
 		switch {
-		case len(d.Entries) == 0:
+		case f.Problem == NoEntries:
 			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required")
-		case len(d.Entries) > b.MaxEntries:
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", len(d.Entries), b.MaxEntries)
+		case f.Problem == TooManyEntries:
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries; the limit is %d", f.Got, f.Limit)
+		case d.Overdraft != OverdraftPolicy && d.Op != OpCharge:
+			return invalid(fmt.Sprintf("descriptors[%d].overdraft", i), "is %v, but the descriptor asks a %v: only a charge may overdraw", d.Overdraft, d.Op)
 		case d.Limit != nil && len(d.Limit.Name) > b.MaxKeyBytes:
 			return invalid(fmt.Sprintf("descriptors[%d].limit.name", i), "is %d bytes; the limit is %d", len(d.Limit.Name), b.MaxKeyBytes)
-		}
-		for j, e := range d.Entries {
-			switch {
-			case e.Key == "":
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
-			case len(e.Key) > b.MaxKeyBytes:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "is %d bytes; the limit is %d", len(e.Key), b.MaxKeyBytes)
-			case len(e.Value) > b.MaxValueBytes:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "is %d bytes; the limit is %d", len(e.Value), b.MaxValueBytes)
-			}
+		case f.Problem == EmptyKey:
+			return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, f.Entry), "must not be empty")
+		case f.Problem == LongKey:
+			return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, f.Entry), "is %d bytes; the limit is %d", f.Got, f.Limit)
+		case f.Problem == LongValue:
+			return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, f.Entry), "is %d bytes; the limit is %d", f.Got, f.Limit)
 		}
 	}
 	return nil
+}
+
+// EntriesProblem is what is wrong with a descriptor's entries under
+// Bounds (EntriesFault).
+type EntriesProblem uint8
+
+// The problems CheckEntries finds, in the order it looks for them.
+const (
+	EntriesOK      EntriesProblem = iota // nothing
+	NoEntries                            // no entry
+	TooManyEntries                       // more than MaxEntries
+	EmptyKey                             // an entry's key is empty
+	LongKey                              // an entry's key is more than MaxKeyBytes
+	LongValue                            // an entry's value is more than MaxValueBytes
+)
+
+// EntriesFault is the first problem CheckEntries finds. Each API names the
+// fields in its own words (descriptors[i].entries[j].key, a BucketId's
+// bucket map); the rule is this one.
+type EntriesFault struct {
+	Problem EntriesProblem
+	// Entry is the index of the entry at fault (EmptyKey, LongKey,
+	// LongValue); Got is how many entries (TooManyEntries) or bytes
+	// (LongKey, LongValue) it has, Limit the bound it is over.
+	Entry, Got, Limit int
+}
+
+// CheckEntries checks a descriptor's entries against b — the one check of
+// them, for every API (the per-request APIs through the engine, a quota
+// client's BucketIds): at least one entry and at most MaxEntries, then
+// each entry in order, its key not empty and at most MaxKeyBytes, then its
+// value at most MaxValueBytes. It returns the first problem found, or a
+// fault whose Problem is EntriesOK.
+func (b *Bounds) CheckEntries(entries []config.Entry) EntriesFault {
+	switch {
+	case len(entries) == 0:
+		return EntriesFault{Problem: NoEntries}
+	case len(entries) > b.MaxEntries:
+		return EntriesFault{Problem: TooManyEntries, Got: len(entries), Limit: b.MaxEntries}
+	}
+	for j, e := range entries {
+		switch {
+		case e.Key == "":
+			return EntriesFault{Problem: EmptyKey, Entry: j}
+		case len(e.Key) > b.MaxKeyBytes:
+			return EntriesFault{Problem: LongKey, Entry: j, Got: len(e.Key), Limit: b.MaxKeyBytes}
+		case len(e.Value) > b.MaxValueBytes:
+			return EntriesFault{Problem: LongValue, Entry: j, Got: len(e.Value), Limit: b.MaxValueBytes}
+		}
+	}
+	return EntriesFault{}
 }

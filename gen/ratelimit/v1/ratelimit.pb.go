@@ -23,38 +23,36 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Operation is what a descriptor asks of its buckets. The operations of one
-// request combine by the settle rule, stated once in the package doc of
+// Operation is what a descriptor asks of its buckets. Whether a charge may
+// overdraw is another question (Overdraft). The operations of one request
+// combine by the settle rule, stated once in the package doc of
 // ratelimitd's internal/store: in short, charges that must fit all or
-// nothing, overdraft charges and refunds always. Two descriptors of a
-// request that name the same bucket must ask the same operation of it.
+// nothing, charges that may overdraw and refunds always. Two descriptors of
+// a request that name the same bucket must ask the same of it (operation
+// and overdraft).
 type Operation int32
 
 const (
 	// Unset: OPERATION_CHARGE.
 	Operation_OPERATION_UNSPECIFIED Operation = 0
-	// Charge the cost. On a limit whose policy says overdraft: true (or, not
-	// saying, under --overdraft-by-default) it is an overdraft charge; on
-	// any other it is admitted only if it fits. Cost 0 is a peek.
+	// Charge the cost: taken in full, into debt if need be, when the charge
+	// may overdraw (Overdraft), else only if it fits. Cost 0 is a peek. A
+	// charge that overdraws is reported with DescriptorStatus.overdrew: its
+	// status is CODE_OVER_LIMIT (retry_after: until a charge of 1 fits) and
+	// the charge was applied all the same.
 	Operation_OPERATION_CHARGE Operation = 1
 	// Would a charge of 1 be admitted right now? Nothing is charged. Denied
 	// (CODE_OVER_LIMIT with the exact retry_after) when the bucket is empty
 	// or in debt; it then denies the request like a denied charge.
 	Operation_OPERATION_CHECK Operation = 2
-	// Take the cost in full whatever is left, whatever the policy says of
-	// overdraft: usage that already happened. The bucket may go into debt,
-	// which its own refill pays back; until then checks and charges on it are
-	// denied. The status reports the bucket after the charge: CODE_OVER_LIMIT
-	// when it is left in debt (retry_after: until a charge of 1 fits),
-	// CODE_OK otherwise. Applied either way.
-	Operation_OPERATION_OVERDRAFT Operation = 3
 	// Give the cost back, never past the bucket's rest state (full, or an
-	// empty window): what a reservation did not use. Always CODE_OK; the
-	// status reports the bucket after the refund.
-	Operation_OPERATION_REFUND Operation = 4
-	// Charge the cost only if it fits, whatever the policy says of
-	// overdraft: a reservation of usage still to come.
-	Operation_OPERATION_ADMIT Operation = 5
+	// empty window): what a reservation did not use, or the release of a
+	// unit in flight. Always CODE_OK; the status reports the bucket after
+	// the refund. The units go back to the bucket as it is now (a sliding
+	// window's current count first, then its previous one's): after a
+	// window's end since they were charged, that is more than the charge
+	// still holds (docs/clients.md, reservations).
+	Operation_OPERATION_REFUND Operation = 3
 )
 
 // Enum value maps for Operation.
@@ -63,17 +61,13 @@ var (
 		0: "OPERATION_UNSPECIFIED",
 		1: "OPERATION_CHARGE",
 		2: "OPERATION_CHECK",
-		3: "OPERATION_OVERDRAFT",
-		4: "OPERATION_REFUND",
-		5: "OPERATION_ADMIT",
+		3: "OPERATION_REFUND",
 	}
 	Operation_value = map[string]int32{
 		"OPERATION_UNSPECIFIED": 0,
 		"OPERATION_CHARGE":      1,
 		"OPERATION_CHECK":       2,
-		"OPERATION_OVERDRAFT":   3,
-		"OPERATION_REFUND":      4,
-		"OPERATION_ADMIT":       5,
+		"OPERATION_REFUND":      3,
 	}
 )
 
@@ -102,6 +96,68 @@ func (x Operation) Number() protoreflect.EnumNumber {
 // Deprecated: Use Operation.Descriptor instead.
 func (Operation) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+// Overdraft says whether a charge may take more than its bucket has left,
+// leaving the bucket in debt, which its own refill pays back (until then
+// checks and charges that must fit are denied).
+type Overdraft int32
+
+const (
+	// Unset: OVERDRAFT_POLICY.
+	Overdraft_OVERDRAFT_UNSPECIFIED Overdraft = 0
+	// As the limit's policy says (overdraft: true, or, not saying, under
+	// --overdraft-by-default); an inline limit says nothing.
+	Overdraft_OVERDRAFT_POLICY Overdraft = 1
+	// Never: the charge is admitted only if it fits, whatever the policy
+	// says — a reservation of usage still to come.
+	Overdraft_OVERDRAFT_NEVER Overdraft = 2
+	// Always: the charge is taken in full whatever is left and whatever the
+	// policy says — usage that already happened.
+	Overdraft_OVERDRAFT_ALWAYS Overdraft = 3
+)
+
+// Enum value maps for Overdraft.
+var (
+	Overdraft_name = map[int32]string{
+		0: "OVERDRAFT_UNSPECIFIED",
+		1: "OVERDRAFT_POLICY",
+		2: "OVERDRAFT_NEVER",
+		3: "OVERDRAFT_ALWAYS",
+	}
+	Overdraft_value = map[string]int32{
+		"OVERDRAFT_UNSPECIFIED": 0,
+		"OVERDRAFT_POLICY":      1,
+		"OVERDRAFT_NEVER":       2,
+		"OVERDRAFT_ALWAYS":      3,
+	}
+)
+
+func (x Overdraft) Enum() *Overdraft {
+	p := new(Overdraft)
+	*p = x
+	return p
+}
+
+func (x Overdraft) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Overdraft) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
+}
+
+func (Overdraft) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[1]
+}
+
+func (x Overdraft) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Overdraft.Descriptor instead.
+func (Overdraft) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
 // Algorithm selects the decision rule of a limit.
@@ -153,11 +209,11 @@ func (x Algorithm) String() string {
 }
 
 func (Algorithm) Descriptor() protoreflect.EnumDescriptor {
-	return file_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[2].Descriptor()
 }
 
 func (Algorithm) Type() protoreflect.EnumType {
-	return &file_ratelimit_v1_ratelimit_proto_enumTypes[1]
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[2]
 }
 
 func (x Algorithm) Number() protoreflect.EnumNumber {
@@ -166,7 +222,7 @@ func (x Algorithm) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Algorithm.Descriptor instead.
 func (Algorithm) EnumDescriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 // Code is a decision.
@@ -210,11 +266,11 @@ func (x Code) String() string {
 }
 
 func (Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_ratelimit_v1_ratelimit_proto_enumTypes[2].Descriptor()
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[3].Descriptor()
 }
 
 func (Code) Type() protoreflect.EnumType {
-	return &file_ratelimit_v1_ratelimit_proto_enumTypes[2]
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[3]
 }
 
 func (x Code) Number() protoreflect.EnumNumber {
@@ -223,7 +279,7 @@ func (x Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Code.Descriptor instead.
 func (Code) EnumDescriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 // ShouldRateLimitRequest names a request by its domain and descriptors.
@@ -305,7 +361,11 @@ type Descriptor struct {
 	// descriptor instead of the policy, in any domain.
 	Limit *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// What the descriptor asks of its buckets; unset is OPERATION_CHARGE.
-	Operation     Operation `protobuf:"varint,4,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
+	Operation Operation `protobuf:"varint,4,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
+	// Whether a charge may overdraw its buckets; unset is the policy's
+	// choice. Only a charge may set it: a check or a refund that sets it is
+	// INVALID_ARGUMENT.
+	Overdraft     Overdraft `protobuf:"varint,5,opt,name=overdraft,proto3,enum=ratelimit.v1.Overdraft" json:"overdraft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -366,6 +426,13 @@ func (x *Descriptor) GetOperation() Operation {
 		return x.Operation
 	}
 	return Operation_OPERATION_UNSPECIFIED
+}
+
+func (x *Descriptor) GetOverdraft() Overdraft {
+	if x != nil {
+		return x.Overdraft
+	}
+	return Overdraft_OVERDRAFT_UNSPECIFIED
 }
 
 // Entry is one key/value pair of a descriptor.
@@ -526,9 +593,19 @@ type ShouldRateLimitResponse struct {
 	// envoyproxy/ratelimit merges it into Envoy's dynamic metadata: a key
 	// already present keeps its value, two objects under one key are merged
 	// key by key. Unset when none has metadata.
-	Metadata      *structpb.Struct `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Metadata *structpb.Struct `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// 1 + the index in statuses of the status whose limit binds the request
+	// hardest: for OVER_LIMIT, the one that decided the answer. Only a status
+	// with a rule that is neither unlimited nor in shadow mode counts (not
+	// an unmatched descriptor, nor one whose every limit another's
+	// replaces); CODE_OVER_CAPACITY beats CODE_OVER_LIMIT beats CODE_OK;
+	// between two CODE_OVER_LIMIT the longer retry_after wins, otherwise the
+	// fewer remaining; on a tie the first in request order. 0 when no status
+	// counts. The RateLimit headers of the Envoy API and of the Go client's
+	// middleware describe this status.
+	MostRestrictive uint32 `protobuf:"varint,6,opt,name=most_restrictive,json=mostRestrictive,proto3" json:"most_restrictive,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ShouldRateLimitResponse) Reset() {
@@ -594,6 +671,13 @@ func (x *ShouldRateLimitResponse) GetMetadata() *structpb.Struct {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *ShouldRateLimitResponse) GetMostRestrictive() uint32 {
+	if x != nil {
+		return x.MostRestrictive
+	}
+	return 0
 }
 
 // Quotas are a request's quotas.
@@ -739,17 +823,17 @@ type DescriptorStatus struct {
 	Delay *durationpb.Duration `protobuf:"bytes,7,opt,name=delay,proto3" json:"delay,omitempty"`
 	// The rule is in shadow mode: counted and reported, never denying.
 	Shadow bool `protobuf:"varint,8,opt,name=shadow,proto3" json:"shadow,omitempty"`
-	// How the deciding limit's bucket was charged: the descriptor's
-	// operation, with OPERATION_CHARGE reported as OPERATION_OVERDRAFT when
-	// the limit took it as an overdraft charge (OPERATION_ADMIT is reported
-	// as OPERATION_CHARGE).
-	Operation Operation `protobuf:"varint,9,opt,name=operation,proto3,enum=ratelimit.v1.Operation" json:"operation,omitempty"`
 	// The matched rule's metadata (the policy's metadata:), whatever the
 	// code. Unset when it has none.
 	Metadata *structpb.Struct `protobuf:"bytes,10,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// For a quota: 1 + the index of its scope in quotas.scopes; unset for
 	// any other descriptor.
-	Scope         *uint32 `protobuf:"varint,11,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	Scope *uint32 `protobuf:"varint,11,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// A charge of this descriptor overdrew: it was taken in full on a limit
+	// that had less left than its cost, which is now in debt. The usage is
+	// counted though the code is then CODE_OVER_LIMIT (the limit's, when it
+	// is the deciding one). Never set for a check, a refund or a peek.
+	Overdrew      bool `protobuf:"varint,12,opt,name=overdrew,proto3" json:"overdrew,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,13 +924,6 @@ func (x *DescriptorStatus) GetShadow() bool {
 	return false
 }
 
-func (x *DescriptorStatus) GetOperation() Operation {
-	if x != nil {
-		return x.Operation
-	}
-	return Operation_OPERATION_UNSPECIFIED
-}
-
 func (x *DescriptorStatus) GetMetadata() *structpb.Struct {
 	if x != nil {
 		return x.Metadata
@@ -859,6 +936,13 @@ func (x *DescriptorStatus) GetScope() uint32 {
 		return *x.Scope
 	}
 	return 0
+}
+
+func (x *DescriptorStatus) GetOverdrew() bool {
+	if x != nil {
+		return x.Overdrew
+	}
+	return false
 }
 
 // Rule describes the limit that decided a descriptor.
@@ -956,13 +1040,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x16ShouldRateLimitRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
-	"\x04hits\x18\x03 \x01(\rR\x04hits\"\xbf\x01\n" +
+	"\x04hits\x18\x03 \x01(\rR\x04hits\"\xf6\x01\n" +
 	"\n" +
 	"Descriptor\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x17\n" +
 	"\x04hits\x18\x02 \x01(\rH\x00R\x04hits\x88\x01\x01\x12)\n" +
 	"\x05limit\x18\x03 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x125\n" +
-	"\toperation\x18\x04 \x01(\x0e2\x17.ratelimit.v1.OperationR\toperationB\a\n" +
+	"\toperation\x18\x04 \x01(\x0e2\x17.ratelimit.v1.OperationR\toperation\x125\n" +
+	"\toverdraft\x18\x05 \x01(\x0e2\x17.ratelimit.v1.OverdraftR\toverdraftB\a\n" +
 	"\x05_hits\"/\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -972,21 +1057,22 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\brequests\x18\x02 \x01(\rR\brequests\x121\n" +
 	"\x06period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
 	"\x05burst\x18\x04 \x01(\rR\x05burst\x12\x12\n" +
-	"\x04name\x18\x05 \x01(\tR\x04name\"\xab\x02\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\"\xd6\x02\n" +
 	"\x17ShouldRateLimitResponse\x125\n" +
 	"\foverall_code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\voverallCode\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12:\n" +
 	"\bstatuses\x18\x03 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\x12,\n" +
 	"\x06quotas\x18\x04 \x01(\v2\x14.ratelimit.v1.QuotasR\x06quotas\x123\n" +
-	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\":\n" +
+	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12)\n" +
+	"\x10most_restrictive\x18\x06 \x01(\rR\x0fmostRestrictive\":\n" +
 	"\x06Quotas\x120\n" +
 	"\x06scopes\x18\x01 \x03(\v2\x18.ratelimit.v1.QuotaScopeR\x06scopes\"\x84\x01\n" +
 	"\n" +
 	"QuotaScope\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\bR\x04room\x123\n" +
-	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xec\x03\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xe2\x03\n" +
 	"\x10DescriptorStatus\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\bR\amatched\x12&\n" +
@@ -997,26 +1083,30 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vretry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12/\n" +
 	"\x05delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
-	"\x06shadow\x18\b \x01(\bR\x06shadow\x125\n" +
-	"\toperation\x18\t \x01(\x0e2\x17.ratelimit.v1.OperationR\toperation\x123\n" +
+	"\x06shadow\x18\b \x01(\bR\x06shadow\x123\n" +
 	"\bmetadata\x18\n" +
 	" \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x19\n" +
-	"\x05scope\x18\v \x01(\rH\x00R\x05scope\x88\x01\x01B\b\n" +
-	"\x06_scope\"\xd4\x01\n" +
+	"\x05scope\x18\v \x01(\rH\x00R\x05scope\x88\x01\x01\x12\x1a\n" +
+	"\boverdrew\x18\f \x01(\bR\boverdrewB\b\n" +
+	"\x06_scopeJ\x04\b\t\x10\n" +
+	"R\toperation\"\xd4\x01\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x1a\n" +
 	"\brequests\x18\x03 \x01(\rR\brequests\x121\n" +
 	"\x06period\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\rR\x05burst\x12\x1c\n" +
-	"\tunlimited\x18\x06 \x01(\bR\tunlimited*\x95\x01\n" +
+	"\tunlimited\x18\x06 \x01(\bR\tunlimited*g\n" +
 	"\tOperation\x12\x19\n" +
 	"\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OPERATION_CHARGE\x10\x01\x12\x13\n" +
-	"\x0fOPERATION_CHECK\x10\x02\x12\x17\n" +
-	"\x13OPERATION_OVERDRAFT\x10\x03\x12\x14\n" +
-	"\x10OPERATION_REFUND\x10\x04\x12\x13\n" +
-	"\x0fOPERATION_ADMIT\x10\x05*\xba\x01\n" +
+	"\x0fOPERATION_CHECK\x10\x02\x12\x14\n" +
+	"\x10OPERATION_REFUND\x10\x03*g\n" +
+	"\tOverdraft\x12\x19\n" +
+	"\x15OVERDRAFT_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10OVERDRAFT_POLICY\x10\x01\x12\x13\n" +
+	"\x0fOVERDRAFT_NEVER\x10\x02\x12\x14\n" +
+	"\x10OVERDRAFT_ALWAYS\x10\x03*\xba\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1c\n" +
@@ -1044,50 +1134,51 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Operation)(0),                  // 0: ratelimit.v1.Operation
-	(Algorithm)(0),                  // 1: ratelimit.v1.Algorithm
-	(Code)(0),                       // 2: ratelimit.v1.Code
-	(*ShouldRateLimitRequest)(nil),  // 3: ratelimit.v1.ShouldRateLimitRequest
-	(*Descriptor)(nil),              // 4: ratelimit.v1.Descriptor
-	(*Entry)(nil),                   // 5: ratelimit.v1.Entry
-	(*Limit)(nil),                   // 6: ratelimit.v1.Limit
-	(*ShouldRateLimitResponse)(nil), // 7: ratelimit.v1.ShouldRateLimitResponse
-	(*Quotas)(nil),                  // 8: ratelimit.v1.Quotas
-	(*QuotaScope)(nil),              // 9: ratelimit.v1.QuotaScope
-	(*DescriptorStatus)(nil),        // 10: ratelimit.v1.DescriptorStatus
-	(*Rule)(nil),                    // 11: ratelimit.v1.Rule
-	(*durationpb.Duration)(nil),     // 12: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 13: google.protobuf.Struct
+	(Overdraft)(0),                  // 1: ratelimit.v1.Overdraft
+	(Algorithm)(0),                  // 2: ratelimit.v1.Algorithm
+	(Code)(0),                       // 3: ratelimit.v1.Code
+	(*ShouldRateLimitRequest)(nil),  // 4: ratelimit.v1.ShouldRateLimitRequest
+	(*Descriptor)(nil),              // 5: ratelimit.v1.Descriptor
+	(*Entry)(nil),                   // 6: ratelimit.v1.Entry
+	(*Limit)(nil),                   // 7: ratelimit.v1.Limit
+	(*ShouldRateLimitResponse)(nil), // 8: ratelimit.v1.ShouldRateLimitResponse
+	(*Quotas)(nil),                  // 9: ratelimit.v1.Quotas
+	(*QuotaScope)(nil),              // 10: ratelimit.v1.QuotaScope
+	(*DescriptorStatus)(nil),        // 11: ratelimit.v1.DescriptorStatus
+	(*Rule)(nil),                    // 12: ratelimit.v1.Rule
+	(*durationpb.Duration)(nil),     // 13: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 14: google.protobuf.Struct
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	4,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	5,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
-	6,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.Limit
+	5,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	6,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
+	7,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.Limit
 	0,  // 3: ratelimit.v1.Descriptor.operation:type_name -> ratelimit.v1.Operation
-	1,  // 4: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	12, // 5: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
-	2,  // 6: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
-	12, // 7: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
-	10, // 8: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	8,  // 9: ratelimit.v1.ShouldRateLimitResponse.quotas:type_name -> ratelimit.v1.Quotas
-	13, // 10: ratelimit.v1.ShouldRateLimitResponse.metadata:type_name -> google.protobuf.Struct
-	9,  // 11: ratelimit.v1.Quotas.scopes:type_name -> ratelimit.v1.QuotaScope
-	5,  // 12: ratelimit.v1.QuotaScope.entries:type_name -> ratelimit.v1.Entry
-	13, // 13: ratelimit.v1.QuotaScope.metadata:type_name -> google.protobuf.Struct
-	2,  // 14: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
-	11, // 15: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
-	12, // 16: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	12, // 17: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	12, // 18: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
-	0,  // 19: ratelimit.v1.DescriptorStatus.operation:type_name -> ratelimit.v1.Operation
-	13, // 20: ratelimit.v1.DescriptorStatus.metadata:type_name -> google.protobuf.Struct
-	1,  // 21: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
-	12, // 22: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
-	3,  // 23: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	7,  // 24: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	1,  // 4: ratelimit.v1.Descriptor.overdraft:type_name -> ratelimit.v1.Overdraft
+	2,  // 5: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
+	13, // 6: ratelimit.v1.Limit.period:type_name -> google.protobuf.Duration
+	3,  // 7: ratelimit.v1.ShouldRateLimitResponse.overall_code:type_name -> ratelimit.v1.Code
+	13, // 8: ratelimit.v1.ShouldRateLimitResponse.retry_after:type_name -> google.protobuf.Duration
+	11, // 9: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	9,  // 10: ratelimit.v1.ShouldRateLimitResponse.quotas:type_name -> ratelimit.v1.Quotas
+	14, // 11: ratelimit.v1.ShouldRateLimitResponse.metadata:type_name -> google.protobuf.Struct
+	10, // 12: ratelimit.v1.Quotas.scopes:type_name -> ratelimit.v1.QuotaScope
+	6,  // 13: ratelimit.v1.QuotaScope.entries:type_name -> ratelimit.v1.Entry
+	14, // 14: ratelimit.v1.QuotaScope.metadata:type_name -> google.protobuf.Struct
+	3,  // 15: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
+	12, // 16: ratelimit.v1.DescriptorStatus.rule:type_name -> ratelimit.v1.Rule
+	13, // 17: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	13, // 18: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	13, // 19: ratelimit.v1.DescriptorStatus.delay:type_name -> google.protobuf.Duration
+	14, // 20: ratelimit.v1.DescriptorStatus.metadata:type_name -> google.protobuf.Struct
+	2,  // 21: ratelimit.v1.Rule.algorithm:type_name -> ratelimit.v1.Algorithm
+	13, // 22: ratelimit.v1.Rule.period:type_name -> google.protobuf.Duration
+	4,  // 23: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	8,  // 24: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
 	24, // [24:25] is the sub-list for method output_type
 	23, // [23:24] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
@@ -1107,7 +1198,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -31,13 +31,14 @@ type RateLimitServiceClient interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
 	// settles the charges of every matching bucket together, and answers with
 	// one status per descriptor. Each descriptor asks one Operation of its
-	// buckets (a charge by default); how the operations of one request
-	// combine is the settle rule (see Operation).
+	// buckets (a charge by default) and says whether its charge may overdraw
+	// (Overdraft: the policy's choice by default); how the operations of one
+	// request combine is the settle rule (see Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
-	// descriptors, an entry has an empty key, a limit is malformed, or a size
-	// bound (descriptors, entries, key or value length) is exceeded; the
-	// message names the field.
+	// descriptors, an entry has an empty key, a limit is malformed, a check
+	// or a refund sets overdraft, or a size bound (descriptors, entries, key
+	// or value length) is exceeded; the message names the field.
 	ShouldRateLimit(ctx context.Context, in *ShouldRateLimitRequest, opts ...grpc.CallOption) (*ShouldRateLimitResponse, error)
 }
 
@@ -68,13 +69,14 @@ type RateLimitServiceServer interface {
 	// ShouldRateLimit matches each descriptor against the domain's policy,
 	// settles the charges of every matching bucket together, and answers with
 	// one status per descriptor. Each descriptor asks one Operation of its
-	// buckets (a charge by default); how the operations of one request
-	// combine is the settle rule (see Operation).
+	// buckets (a charge by default) and says whether its charge may overdraw
+	// (Overdraft: the policy's choice by default); how the operations of one
+	// request combine is the settle rule (see Operation).
 	//
 	// Errors: INVALID_ARGUMENT when the domain is empty, there are no
-	// descriptors, an entry has an empty key, a limit is malformed, or a size
-	// bound (descriptors, entries, key or value length) is exceeded; the
-	// message names the field.
+	// descriptors, an entry has an empty key, a limit is malformed, a check
+	// or a refund sets overdraft, or a size bound (descriptors, entries, key
+	// or value length) is exceeded; the message names the field.
 	ShouldRateLimit(context.Context, *ShouldRateLimitRequest) (*ShouldRateLimitResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }

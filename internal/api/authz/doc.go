@@ -45,8 +45,9 @@
 //   - refund when any descriptor asks a refund, whatever its cost: in
 //     ratelimit.v1 OPERATION_REFUND, in Envoy v3 is_negative_hits;
 //   - charge when any descriptor that is neither a check nor a refund has a
-//     cost above 0 (engine.Cost): ordinary charges, OPERATION_OVERDRAFT and
-//     OPERATION_ADMIT; in Envoy v3 the request-level hits_addend is 0 in
+//     cost above 0 (engine.Cost): every charge, whatever its overdraft
+//     (ratelimit.v1 OVERDRAFT_NEVER, OVERDRAFT_ALWAYS or the policy's);
+//     in Envoy v3 the request-level hits_addend is 0 in
 //     what Envoy sends by default and means 1, so Envoy's ordinary calls
 //     charge. A request without descriptors needs charge;
 //   - check when it needs neither: every descriptor OPERATION_CHECK, or of

@@ -65,8 +65,8 @@ func TestAsk(t *testing.T) {
 		{"v1: a refund beside a check needs refund (not charge)", withOps(v1(0, zero, one), 0, ratelimitv1.Operation_OPERATION_REFUND), Refund},
 		{"v1: a refund of 0 needs refund too", withOps(v1(0, zero), ratelimitv1.Operation_OPERATION_REFUND), Refund},
 		{"v1: a refund beside a charge needs both", withOps(v1(3, nil, nil), 0, ratelimitv1.Operation_OPERATION_REFUND), Charge | Refund},
-		{"v1: an overdraft charge charges", withOps(v1(0, one), ratelimitv1.Operation_OPERATION_OVERDRAFT), Charge},
-		{"v1: an admission charges", withOps(v1(0, one), ratelimitv1.Operation_OPERATION_ADMIT), Charge},
+		{"v1: a charge that always overdraws charges", withOverdraft(v1(0, one), ratelimitv1.Overdraft_OVERDRAFT_ALWAYS), Charge},
+		{"v1: a charge that never overdraws charges", withOverdraft(v1(0, one), ratelimitv1.Overdraft_OVERDRAFT_NEVER), Charge},
 		{"envoy: Envoy's default (hits_addend 0 means 1)", envoy(0, nil), Charge},
 		{"envoy: hits_addend 0 on every descriptor", envoy(0, ezero, ezero), Check},
 		{"envoy: over the request's hits_addend", envoy(3, ezero), Check},
@@ -98,8 +98,8 @@ func TestAsk(t *testing.T) {
 		{engine.Request{}, Charge},
 		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpCheck, Hits: u(3)}}}, Check},
 		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpRefund}, {Hits: u(0)}}}, Refund},
-		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpRefund}, {Op: engine.OpOverdraft}}}, Charge | Refund},
-		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpAdmit}}}, Charge},
+		{engine.Request{Descriptors: []engine.Descriptor{{Op: engine.OpRefund}, {Overdraft: engine.OverdraftAlways}}}, Charge | Refund},
+		{engine.Request{Descriptors: []engine.Descriptor{{Overdraft: engine.OverdraftNever}}}, Charge},
 	} {
 		if got := AccessOf(&tt.req); got != tt.want {
 			t.Errorf("AccessOf(%+v) = %v, want %v", tt.req, got, tt.want)
@@ -113,6 +113,12 @@ func withOps(r *ratelimitv1.ShouldRateLimitRequest, ops ...ratelimitv1.Operation
 	for i, op := range ops {
 		r.Descriptors[i].Operation = op
 	}
+	return r
+}
+
+// withOverdraft sets the overdraft of r's first descriptor.
+func withOverdraft(r *ratelimitv1.ShouldRateLimitRequest, o ratelimitv1.Overdraft) *ratelimitv1.ShouldRateLimitRequest {
+	r.Descriptors[0].Overdraft = o
 	return r
 }
 

@@ -66,21 +66,19 @@ var operationOf = map[ratelimitv1.Operation]engine.Op{
 	ratelimitv1.Operation_OPERATION_UNSPECIFIED: engine.OpCharge,
 	ratelimitv1.Operation_OPERATION_CHARGE:      engine.OpCharge,
 	ratelimitv1.Operation_OPERATION_CHECK:       engine.OpCheck,
-	ratelimitv1.Operation_OPERATION_OVERDRAFT:   engine.OpOverdraft,
 	ratelimitv1.Operation_OPERATION_REFUND:      engine.OpRefund,
-	ratelimitv1.Operation_OPERATION_ADMIT:       engine.OpAdmit,
 }
 
-// operationTo translates how a status's limit was charged.
-var operationTo = [...]ratelimitv1.Operation{
-	algorithms.Admit:     ratelimitv1.Operation_OPERATION_CHARGE,
-	algorithms.Check:     ratelimitv1.Operation_OPERATION_CHECK,
-	algorithms.Overdraft: ratelimitv1.Operation_OPERATION_OVERDRAFT,
-	algorithms.Refund:    ratelimitv1.Operation_OPERATION_REFUND,
+// overdraftOf translates whether a descriptor's charge may overdraw.
+var overdraftOf = map[ratelimitv1.Overdraft]engine.Overdraft{
+	ratelimitv1.Overdraft_OVERDRAFT_UNSPECIFIED: engine.OverdraftPolicy,
+	ratelimitv1.Overdraft_OVERDRAFT_POLICY:      engine.OverdraftPolicy,
+	ratelimitv1.Overdraft_OVERDRAFT_NEVER:       engine.OverdraftNever,
+	ratelimitv1.Overdraft_OVERDRAFT_ALWAYS:      engine.OverdraftAlways,
 }
 
 // request translates a v1 request. It rejects only what the engine's types
-// cannot hold (an unknown algorithm or operation, an unrepresentable
+// cannot hold (an unknown algorithm, operation or overdraft, an unrepresentable
 // period); the engine validates the rest.
 func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 	req := &engine.Request{
@@ -103,6 +101,9 @@ func request(in *ratelimitv1.ShouldRateLimitRequest) (*engine.Request, error) {
 			return nil, fmt.Errorf("descriptors[%d].operation: unknown value %d", i, d.GetOperation())
 		}
 		out.Op = op
+		if out.Overdraft, ok = overdraftOf[d.GetOverdraft()]; !ok {
+			return nil, fmt.Errorf("descriptors[%d].overdraft: unknown value %d", i, d.GetOverdraft())
+		}
 		if l := d.GetLimit(); l != nil {
 			alg, ok := algorithmOf[l.GetAlgorithm()]
 			if !ok {
@@ -146,7 +147,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 			Matched:   st.Matched,
 			Remaining: uint64(st.Remaining),
 			Shadow:    st.Shadow,
-			Operation: operationTo[st.Kind],
+			Overdrew:  st.Overdrew,
 		}
 		if st.Limit != nil {
 			ds.Rule = rule(st.Limit)
@@ -167,6 +168,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 		}
 		out.Statuses[i] = ds
 	}
+	out.MostRestrictive = uint32(r.MostRestrictive() + 1)
 	out.Metadata = r.Metadata()
 	if len(r.Scopes) > 0 {
 		out.Quotas = &ratelimitv1.Quotas{}

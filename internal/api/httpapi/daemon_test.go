@@ -109,8 +109,8 @@ func TestDaemonDraining(t *testing.T) {
 	}()
 	<-held
 	check(t, "before", post(t, base+v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE",
-		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}]}`)
+		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"overdrew":false,
+		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}],"mostRestrictive":1}`)
 	stopped := make(chan struct{})
 	go func() { d.Stop(); close(stopped) }()
 	// Poll until the drain begins; the gRPC call held in flight keeps the

@@ -137,19 +137,25 @@ func TestV1(t *testing.T) {
 	h := start(t)
 	rule := `{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}`
 	check(t, "first", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE","rule":`+rule+`}]}`)
+		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"overdrew":false,"rule":`+rule+`}],"mostRestrictive":1}`)
 	check(t, "second", h.do(t, "POST", v1Path, "application/json; charset=utf-8", orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE","rule":`+rule+`}]}`)
+		{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"overdrew":false,"rule":`+rule+`}],"mostRestrictive":1}`)
 	// A denial is a decision: HTTP 200, the answer in the body.
 	check(t, "denied", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
-		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE","rule":`+rule+`}]}`)
+		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":false,"rule":`+rule+`}],"mostRestrictive":1}`)
+	// A charge that may overdraw is taken in full, into debt: counted,
+	// though over the limit, and the status says it overdrew.
+	check(t, "overdrew", h.do(t, "POST", v1Path, jsonType,
+		`{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"hits":3,"overdraft":"OVERDRAFT_ALWAYS"}]}`), 200,
+		`{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
+		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":true,"rule":`+rule+`}],"mostRestrictive":1}`)
 	// The proto's own field names decode too; hits 0 is a peek.
 	check(t, "peek", h.do(t, "POST", v1Path, jsonType,
 		`{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"hits":0}]}`), 200,
-		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE","rule":`+rule+`}]}`)
+		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"overdrew":false,"rule":`+rule+`}],"mostRestrictive":1}`)
 	check(t, "unmatched", h.do(t, "POST", v1Path, jsonType,
 		`{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/cart"}]}]}`), 200,
-		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":false,"remaining":"0","shadow":false,"operation":"OPERATION_CHARGE"}]}`)
+		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":false,"remaining":"0","shadow":false,"overdrew":false}],"mostRestrictive":0}`)
 }
 
 func TestEnvoyV3(t *testing.T) {
@@ -187,8 +193,8 @@ func TestUpstreamJSON(t *testing.T) {
 		`{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT",`+limit+`,"durationUntilReset":"60s"}]}`)
 	// Both Envoy paths share one bucket with v1: the same engine.
 	check(t, "v1 after", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
-		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"operation":"OPERATION_CHARGE",
-		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}]}`)
+		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":false,
+		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}],"mostRestrictive":1}`)
 }
 
 func TestErrors(t *testing.T) {
@@ -208,6 +214,8 @@ func TestErrors(t *testing.T) {
 			400, `{"code":"invalid_argument","message":"descriptors: 3 descriptors; the limit is 2"}`},
 		{"a check and a refund of one bucket", "POST", v3Path, jsonType, `{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"hitsAddend":"0"},{"entries":[{"key":"path","value":"/orders"}],"isNegativeHits":true}]}`,
 			400, `{"code":"invalid_argument","message":"descriptors[1]: asks refund of the bucket that descriptors[0] asks check of; one request asks one operation of a bucket"}`},
+		{"a refund that says it may overdraw", "POST", v1Path, jsonType, `{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"operation":"OPERATION_REFUND","overdraft":"OVERDRAFT_ALWAYS"}]}`,
+			400, `{"code":"invalid_argument","message":"descriptors[0].overdraft: is always, but the descriptor asks a refund: only a charge may overdraw"}`},
 		{"json: empty domain", "POST", "/json", jsonType, `{"descriptors":[{"entries":[{"key":"path","value":"/orders"}]}]}`,
 			400, `{"code":"invalid_argument","message":"domain: must not be empty"}`},
 		{"too large", "POST", v1Path, jsonType, huge,

@@ -172,8 +172,9 @@ func TestEnvoysAcrossDaemons(t *testing.T) {
 			daemons := make([]*daemontest.Daemon, 3)
 			for i := range daemons {
 				daemons[i] = daemontest.Start(t, simPolicy, func(c *daemon.Config) {
-					c.Clock, c.QuotaLedgerClock, c.Store = clk, clk, "redis"
-					c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, KeyPrefix: fmt.Sprintf("envoys%d:", n)}
+					c.Clock, c.Store = clk, "redis"
+					c.Redis = redisstore.Config{Addr: srv.Addr(), Timeout: 2 * time.Second, KeyPrefix: fmt.Sprintf("envoys%d:", n),
+						Clock: clk, Linger: redisstore.MaxLinger}
 				})
 			}
 			sc := scenario(n, daemons, newEnvoy)

@@ -19,8 +19,8 @@ import (
 // Redis at addr, on clk.
 func onRedis(addr string, clk *clock.Fake) func(*daemon.Config) {
 	return func(c *daemon.Config) {
-		c.Clock, c.QuotaLedgerClock, c.Store = clk, clk, "redis"
-		c.Redis = redisstore.Config{Addr: addr, Timeout: 2 * time.Second}
+		c.Clock, c.Store = clk, "redis"
+		c.Redis = redisstore.Config{Addr: addr, Timeout: 2 * time.Second, Clock: clk, Linger: redisstore.MaxLinger}
 	}
 }
 

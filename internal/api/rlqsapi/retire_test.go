@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/envoyfilter"
 )
 
@@ -39,7 +39,7 @@ func TestIdleBucketAbandoned(t *testing.T) {
 		d.Clock.Advance(time.Second)
 		other.report("shop", usage(1000, time.Second, "plan", "gold"))
 		other.recv(1)
-		if time.Duration(i)*time.Second < rlqsapi.RetireAfter {
+		if time.Duration(i)*time.Second < quotaservice.RetireAfter {
 			exchange("token_bucket")
 			continue
 		}

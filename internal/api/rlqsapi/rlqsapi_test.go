@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
@@ -370,7 +371,7 @@ func TestStreamBounds(t *testing.T) {
 	d := daemontest.Start(t, policy)
 	e := open(t, d)
 	var usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-	for i := range rlqsapi.MaxStreamBuckets + 1 {
+	for i := range quotaservice.MaxClientBuckets + 1 {
 		usages = append(usages, usage(1, 0, "name", "api", "user", "u"+strconv.Itoa(i)))
 	}
 	e.report("shop", usages...)

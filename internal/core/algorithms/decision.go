@@ -118,6 +118,8 @@ func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
 			return l.gcraChanged(s, now, cost, changedDecide)
 		}
 		return l.gcra(s, now, cost)
+	case Concurrency:
+		return l.concurrency(s, now, cost)
 	}
 	if cost > 0 {
 		return s, Decision{Code: OverCapacity}
@@ -145,6 +147,8 @@ func (l *Limit) Check(s State, now int64) Decision {
 			return o.gcraCheck(s, now)
 		}
 		return l.gcraCheck(s, now)
+	case Concurrency:
+		return l.concurrencyCheck(s, now)
 	}
 	return Decision{Code: OverCapacity}
 }
@@ -181,6 +185,8 @@ func (l *Limit) Overdraft(s State, now int64, cost int64) (State, Decision) {
 			return l.gcraChanged(s, now, cost, changedOverdraft)
 		}
 		return l.gcraOverdraft(s, now, cost)
+	case Concurrency:
+		return l.concurrencyOverdraft(s, now, cost)
 	}
 	return s, Decision{}
 }
@@ -203,6 +209,8 @@ func (l *Limit) Refund(s State, now int64, units int64) (State, Decision) {
 			return l.gcraChanged(s, now, units, changedRefund)
 		}
 		return l.gcraRefund(s, now, units)
+	case Concurrency:
+		return l.concurrencyRefund(s, now, units)
 	}
 	return s, Decision{}
 }

@@ -20,9 +20,12 @@
 //	                    token_bucket                            drained enough        a level draining at L per P
 //	leaky_bucket_queue  none: admitted    no windows            the queue has room    smoothing traffic to a backend;
 //	                    leave P/L apart                                               the caller waits Delay
+//	concurrency         L in flight       no windows            enough units expire   streams, long calls: L at once,
+//	                    at once                                 by their lease        each released by a refund
 //
 // Every State is 24 bytes. The windows keep a window start and one count
-// (fixed) or two (sliding); the buckets keep one exact time and their rate.
+// (fixed) or two (sliding); the buckets keep one exact time and their rate;
+// a concurrency keeps its expiry and seven 16-bit counts.
 //
 // # Exact arithmetic
 //
@@ -132,6 +135,43 @@
 // MaxCount = 2^32-1 (for a window of MaxCount requests, an overdraft
 // therefore never leaves it in debt). A backlog past MaxSpan, after a
 // clock that went back, is left as it is by an overdraft.
+//
+// # Concurrency
+//
+// A concurrency limits the units in flight, not their rate: L is the most
+// at once (Requests, at most MaxInFlight) and T the lease (Period). A
+// charge of cost is admitted iff the units in flight plus cost are at most
+// L; a Refund releases units, never below zero; and a unit never released
+// expires by itself, no sooner than T after it was charged and less than
+// T/6 later, so that a caller that crashed holding units gives them back
+// without help.
+//
+// Units are counted in generations: slots of G = ceil(T/6) aligned to
+// multiples of G, a count per slot, seven slots kept. Every unit charged
+// in a slot expires together, at the slot's last nanosecond plus T: that
+// is the T/6. RetryAfter for a denial is when enough units have expired by
+// their lease if nothing is released (a release admits sooner);
+// ResetAfter is when the last one expires.
+//
+// Releases are anonymous (Envoy's is_negative_hits names no request), so a
+// refund releases the oldest units in flight, taking them from the oldest
+// generation first. That is the only choice that never counts fewer units
+// than are running, given that every request is shorter than the lease:
+// releasing the newest would leave an older unit's date on a unit still
+// running, and a chain of overlapping requests would carry the first one's
+// date until the count expired under a running request. The price: the
+// units of a caller that crashed are released by the others' releases, and
+// as many of the others' units stay counted in their place, each lasting
+// its own lease. The count in flight is never below what runs and never
+// above the units charged in the last T + G; an excess left by a crash
+// lasts until charges pause for a lease. T must exceed the longest request:
+// a unit that outlives its lease frees a place while its request still
+// runs.
+//
+// Overdraft charges in full into now's generation (whose count stops at
+// MaxInFlight): the limit may be in debt, more units in flight than L,
+// until releases and leases bring it back. A changed L keeps the counts;
+// a changed T is another limit, and another bucket.
 //
 // # Clocks that go back
 //

@@ -45,8 +45,9 @@ func (s *State) UnmarshalBinary(data []byte) error {
 // lies in now's window or later is settled as one from a clock that went
 // back (its count holds; see Decide), so the moved State admits no more than
 // s at any now, and its count lapses at the first window boundary after the
-// moved start. A d ≤ 0 returns s unchanged, as does the zero State (at rest
-// whatever the time).
+// moved start. A concurrency's units expire d later (its restAt moves; its
+// counts do not). A d ≤ 0 returns s unchanged, as does the zero State (at
+// rest whatever the time).
 func (s State) Later(d int64) State {
 	if d <= 0 || s == (State{}) {
 		return s
@@ -57,6 +58,9 @@ func (s State) Later(d int64) State {
 		}
 		return t + d
 	}
-	s.restAt, s.t = add(s.restAt), add(s.t)
+	s.restAt = add(s.restAt)
+	if uint64(s.t)&countsFlag == 0 { // a time, not a concurrency's counts
+		s.t = add(s.t)
+	}
 	return s
 }

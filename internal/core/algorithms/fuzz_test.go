@@ -22,6 +22,7 @@ func FuzzSlidingWindow(f *testing.F)    { fuzzAlgorithm(f, SlidingWindow) }
 func FuzzTokenBucket(f *testing.F)      { fuzzAlgorithm(f, TokenBucket) }
 func FuzzLeakyBucket(f *testing.F)      { fuzzAlgorithm(f, LeakyBucket) }
 func FuzzLeakyBucketQueue(f *testing.F) { fuzzAlgorithm(f, LeakyBucketQueue) }
+func FuzzConcurrency(f *testing.F)      { fuzzAlgorithm(f, Concurrency) }
 
 // fuzzOp is the size of one request in the fuzz input: a selector byte, a
 // 16-bit value and a byte for how the charge is applied. The selector's
@@ -62,8 +63,11 @@ func fuzzAlgorithm(f *testing.F, alg Algorithm) {
 
 	f.Fuzz(func(t *testing.T, requests uint32, period int64, burst uint32, start int64, in []byte) {
 		maxPeriod := int64(MaxSpan)
-		if alg == SlidingWindow {
+		if alg == SlidingWindow || alg == Concurrency {
 			maxPeriod /= 2
+		}
+		if alg == Concurrency {
+			requests = 1 + requests%MaxInFlight
 		}
 		if period < 0 {
 			period = -(period + 1)
@@ -219,6 +223,9 @@ func FuzzForeignState(f *testing.F) {
 	f.Add(uint8(TokenBucket), uint32(7), int64(3*time.Second), int64(1<<62), int64(-1), uint32(1<<31), uint32(5), t0, int64(1))
 	f.Add(uint8(SlidingWindow), uint32(1), int64(1), int64(0), int64(1<<63-1), uint32(1<<32-1), uint32(1<<32-1), int64(0), int64(1))
 	f.Add(uint8(FixedWindow), uint32(10), int64(time.Minute), t0, t0+int64(time.Hour), uint32(7), uint32(0), t0, int64(3))
+	// A window's state under a concurrency of 1ns: its restAt is far past
+	// the concurrency's slots.
+	f.Add(uint8(Concurrency), uint32(3), int64(1), t0+int64(time.Minute), t0, uint32(2), uint32(0), t0, int64(1))
 	f.Fuzz(func(t *testing.T, alg uint8, requests uint32, period, restAt, at int64, n, m uint32, now, cost int64) {
 		l, err := NewLimit(Algorithm(alg), int64(requests), time.Duration(period), 0)
 		if err != nil {

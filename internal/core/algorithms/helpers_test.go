@@ -194,11 +194,14 @@ func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)
 
 // saturable reports whether an overdraft on l can reach the bound on debt
 // without leaving the bucket in debt: a window whose limit is MaxCount, a
-// bucket whose capacity span is MaxSpan. Only then is an overdraft Allowed
-// that Decide would not admit.
+// bucket whose capacity span is MaxSpan, a concurrency of MaxInFlight.
+// Only then is an overdraft Allowed that Decide would not admit.
 func saturable(l Limit) bool {
 	if l.alg.usesBurst() {
 		return l.spanNs == int64(MaxSpan) && l.spanFrac == 0
+	}
+	if l.alg == Concurrency {
+		return l.capacity == MaxInFlight
 	}
 	return l.capacity == MaxCount
 }

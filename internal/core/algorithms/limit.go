@@ -26,6 +26,10 @@ const (
 	// LeakyBucketQueue shapes: admitted requests leave at the constant rate,
 	// each told how long to wait; denied only when the queue is full.
 	LeakyBucketQueue
+	// Concurrency counts units in flight: charged and not yet given back
+	// by a refund, up to Requests at once; a unit never given back expires
+	// a lease (Period) after it was charged.
+	Concurrency
 )
 
 var algorithmNames = [...]string{
@@ -34,10 +38,12 @@ var algorithmNames = [...]string{
 	TokenBucket:      "token_bucket",
 	LeakyBucket:      "leaky_bucket",
 	LeakyBucketQueue: "leaky_bucket_queue",
+	Concurrency:      "concurrency",
 }
 
 // String returns the policy-file name of a: "fixed_window",
-// "sliding_window", "token_bucket", "leaky_bucket" or "leaky_bucket_queue".
+// "sliding_window", "token_bucket", "leaky_bucket", "leaky_bucket_queue"
+// or "concurrency".
 func (a Algorithm) String() string {
 	if a >= FixedWindow && int(a) < len(algorithmNames) {
 		return algorithmNames[a]
@@ -47,7 +53,7 @@ func (a Algorithm) String() string {
 
 // Algorithms lists every algorithm in declaration order.
 func Algorithms() []Algorithm {
-	return []Algorithm{FixedWindow, SlidingWindow, TokenBucket, LeakyBucket, LeakyBucketQueue}
+	return []Algorithm{FixedWindow, SlidingWindow, TokenBucket, LeakyBucket, LeakyBucketQueue, Concurrency}
 }
 
 // ParseAlgorithm returns the algorithm whose String is name.
@@ -57,7 +63,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of fixed_window, sliding_window, token_bucket, leaky_bucket, leaky_bucket_queue)", name)
+	return 0, fmt.Errorf("unknown algorithm %q (want one of fixed_window, sliding_window, token_bucket, leaky_bucket, leaky_bucket_queue, concurrency)", name)
 }
 
 // usesBurst reports whether the algorithm has a capacity separate from its
@@ -111,12 +117,19 @@ type Limit struct {
 	intervalNs, intervalFrac int64
 	spanNs, spanFrac         int64
 	oneNs, oneFrac           int64
+
+	// gen is Concurrency's generation G = ceil(Period/(Generations-1)).
+	gen int64
 }
 
 // NewLimit returns a Limit admitting requests per period with the given
 // algorithm. burst is the capacity of the bucket algorithms (token_bucket,
 // leaky_bucket, leaky_bucket_queue); 0 means requests. The window
 // algorithms admit requests per window and reject a non-zero burst.
+//
+// For concurrency, requests is the most units in flight at once (at most
+// MaxInFlight) and period the lease after which a unit never given back
+// expires (at most MaxSpan/2); it takes no burst.
 //
 // requests and burst must be at most MaxRequests; period must be positive
 // and at most MaxSpan (MaxSpan/2 for sliding_window), and so must the time
@@ -141,12 +154,19 @@ func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) 
 		return Limit{}, fmt.Errorf("burst does not apply to %v (a window admits requests per period)", alg)
 	case alg == SlidingWindow && period > MaxSpan/2:
 		return Limit{}, fmt.Errorf("period of a sliding_window must be at most %v", MaxSpan/2)
+	case alg == Concurrency && requests > MaxInFlight:
+		return Limit{}, fmt.Errorf("the limit of a concurrency must be at most %d units in flight", MaxInFlight)
+	case alg == Concurrency && period > MaxSpan/2:
+		return Limit{}, fmt.Errorf("the lease of a concurrency must be at most %v", MaxSpan/2)
 	}
 	capacity := requests
 	if burst != 0 {
 		capacity = burst
 	}
 	l := Limit{alg: alg, requests: requests, period: int64(period), capacity: capacity}
+	if alg == Concurrency {
+		l.gen = (int64(period) + Generations - 2) / (Generations - 1)
+	}
 	l.intervalNs, l.intervalFrac = l.times(1)
 	hi, lo := bits.Mul64(uint64(capacity), uint64(period))
 	if hi >= uint64(requests) {
@@ -206,10 +226,11 @@ func (l *Limit) Period() time.Duration { return time.Duration(l.period) }
 
 // Capacity returns the largest cost that can ever be admitted: Burst for
 // the bucket algorithms (Requests when no burst was given), Requests for
-// the window algorithms.
+// the window algorithms and concurrency.
 func (l *Limit) Capacity() int64 { return l.capacity }
 
-// Burst returns the capacity of a bucket algorithm and 0 for a window.
+// Burst returns the capacity of a bucket algorithm and 0 for a window or
+// a concurrency.
 func (l *Limit) Burst() int64 {
 	if l.alg.usesBurst() {
 		return l.capacity

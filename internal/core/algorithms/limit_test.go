@@ -23,7 +23,12 @@ func TestNewLimit(t *testing.T) {
 		{"longest sliding period", SlidingWindow, 1, MaxSpan / 2, 0, "", 1},
 
 		{"zero algorithm", 0, 5, time.Second, 0, "unknown algorithm", 0},
-		{"unknown algorithm", LeakyBucketQueue + 1, 5, time.Second, 0, "unknown algorithm", 0},
+		{"unknown algorithm", Concurrency + 1, 5, time.Second, 0, "unknown algorithm", 0},
+		{"concurrency capacity is requests", Concurrency, 20, time.Minute, 0, "", 20},
+		{"most in flight", Concurrency, MaxInFlight, time.Minute, 0, "", MaxInFlight},
+		{"too many in flight", Concurrency, MaxInFlight + 1, time.Minute, 0, "at most 65535 units in flight", 0},
+		{"lease too long", Concurrency, 5, MaxSpan/2 + 1, 0, "lease of a concurrency must be at most", 0},
+		{"burst on a concurrency", Concurrency, 5, time.Second, 10, "burst does not apply to concurrency", 0},
 		{"zero requests", TokenBucket, 0, time.Second, 0, "requests must be positive", 0},
 		{"too many requests", TokenBucket, MaxRequests + 1, time.Second, 0, "requests must be at most", 0},
 		{"zero period", TokenBucket, 5, 0, 0, "period must be positive", 0},

@@ -53,6 +53,8 @@ func newModel(l Limit) model {
 		return &levelModel{l: l, rate: l.requests, level: new(big.Rat)}
 	case FixedWindow:
 		return &windowModel{l: l, counts: map[int64]int64{}}
+	case Concurrency:
+		return &concurrencyModel{l: l}
 	default:
 		return &windowModel{l: l, counts: map[int64]int64{}, sliding: true}
 	}
@@ -411,4 +413,124 @@ func (m *windowModel) refund(now, units int64) Decision {
 		units -= back
 	}
 	return Decision{Remaining: m.remaining(now)}
+}
+
+// concurrencyModel keeps every unit in flight, oldest first, with the
+// time it was charged: as runs of units charged at one instant (a charge
+// of cost 5 is five units of one time). A unit charged at c expires at
+// c + T + the rest of its slot: the last nanosecond of the slot of G =
+// ceil(T/6) that holds c, plus T (so never before c + T, at most G-1
+// later). A refund releases the oldest units; an overdraft's units in one
+// slot stop at MaxInFlight. The clock never goes back, so the runs are in
+// the order of their expiry too.
+type concurrencyModel struct {
+	l     Limit
+	units []unitRun
+}
+
+// unitRun is n units charged at at.
+type unitRun struct{ at, n int64 }
+
+// changeTo keeps the units in flight.
+func (m *concurrencyModel) changeTo(l Limit) { m.l = l }
+
+// slot returns the length of a generation: the lease over 6, rounded up.
+func (m *concurrencyModel) slot() int64 { return (m.l.period + 5) / 6 }
+
+// expires returns when a unit charged at c expires.
+func (m *concurrencyModel) expires(c int64) int64 {
+	g := m.slot()
+	return c + (g - 1 - c%g) + m.l.period
+}
+
+// live drops the units expired at now and returns how many are left.
+func (m *concurrencyModel) live(now int64) int64 {
+	kept, in := m.units[:0], int64(0)
+	for _, r := range m.units {
+		if m.expires(r.at) > now {
+			kept = append(kept, r)
+			in += r.n
+		}
+	}
+	m.units = kept
+	return in
+}
+
+// report is the bucket at now, with Denied and the RetryAfter of a cost
+// of max(extra, 1) when extra more does not fit: the wait until enough
+// units have expired, oldest first.
+func (m *concurrencyModel) report(now, extra int64) Decision {
+	in := m.live(now)
+	d := Decision{Remaining: max(m.l.capacity-in, 0)}
+	if in > 0 {
+		d.ResetAfter = time.Duration(m.expires(m.units[len(m.units)-1].at) - now)
+	}
+	if in+extra > m.l.capacity {
+		d.Code = Denied
+		excess := in + max(extra, 1) - m.l.capacity
+		for _, r := range m.units {
+			if excess -= r.n; excess <= 0 {
+				d.RetryAfter = time.Duration(m.expires(r.at) - now)
+				break
+			}
+		}
+	}
+	return d
+}
+
+// charge adds n units charged at now.
+func (m *concurrencyModel) charge(now, n int64) {
+	if k := len(m.units); k > 0 && m.units[k-1].at == now {
+		m.units[k-1].n += n
+		return
+	}
+	m.units = append(m.units, unitRun{now, n})
+}
+
+func (m *concurrencyModel) decide(now, cost int64) Decision {
+	switch in := m.live(now); {
+	case cost > m.l.capacity:
+		d := m.report(now, 0)
+		d.Code, d.RetryAfter = OverCapacity, 0
+		return d
+	case cost <= 0:
+		d := m.report(now, 0)
+		d.Code, d.RetryAfter = Allowed, 0
+		return d
+	case in+cost > m.l.capacity:
+		return m.report(now, cost)
+	}
+	m.charge(now, cost)
+	return m.report(now, 0)
+}
+
+func (m *concurrencyModel) check(now int64) Decision { return m.report(now, 1) }
+
+func (m *concurrencyModel) overdraft(now, cost int64) Decision {
+	m.live(now)
+	var inSlot int64
+	for _, r := range m.units {
+		if r.at/m.slot() == now/m.slot() {
+			inSlot += r.n
+		}
+	}
+	if n := min(max(cost, 0), MaxInFlight-inSlot); n > 0 {
+		m.charge(now, n)
+	}
+	return m.report(now, 0)
+}
+
+func (m *concurrencyModel) refund(now, units int64) Decision {
+	m.live(now)
+	for units > 0 && len(m.units) > 0 {
+		back := min(units, m.units[0].n)
+		m.units[0].n -= back
+		units -= back
+		if m.units[0].n == 0 {
+			m.units = m.units[1:]
+		}
+	}
+	d := m.report(now, 0)
+	d.Code, d.RetryAfter = Allowed, 0
+	return d
 }

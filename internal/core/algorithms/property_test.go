@@ -30,6 +30,11 @@ func specs(alg Algorithm) []limitSpec {
 			all[i].burst = 0
 		}
 	}
+	if alg == Concurrency {
+		for i := range all {
+			all[i].requests = min(all[i].requests, MaxInFlight)
+		}
+	}
 	return all
 }
 

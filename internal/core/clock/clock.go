@@ -6,6 +6,13 @@
 // the wall clock is stepped (NTP, an operator). A Monotonic clock reads the
 // wall clock once, at creation, and from then on advances by the runtime's
 // monotonic clock only.
+//
+// Time is injected one way: a part that keeps time takes a Clock once, as
+// an argument or a field of its configuration (memory.New, guard.Config,
+// redis.Config, daemon.Config), and takes its decisions' time from it alone
+// (timeouts and tickers use the runtime's timers); a test passes a
+// Fake there. The Redis store alone defaults to another clock than
+// Monotonic: Redis's own (TIME), shared by every daemon on that Redis.
 package clock
 
 import (

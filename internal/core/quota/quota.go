@@ -407,15 +407,7 @@ func (a *Allocator) bucketKeys() []string {
 // so it is not among the pushes.
 func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string) []Push {
 	live := func(id string) bool { return id == reporting || b.clients[id].live(now) }
-	ids := make([]string, 0, len(b.clients))
-	for id, c := range b.clients {
-		c.holds = slices.DeleteFunc(c.holds, func(h hold) bool { return now >= h.until })
-		if !live(id) && c.committed(now) == 0 {
-			delete(b.clients, id) // nothing sent that it may still apply
-			continue
-		}
-		ids = append(ids, id)
-	}
+	ids := prune(b, now, live)
 	if len(ids) == 0 {
 		delete(a.buckets, key)
 		if b.pool != nil {
@@ -426,33 +418,71 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 	if !a.usable(b, now) || b.publishing {
 		return nil // nothing can be sent: the ledger's answer is awaited
 	}
+	lives, demands := holdQuiet(b, ids, live)
+	targets := a.targets(b, demands)
+	changed := map[string]bool{}
+	shrink(b, lives, targets, now, changed)
+	a.grow(b, ids, lives, targets, now, changed)
+	var pushes []Push
+	for _, id := range lives {
+		c := b.clients[id]
+		if !changed[id] && !c.due {
+			continue
+		}
+		c.sentAt, c.due = now, false
+		if id != reporting {
+			pushes = append(pushes, Push{Bucket: key, Client: id, Assignment: c.assignment(b.limit)})
+		}
+	}
+	return pushes
+}
+
+// prune drops the holds that expired at now and the clients that are not
+// live and may apply nothing sent to them, and returns the others' ids,
+// sorted.
+func prune(b *bucket, now int64, live func(id string) bool) []string {
+	ids := make([]string, 0, len(b.clients))
+	for id, c := range b.clients {
+		c.holds = slices.DeleteFunc(c.holds, func(h hold) bool { return now >= h.until })
+		if !live(id) && c.committed(now) == 0 {
+			delete(b.clients, id) // nothing sent that it may still apply
+			continue
+		}
+		ids = append(ids, id)
+	}
 	slices.Sort(ids)
-	var lives []string
-	var demands []int64
+	return ids
+}
+
+// holdQuiet returns the live clients among ids and their demands; the
+// share of each other client (gone or quiet) becomes a hold, committed
+// until it expires.
+func holdQuiet(b *bucket, ids []string, live func(id string) bool) (lives []string, demands []int64) {
 	for _, id := range ids {
 		if live(id) {
 			lives = append(lives, id)
 			demands = append(demands, b.clients[id].demand)
 		} else if c := b.clients[id]; c.share > 0 {
-			// Gone or quiet: what it had is committed until it expires.
 			c.holds = append(c.holds, hold{c.share, c.expiry(), c.expiry()})
 			c.share = 0
 		}
 	}
-	targets := a.targets(b, demands)
-	// A client needs more when its target is more than the tolerance above
-	// its share; then every share above its target shrinks, however little,
-	// as others wait for it.
+	return lives, demands
+}
+
+// shrink lowers to its target each share of lives above it by more than
+// the tolerance, or by anything while another client needs more (its
+// target more than the tolerance above its share). The larger share stays
+// committed until the smaller one has reached the client (the filter
+// replaces its token bucket as the new assignment arrives), or until it
+// expires if the stream ends.
+func shrink(b *bucket, lives []string, targets []int64, now int64, changed map[string]bool) {
 	needs := false
 	for i, id := range lives {
 		if t, s := targets[i], b.clients[id].share; t > s && t-s > t/Tolerance {
 			needs = true
 		}
 	}
-	changed := map[string]bool{}
-	// Shrink first: the larger share stays committed until the smaller
-	// one has reached the client (the filter replaces its token bucket as
-	// the new assignment arrives), or until it expires if the stream ends.
 	for i, id := range lives {
 		c := b.clients[id]
 		if t := targets[i]; t < c.share && (needs || c.share-t > t/Tolerance) {
@@ -461,8 +491,13 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 			changed[id] = true
 		}
 	}
-	// Then grow, out of what no one may be applying; eventual is what
-	// will be free once the larger shares held have expired.
+}
+
+// grow raises the shares of lives below their targets by more than the
+// tolerance, out of what no client of ids may be applying (growth).
+func (a *Allocator) grow(b *bucket, ids, lives []string, targets []int64, now int64, changed map[string]bool) {
+	// eventual is what will be free once the larger shares held have
+	// expired.
 	free, eventual := a.capacity(b), a.capacity(b)
 	for _, id := range ids {
 		free -= b.clients[id].committed(now)
@@ -481,23 +516,10 @@ func (a *Allocator) rebalance(key string, b *bucket, now int64, reporting string
 	}
 	for i, g := range growth(free, eventual, held, wants, own) {
 		if g > 0 {
-			c := b.clients[growing[i]]
-			c.share += g
+			b.clients[growing[i]].share += g
 			changed[growing[i]] = true
 		}
 	}
-	var pushes []Push
-	for _, id := range lives {
-		c := b.clients[id]
-		if !changed[id] && !c.due {
-			continue
-		}
-		c.sentAt, c.due = now, false
-		if id != reporting {
-			pushes = append(pushes, Push{Bucket: key, Client: id, Assignment: c.assignment(b.limit)})
-		}
-	}
-	return pushes
 }
 
 // growth returns how much each share, holding held[i] and wanting

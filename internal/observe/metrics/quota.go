@@ -2,7 +2,9 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Quota counts what the quota service (internal/api/rlqsapi) does:
+// Quota counts what the quota service does: the streams of Envoy's RLQS
+// (internal/api/rlqsapi), and the rest as the service's observer
+// (internal/engine/quotaservice.Observer):
 //
 //	ratelimitd_quota_streams                         quota streams open now
 //	ratelimitd_quota_reports_total{domain}           bucket usage reports received

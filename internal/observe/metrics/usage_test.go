@@ -28,13 +28,13 @@ func TestUsageChargedAfterwards(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	do(engine.OpCheck, 0)     // admitted
-	do(engine.OpCharge, 70)   // overdraft, within
-	do(engine.OpCharge, 50)   // overdraft, 20 in debt: over
-	do(engine.OpCheck, 0)     // denied
-	do(engine.OpRefund, 30)   // 10 left
-	do(engine.OpCheck, 0)     // admitted
-	do(engine.OpOverdraft, 0) // nothing
+	do(engine.OpCheck, 0)   // admitted
+	do(engine.OpCharge, 70) // overdraft, within
+	do(engine.OpCharge, 50) // overdraft, 20 in debt: over
+	do(engine.OpCheck, 0)   // denied
+	do(engine.OpRefund, 30) // 10 left
+	do(engine.OpCheck, 0)   // admitted
+	do(engine.OpCharge, 0)  // a peek: nothing
 	want := map[string]float64{
 		rule("hits_total", "tokens", ""):              120,
 		rule("within_limit_hits_total", "tokens", ""): 70,

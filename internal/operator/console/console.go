@@ -39,9 +39,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/api/rlqsapi"
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
+	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/observe/topdenied"
 	"github.com/ratelimitd/ratelimitd/internal/operator/admin"
@@ -76,7 +76,7 @@ type Options struct {
 	Top *topdenied.Tracker
 	// Quota returns the buckets served by quota (RLQS), their clients,
 	// demands and shares (nil: the view is empty).
-	Quota func() []rlqsapi.BucketView
+	Quota func() []quotaservice.BucketView
 }
 
 // Console serves the page and its endpoints.
@@ -168,7 +168,7 @@ func (c *Console) liveView(w http.ResponseWriter, _ *http.Request) {
 // and its clients (stream id, peer address, demand and share in requests
 // per period, what it may still apply, burst, report interval in ns).
 func (c *Console) quota(w http.ResponseWriter, _ *http.Request) {
-	buckets := []rlqsapi.BucketView{}
+	buckets := []quotaservice.BucketView{}
 	if c.o.Quota != nil {
 		buckets = append(buckets, c.o.Quota()...)
 	}
@@ -219,16 +219,22 @@ type Bucket struct {
 	// Debt is how many units a token or leaky bucket owes beyond empty,
 	// after overdraft charges took more than was left: checks and charges
 	// are denied until its refill has paid them back. A window's debt does
-	// not show apart from Remaining 0: the window's end clears it.
+	// not show apart from Remaining 0: the window's end clears it; nor does
+	// a concurrency's, which releases and leases clear.
 	Debt int64 `json:"debt,omitempty"`
 }
 
 // bucketDebt returns the units a bucket of l owes beyond empty, given the
 // ResetAfter of a peek at it: a token or leaky bucket's ResetAfter is its
 // backlog, resetAfter × requests / period units, of which capacity are a
-// full bucket's worth. 0 for the windows, and for a bucket not in debt.
+// full bucket's worth. 0 for the windows and concurrency (whose ResetAfter
+// is when its units expire, not a backlog), and for a bucket not in debt.
 func bucketDebt(l *algorithms.Limit, resetAfter time.Duration) int64 {
-	if l.Algorithm() == algorithms.FixedWindow || l.Algorithm() == algorithms.SlidingWindow || resetAfter <= 0 {
+	switch l.Algorithm() {
+	case algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.Concurrency:
+		return 0
+	}
+	if resetAfter <= 0 {
 		return 0
 	}
 	units := new(big.Int).Mul(big.NewInt(int64(resetAfter)), big.NewInt(l.Requests()))

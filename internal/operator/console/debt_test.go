@@ -100,3 +100,32 @@ func TestSimulateOverdraftByDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectConcurrency: a concurrency's bucket shows its free places and
+// the time its last unit expires by its lease; it owes nothing (a lease
+// that runs past lease is not debt).
+func TestInspectConcurrency(t *testing.T) {
+	d := daemontest.Start(t, `
+domain: llm
+descriptors:
+  - key: tenant
+    rate_limit: {algorithm: concurrency, max_in_flight: 2, lease: 10m}
+`)
+	c := rl.NewRateLimitServiceClient(d.Dial(t))
+	if resp, err := c.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: "llm", Descriptors: []*rl.Descriptor{desc("tenant", "acme")}}); err != nil || resp.OverallCode != rl.Code_CODE_OK {
+		t.Fatalf("a charge: %v %v", resp, err)
+	}
+	var body struct {
+		Buckets []struct {
+			Remaining  int64
+			ResetAfter string `json:"reset_after"`
+			Debt       int64
+		}
+	}
+	getJSON(t, d, "/console/api/inspect?domain=llm&entry="+url.QueryEscape("tenant=acme"), &body)
+	// daemontest.T0 is 40s into a slot of 100s (10m/6): the unit expires
+	// 10m after the slot's last nanosecond.
+	if len(body.Buckets) != 1 || body.Buckets[0].Remaining != 1 || body.Buckets[0].Debt != 0 || body.Buckets[0].ResetAfter != "10m59.999999999s" {
+		t.Errorf("%+v, want 1 remaining, no debt, reset after 10m59.999999999s", body.Buckets)
+	}
+}

@@ -23,6 +23,7 @@ descriptors:
       - {algorithm: leaky_bucket_queue, unit: minute, requests_per_unit: 20, burst: 5}
       - {algorithm: sliding_window, unit: second, unit_multiplier: 60, requests_per_unit: 7}
       - {algorithm: leaky_bucket, unit: hour, requests_per_unit: 1}
+      - {algorithm: concurrency, max_in_flight: 20, lease: 1m}
   - key: u
     rate_limit: {unlimited: true}
   - key: z
@@ -36,7 +37,7 @@ descriptors:
 	for _, l := range dom.Match([]Entry{{Key: "a", Value: "x"}}).Limits {
 		got = append(got, l.Bucket)
 	}
-	want := []string{"bucket/1m0s", "fixed_window/1m0s", "bucket/1m0s#2", "sliding_window/1m0s", "bucket/1h0m0s"}
+	want := []string{"bucket/1m0s", "fixed_window/1m0s", "bucket/1m0s#2", "sliding_window/1m0s", "bucket/1h0m0s", "concurrency/1m0s"}
 	if len(got) != len(want) {
 		t.Fatalf("buckets %q, want %q", got, want)
 	}

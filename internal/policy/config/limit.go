@@ -79,15 +79,16 @@ func limitKey(prefix string, r *algorithms.Limit) string {
 
 // BucketName returns the Bucket of a limit with the arithmetic r (before
 // any "#2" that tells it from another limit of its rule): prefix, then the
-// kind of state its algorithm keeps — "fixed_window", "sliding_window", or
-// "bucket" for token_bucket, leaky_bucket and leaky_bucket_queue, whose
-// states are one — and its period, as in "bucket/1h0m0s". Limits with the
+// kind of state its algorithm keeps — "fixed_window", "sliding_window",
+// "concurrency", or "bucket" for token_bucket, leaky_bucket and
+// leaky_bucket_queue, whose states are one — and its period (a
+// concurrency's lease), as in "bucket/1h0m0s". Limits with the
 // same BucketName read each other's states.
 func BucketName(prefix string, r *algorithms.Limit) string {
 	var buf [64]byte
 	b := append(buf[:0], prefix...)
 	switch alg := r.Algorithm(); alg {
-	case algorithms.FixedWindow, algorithms.SlidingWindow:
+	case algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.Concurrency:
 		b = append(b, alg.String()...)
 	default:
 		b = append(b, "bucket"...)

@@ -16,6 +16,8 @@ descriptors:
   - {key: nil, rate_limit: {unit: minute, requests_per_unit: 1000, overdraft: ~}}
   - {key: unlimited, rate_limit: {unlimited: true}}
   - {key: deny, rate_limit: {unit: minute, requests_per_unit: 0}}
+  - {key: streams, rate_limit: {algorithm: concurrency, max_in_flight: 20, lease: 10m}}
+  - {key: streams_on, rate_limit: {algorithm: concurrency, max_in_flight: 20, lease: 10m, overdraft: true}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +34,10 @@ descriptors:
 		{"nil", OverdraftDefault, true, false},
 		{"unlimited", OverdraftDefault, false, false},
 		{"deny", OverdraftDefault, false, false},
+		// A concurrency is a budget of places, not usage after the fact:
+		// the default does not make it take every charge.
+		{"streams", OverdraftDefault, false, false},
+		{"streams_on", OverdraftOn, true, true},
 	}
 	for _, tt := range tests {
 		r := p.Domain("d").Match([]Entry{{Key: tt.key}})

@@ -270,7 +270,7 @@ var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "shadow_mode", "detailed_metric", "descriptors",
 		"quota_mode", "share_threshold", "value_to_metric", "metadata", "refunds"}
 	limitFields = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft"}
+		"algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft", "max_in_flight", "lease"}
 	replacesFields = []string{"name"}
 )
 
@@ -710,8 +710,16 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 		return l
 	}
 
-	l.Unit = p.unit(m["unit"], y, yamlnode.Join(path, "unit"))
 	a := arithmetic{alg: p.algorithm(m["algorithm"], yamlnode.Join(path, "algorithm"))}
+	if a.alg == algorithms.Concurrency {
+		return p.concurrencyLimit(l, m, y, path, nerrs)
+	}
+	for _, f := range []string{"max_in_flight", "lease"} {
+		if v := m[f]; v != nil {
+			p.errorf(v, yamlnode.Join(path, f), "only with algorithm: concurrency")
+		}
+	}
+	l.Unit = p.unit(m["unit"], y, yamlnode.Join(path, "unit"))
 	a.requests, l.DenyAll = p.requestsPerUnit(m["requests_per_unit"], y, yamlnode.Join(path, "requests_per_unit"))
 	a.burst = p.burst(m["burst"], yamlnode.Join(path, "burst"), a.alg)
 	l.UnitMultiplier = p.unitMultiplier(m["unit_multiplier"], yamlnode.Join(path, "unit_multiplier"))
@@ -743,6 +751,62 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	}
 	l.Key = limitKey("", &l.Rate)
 	return l
+}
+
+// concurrencyLimit checks the rest of a rate_limit block of algorithm:
+// concurrency — max_in_flight and lease, both required, in place of unit
+// and requests_per_unit — and returns l with its arithmetic, or nil when
+// the block has problems (beyond the nerrs found before).
+func (p *parser) concurrencyLimit(l *Limit, m map[string]*yaml.Node, block *yaml.Node, path string, nerrs int) *Limit {
+	for _, f := range []string{"unit", "requests_per_unit", "burst", "unit_multiplier"} {
+		if v := m[f]; v != nil {
+			p.errorf(v, yamlnode.Join(path, f), "not allowed with algorithm: concurrency (it takes max_in_flight and lease)")
+		}
+	}
+	inFlight, lease := m["max_in_flight"], m["lease"]
+	var n int64
+	if inFlight == nil || yamlnode.IsNull(inFlight) {
+		p.errorf(block, yamlnode.Join(path, "max_in_flight"), "missing: how many units may be in flight at once")
+	} else {
+		n, _ = p.integer(inFlight, yamlnode.Join(path, "max_in_flight"), 1, algorithms.MaxInFlight)
+	}
+	d := p.lease(lease, block, yamlnode.Join(path, "lease"))
+	l.RetryJitter = p.retryJitter(m["retry_jitter"], yamlnode.Join(path, "retry_jitter"))
+	l.Overdraft = p.overdraft(m["overdraft"], yamlnode.Join(path, "overdraft"))
+	if p.problems() > nerrs {
+		return nil
+	}
+	var ok bool
+	if l.Rate, ok = p.rate(arithmetic{alg: algorithms.Concurrency, requests: n, period: d}, block, path); !ok {
+		return nil
+	}
+	l.Key = limitKey("", &l.Rate)
+	return l
+}
+
+// lease returns rate_limit.lease, which a concurrency requires: a Go
+// duration, positive, at most algorithms.MaxSpan/2.
+func (p *parser) lease(v, block *yaml.Node, path string) time.Duration {
+	if v == nil || yamlnode.IsNull(v) {
+		p.errorf(block, path, "missing: how long a unit never released stays in flight (longer than the longest request)")
+		return 0
+	}
+	s, ok := p.nodes.Str(v, path)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.errorf(v, path, "not a duration: %q (want a Go duration such as 90s or 10m)", s)
+	case d <= 0:
+		p.errorf(v, path, "must be positive: %q", s)
+	case d > algorithms.MaxSpan/2:
+		p.errorf(v, path, "%q is longer than the longest lease, %v", s, algorithms.MaxSpan/2)
+	default:
+		return d
+	}
+	return 0
 }
 
 // arithmetic is what a limit's algorithms.Limit is made of.
@@ -796,7 +860,7 @@ func (p *parser) replacesList(v *yaml.Node, path, own string) []string {
 
 // checkUnlimited reports the fields that an unlimited limit may not have.
 func (p *parser) checkUnlimited(m map[string]*yaml.Node, path string) {
-	for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft"} {
+	for _, f := range []string{"unit", "requests_per_unit", "algorithm", "burst", "unit_multiplier", "retry_jitter", "overdraft", "max_in_flight", "lease"} {
 		if v := m[f]; v != nil && !yamlnode.IsNull(v) {
 			p.errorf(v, yamlnode.Join(path, f), "not allowed with unlimited: true (an unlimited limit keeps no bucket)")
 		}

@@ -136,13 +136,15 @@ const (
 // TakesOverdraft reports whether a charge to l is an overdraft charge:
 // taken in full whatever is left, the bucket going into debt, rather than
 // admitted only when it fits. byDefault is the answer for a limit whose
-// policy does not say. Unlimited and deny-all limits keep no bucket and
-// never take overdraft.
+// policy does not say, but for a concurrency, whose charges are places
+// taken before a request runs, not usage known after it: it takes
+// overdraft only when its policy says so. Unlimited and deny-all limits
+// keep no bucket and never take overdraft.
 func (l *Limit) TakesOverdraft(byDefault bool) bool {
 	if l.Unlimited || l.DenyAll {
 		return false
 	}
-	return l.Overdraft == OverdraftOn || l.Overdraft == OverdraftDefault && byDefault
+	return l.Overdraft == OverdraftOn || l.Overdraft == OverdraftDefault && byDefault && l.Rate.Algorithm() != algorithms.Concurrency
 }
 
 // QuotaFallback is what a quota client does without an assignment in

@@ -181,7 +181,7 @@ func limitYAML(rl *rlsconfv3.RateLimitPolicy, ext map[string]*structpb.Struct, u
 	}
 	if rl.GetUnlimited() {
 		put(m, "unlimited", trueNode)
-	} else {
+	} else if !concurrencyOnly(rl, ext) {
 		if rl.GetUnit() != rlsconfv3.RateLimitUnit_UNKNOWN {
 			u, ok := unitNodes[rl.GetUnit()]
 			if !ok {
@@ -211,6 +211,16 @@ func limitYAML(rl *rlsconfv3.RateLimitPolicy, ext map[string]*structpb.Struct, u
 		}
 	}
 	return m, nil
+}
+
+// concurrencyOnly reports whether rl's extension makes it a concurrency
+// (max_in_flight and lease in place of a rate) and rl leaves its rate
+// unset: unit UNKNOWN, requests_per_unit 0, which then say nothing. A
+// concurrency whose resource sets either is refused as a file's would be.
+func concurrencyOnly(rl *rlsconfv3.RateLimitPolicy, ext map[string]*structpb.Struct) bool {
+	fields, ok := ext[rl.GetName()]
+	return ok && rl.GetName() != "" && fields.GetFields()["algorithm"].GetStringValue() == "concurrency" &&
+		rl.GetUnit() == rlsconfv3.RateLimitUnit_UNKNOWN && rl.GetRequestsPerUnit() == 0
 }
 
 // valueYAML returns an extension's value as a YAML scalar: a whole number

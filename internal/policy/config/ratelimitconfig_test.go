@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,6 +112,38 @@ func TestFromRateLimitConfigsExtensions(t *testing.T) {
 	rate := r.Limits[0].Rate
 	if rate.Algorithm().String() != "token_bucket" || rate.Burst() != 20 || r.Limits[0].Overdraft != OverdraftOn {
 		t.Errorf("limit %v burst %d overdraft %v, want token_bucket burst 20 overdraft on", rate.Algorithm(), rate.Burst(), r.Limits[0].Overdraft)
+	}
+}
+
+// A concurrency over xDS: the resource names the limit and leaves its rate
+// unset (unit UNKNOWN, requests_per_unit 0); the extension says the rest.
+func TestFromRateLimitConfigsConcurrency(t *testing.T) {
+	ext, err := structpb.NewStruct(map[string]any{"limits": map[string]any{
+		"per_rule": map[string]any{"algorithm": "concurrency", "max_in_flight": 20, "lease": "10m"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := gatewayConfig()
+	rc.Descriptors[0].Descriptors[0].RateLimit = &rlsconfv3.RateLimitPolicy{Name: "per_rule"}
+	p, err := FromRateLimitConfigs([]RateLimitConfig{{Config: rc, Extensions: ext}}, DefaultPolicyBounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Domain("default/eg/http").Match([]Entry{
+		{"httproute/default/r/rule/0/match/0/example", "httproute/default/r/rule/0/match/0/example"},
+		{"rule-0-match-0", "rule-0-match-0"},
+	})
+	if r == nil {
+		t.Fatal("no rule matched")
+	}
+	if rate := r.Limits[0].Rate; rate.Algorithm().String() != "concurrency" || rate.Requests() != 20 || rate.Period() != 10*time.Minute {
+		t.Errorf("limit %v %d per %v, want concurrency of 20 with a lease of 10m", rate.Algorithm(), rate.Requests(), rate.Period())
+	}
+	// A resource that sets a rate besides is refused, as a file would be.
+	_, err = FromRateLimitConfigs([]RateLimitConfig{{Config: gatewayConfig(), Extensions: ext}}, DefaultPolicyBounds)
+	if err == nil || !strings.Contains(err.Error(), "rate_limit.unit: not allowed with algorithm: concurrency") {
+		t.Errorf("a concurrency with a unit: %v", err)
 	}
 }
 

@@ -81,7 +81,7 @@ func TestBreakerStates(t *testing.T) {
 }
 
 // TestBreakerCountsABatchOnce: the requests of one failed batch are one
-// failure of Redis, however many there are.
+// failure of the remote, however many there are.
 func TestBreakerCountsABatchOnce(t *testing.T) {
 	b := newBreaker(3, time.Second, nil)
 	fail := errors.New("timeout")

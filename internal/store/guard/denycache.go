@@ -20,7 +20,7 @@ import (
 // Refunds are the exception to "charges only take": a refund through this
 // store forgets the bucket's denial, and a request that holds an overdraft
 // charge or a refund is never answered from the cache (they must reach
-// Redis, whatever the request decides); an overdraft's denial, which
+// the remote, whatever the request decides); an overdraft's denial, which
 // charged, is not remembered. A check is a cost of 1: a denial of a check
 // or of an admit of cost 1 answers both. A refund made through another
 // daemon is seen here only once the remembered wait has passed.
@@ -75,7 +75,7 @@ func cachedCost(ch *store.Charge) (int64, bool) {
 }
 
 // applied reports whether charges hold an overdraft charge or a refund:
-// a request that must reach Redis.
+// a request that must reach the remote.
 func applied(charges []store.Charge) bool {
 	for i := range charges {
 		if k := charges[i].Kind; (k == algorithms.Overdraft || k == algorithms.Refund) && charges[i].Cost > 0 {

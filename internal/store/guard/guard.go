@@ -200,10 +200,21 @@ func New(remote Remote, cfg Config) (*Guard, error) {
 
 		misconfLog: reminder.New(cfg.Clock, reminder.DefaultInterval),
 	}
-	// The breaker opens again after every failed probe, once per cool-off:
-	// a warning as it opens, then a reminder a minute while it stays open.
+	g.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, g.logBreaker(cfg))
+	if cfg.DenyCache > 0 {
+		g.cache = newDenyCache(cfg.DenyCache)
+	}
+	g.up.Store(true)
+	go g.reportHealth()
+	return g, nil
+}
+
+// logBreaker returns the breaker's hook that logs its transitions. The
+// breaker opens again after every failed probe, once per cool-off: a
+// warning as it opens, then a reminder a minute while it stays open.
+func (g *Guard) logBreaker(cfg Config) func(from, to BreakerState) {
 	open := reminder.New(cfg.Clock, reminder.DefaultInterval)
-	g.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooloff, func(from, to BreakerState) {
+	return func(from, to BreakerState) {
 		switch to {
 		case BreakerOpen:
 			log, since, repeats := open.Start()
@@ -222,13 +233,7 @@ func New(remote Remote, cfg Config) (*Guard, error) {
 			_, since := open.Stop()
 			g.log.Info(g.name+" circuit breaker closed: deciding from "+g.name, "was", from.String(), "open_for", since.Round(time.Millisecond))
 		}
-	})
-	if cfg.DenyCache > 0 {
-		g.cache = newDenyCache(cfg.DenyCache)
 	}
-	g.up.Store(true)
-	go g.reportHealth()
-	return g, nil
 }
 
 // Close stops the Guard's goroutine. It does not close the remote.

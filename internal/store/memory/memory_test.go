@@ -521,3 +521,31 @@ func BenchmarkApplyHeld(b *testing.B) {
 	}
 	chargeKeys(b, mustLimit(b, algorithms.FixedWindow, 1_000_000_000, time.Hour, 0), keys)
 }
+
+// BenchmarkApplyInFlight compares a concurrency's charges and releases with
+// a token bucket's charges and refunds through the store: on 1024 keys,
+// each charged 1 and then given it back, from every goroutine.
+func BenchmarkApplyInFlight(b *testing.B) {
+	for _, l := range []*algorithms.Limit{
+		mustLimit(b, algorithms.TokenBucket, 1_000_000_000, time.Hour, 0),
+		mustLimit(b, algorithms.Concurrency, algorithms.MaxInFlight, time.Hour, 0),
+	} {
+		b.Run(l.Algorithm().String(), func(b *testing.B) {
+			keys := make([][]byte, 1024)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "tenant-%06d", i)
+			}
+			s := New(clock.NewMonotonic())
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				charges := []store.Charge{{Domain: storetest.Domain, Limit: l, Cost: 1}}
+				d := make([]algorithms.Decision, 1)
+				for i := 0; pb.Next(); i++ {
+					charges[0].Key = keys[i/2%len(keys)]
+					charges[0].Kind = [2]algorithms.Kind{algorithms.Admit, algorithms.Refund}[i%2]
+					s.Apply(context.Background(), charges, d)
+				}
+			})
+		})
+	}
+}

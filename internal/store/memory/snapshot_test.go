@@ -40,6 +40,7 @@ func bucketCases(t testing.TB) []bucketCase {
 		{"fixed_window", storetest.MustLimit(t, algorithms.FixedWindow, 5, time.Minute, 0), 1},
 		{"leaky_bucket_queue", storetest.MustLimit(t, algorithms.LeakyBucketQueue, 10, time.Second, 4), 1},
 		{"token_bucket_cost_3", storetest.MustLimit(t, algorithms.TokenBucket, 7, 3*time.Second, 9), 3},
+		{"concurrency", storetest.MustLimit(t, algorithms.Concurrency, 5, 30*time.Second, 0), 1},
 	}
 }
 
@@ -492,5 +493,48 @@ func TestRestoreKeepsDomains(t *testing.T) {
 	}
 	if d := storetest.Apply(t, s, store.Charge{Domain: "billing", Key: []byte(long), Limit: l, Cost: 1})[0]; d.Code != algorithms.Denied {
 		t.Errorf("billing's restored bucket after shop's flood: %v, want still denied", d.Code)
+	}
+}
+
+// A concurrency's units, written by a decision clock an hour behind the
+// wall, are restored moved an hour later: still held after the restart,
+// each until its lease (and less than a sixth of it more) on the new
+// clock, and no longer.
+func TestRestoreConcurrencyAcrossAClockStep(t *testing.T) {
+	l := storetest.MustLimit(t, algorithms.Concurrency, 2, 10*time.Minute, 0)
+	old := New(clock.NewFake(snapT0 - int64(time.Hour)))
+	for range 2 {
+		if d := storetest.Apply(t, old, charge("k", l, 1))[0]; d.Code != algorithms.Allowed {
+			t.Fatalf("charging: %+v", d)
+		}
+	}
+	snap := writeRead(t, old, filepath.Join(t.TempDir(), "state"), snapT0)
+	fc := clock.NewFake(snapT0 + int64(3*time.Second))
+	s := New(fc)
+	if r := s.Restore(snap, snapT0+int64(3*time.Second), nil); r.Lag != time.Hour || r.Buckets != 1 {
+		t.Fatalf("Restore = %+v, want the bucket restored with lag 1h", r)
+	}
+	d := storetest.Apply(t, s, charge("k", l, 1))[0]
+	if d.Code != algorithms.Denied || d.Remaining != 0 {
+		t.Fatalf("after the restart: %+v, want both units still held", d)
+	}
+	// Two units, not more: one released leaves one place, taken again.
+	release := charge("k", l, 1)
+	release.Kind = algorithms.Refund
+	if d := storetest.Apply(t, s, release)[0]; d.Remaining != 1 {
+		t.Fatalf("a release after the restart: %+v, want 1 place free", d)
+	}
+	if d := storetest.Apply(t, s, charge("k", l, 1))[0]; d.Code != algorithms.Allowed || d.Remaining != 0 {
+		t.Fatalf("charging the place again: %+v", d)
+	}
+	// Charged at the wall's snapT0 (the old clock's snapT0-1h, moved), the
+	// units expire no sooner than 10m after it, and less than 100s later.
+	fc.Set(snapT0 + int64(10*time.Minute) - 1)
+	if d := storetest.Apply(t, s, charge("k", l, 1))[0]; d.Code != algorithms.Denied {
+		t.Fatalf("1ns before the lease: %+v, want denied", d)
+	}
+	fc.Set(snapT0 + int64(10*time.Minute+100*time.Second))
+	if d := storetest.Apply(t, s, charge("k", l, 2))[0]; d.Code != algorithms.Allowed {
+		t.Fatalf("a slot after the lease: %+v, want both units back", d)
 	}
 }

@@ -49,8 +49,7 @@ type call struct {
 	keys     []string
 	args     []any     // appendRequest's
 	slot     int       // the hash slot of its keys (0 on a standalone Redis)
-	now      [2]string // settle.lua's now (Store.scriptTime)
-	expire   expiry    // how settle.lua sets expiry (Store.scriptTime)
+	now      [2]string // settle.lua's now (Store.scriptNow)
 
 	// Set by the sender before it closes done; the caller decodes the
 	// decisions (in its own goroutine, not the sender's).
@@ -106,100 +105,161 @@ func (s *Store) send(ctx context.Context, c *call) error {
 // batches are of one to three) it never waits: there the wait would add
 // latency and gather little.
 func (s *Store) sender() {
-	gatherTimer := time.NewTimer(time.Hour)
-	gatherTimer.Stop()
-	overlapTimer := time.NewTimer(time.Hour)
-	overlapTimer.Stop()
-	returned := make(chan time.Duration, maxInFlight) // a batch in flight came back, after this long
-	inFlight := 0
-	var lastSent time.Time
-	spacing := overlapAfter
-	back := func(took time.Duration) {
-		inFlight--
-		spacing = max(overlapAfter, took/maxInFlight)
-	}
-	expect := 1
+	p := newPacer()
 	for {
 		batch := make([]*call, 0, maxBatch)
 		select {
 		case c := <-s.queue:
 			batch = append(batch, c)
-		case took := <-returned:
-			back(took)
+		case took := <-p.returned:
+			p.back(took)
 			continue
 		case <-s.done:
 			return
 		}
-
-		// While batches are in flight, this one leaves the spacing after
-		// the last, and only when fewer than maxInFlight are; requests
-		// that arrive meanwhile join it.
-		for inFlight > 0 && (inFlight >= maxInFlight || time.Since(lastSent) < spacing) {
-			var overlap <-chan time.Time
-			if inFlight < maxInFlight {
-				overlapTimer.Reset(spacing - time.Since(lastSent))
-				overlap = overlapTimer.C
-			}
-			var queue chan *call
-			if len(batch) < maxBatch {
-				queue = s.queue
-			}
-			select {
-			case c := <-queue:
-				batch = append(batch, c)
-			case took := <-returned:
-				back(took)
-			case <-overlap:
-			case <-s.done:
-				return
-			}
-			overlapTimer.Stop()
+		batch, ok := s.pace(p, batch)
+		if !ok {
+			return
 		}
-
-		waiting := false
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-s.queue:
-				batch = append(batch, c)
-				continue
-			default:
-			}
-			if len(batch) >= expect || expect < gatherFrom {
-				break
-			}
-			if !waiting {
-				waiting = true
-				gatherTimer.Reset(gatherWait)
-			}
-			select {
-			case c := <-s.queue:
-				batch = append(batch, c)
-			case <-gatherTimer.C:
-				break gather
-			case <-s.done:
-				break gather
-			}
-		}
-		if waiting {
-			gatherTimer.Stop()
-		}
-		expect = len(batch)
-		inFlight++
-		lastSent = time.Now()
+		batch = s.gather(p, batch)
+		p.expect = len(batch)
+		p.inFlight++
+		p.lastSent = time.Now()
 		go func(sent time.Time) {
 			s.sendBatch(batch)
-			returned <- time.Since(sent)
-		}(lastSent)
+			p.returned <- time.Since(sent)
+		}(p.lastSent)
 	}
+}
+
+// pacer is the sender's state: the batches in flight, when the last was
+// sent, how far apart they go, and how many requests it expects.
+type pacer struct {
+	gatherTimer, overlapTimer *time.Timer
+	returned                  chan time.Duration // a batch in flight came back, after this long
+	inFlight                  int
+	lastSent                  time.Time
+	spacing                   time.Duration
+	expect                    int
+}
+
+func newPacer() *pacer {
+	p := &pacer{
+		gatherTimer:  time.NewTimer(time.Hour),
+		overlapTimer: time.NewTimer(time.Hour),
+		returned:     make(chan time.Duration, maxInFlight),
+		spacing:      overlapAfter,
+		expect:       1,
+	}
+	p.gatherTimer.Stop()
+	p.overlapTimer.Stop()
+	return p
+}
+
+// back records a batch in flight that came back after took.
+func (p *pacer) back(took time.Duration) {
+	p.inFlight--
+	p.spacing = max(overlapAfter, took/maxInFlight)
+}
+
+// pace holds batch while batches are in flight, until it leaves the
+// spacing after the last, and only when fewer than maxInFlight are;
+// requests that arrive meanwhile join it. It returns false when the store
+// closes.
+func (s *Store) pace(p *pacer, batch []*call) ([]*call, bool) {
+	for p.inFlight > 0 && (p.inFlight >= maxInFlight || time.Since(p.lastSent) < p.spacing) {
+		var overlap <-chan time.Time
+		if p.inFlight < maxInFlight {
+			p.overlapTimer.Reset(p.spacing - time.Since(p.lastSent))
+			overlap = p.overlapTimer.C
+		}
+		var queue chan *call
+		if len(batch) < maxBatch {
+			queue = s.queue
+		}
+		select {
+		case c := <-queue:
+			batch = append(batch, c)
+		case took := <-p.returned:
+			p.back(took)
+		case <-overlap:
+		case <-s.done:
+			return batch, false
+		}
+		p.overlapTimer.Stop()
+	}
+	return batch, true
+}
+
+// gather adds to batch the requests queued, and waits up to gatherWait
+// for those it expects (see sender).
+func (s *Store) gather(p *pacer, batch []*call) []*call {
+	waiting := false
+	defer func() {
+		if waiting {
+			p.gatherTimer.Stop()
+		}
+	}()
+	for len(batch) < maxBatch {
+		select {
+		case c := <-s.queue:
+			batch = append(batch, c)
+			continue
+		default:
+		}
+		if len(batch) >= p.expect || p.expect < gatherFrom {
+			return batch
+		}
+		if !waiting {
+			waiting = true
+			p.gatherTimer.Reset(gatherWait)
+		}
+		select {
+		case c := <-s.queue:
+			batch = append(batch, c)
+		case <-p.gatherTimer.C:
+			return batch
+		case <-s.done:
+			return batch
+		}
+	}
+	return batch
 }
 
 // sendBatch settles batch in one round trip per node: one settle.lua call
 // per slot, pipelined.
 func (s *Store) sendBatch(batch []*call) {
+	live, deadline := liveCalls(batch)
+	if len(live) == 0 {
+		return
+	}
+	s.metrics.batchSize.Observe(float64(len(live)))
+	groups := groupCalls(live)
+	seq := s.batches.Add(1)
+	ctx, cancel := context.WithDeadline(s.life, deadline)
+	defer cancel()
+	keys := make([][]string, len(groups))
+	args := make([][]any, len(groups))
+	for g, calls := range groups {
+		args[g] = s.settleHead(calls[0].now, false, len(calls))
+		for _, c := range calls {
+			keys[g] = append(keys[g], c.keys...)
+			args[g] = append(args[g], c.args...)
+		}
+	}
+	cmds := s.runScripts(ctx, keys, args)
+	for g, calls := range groups {
+		answer(calls, cmds[g], seq)
+	}
+}
+
+// liveCalls ends the calls of batch whose caller gave up or whose deadline
+// has passed, and returns the others (in batch's array) and the earliest
+// of their deadlines.
+func liveCalls(batch []*call) ([]*call, time.Time) {
 	live := batch[:0]
 	now := time.Now()
-	var deadline time.Time // the batch's: its calls' earliest
+	var deadline time.Time
 	for _, c := range batch {
 		err := c.ctx.Err()
 		if err == nil && !now.Before(c.deadline) {
@@ -215,13 +275,13 @@ func (s *Store) sendBatch(batch []*call) {
 		}
 		live = append(live, c)
 	}
-	if len(live) == 0 {
-		return
-	}
-	s.metrics.batchSize.Observe(float64(len(live)))
+	return live, deadline
+}
 
-	// Group by slot (and by now, which differs only on a test clock and,
-	// by the millisecond, with Config.Counters).
+// groupCalls sorts live by slot and returns its groups of one slot (and
+// one now, which differs only with Config.Clock: by the millisecond with
+// Config.Counters's own), each settled by one script call.
+func groupCalls(live []*call) [][]*call {
 	slices.SortStableFunc(live, func(a, b *call) int {
 		return cmp.Or(a.slot-b.slot, cmp.Compare(a.now[0], b.now[0]), cmp.Compare(a.now[1], b.now[1]))
 	})
@@ -234,40 +294,30 @@ func (s *Store) sendBatch(batch []*call) {
 		groups = append(groups, live[i:j])
 		i = j
 	}
+	return groups
+}
 
-	seq := s.batches.Add(1)
-	ctx, cancel := context.WithDeadline(s.life, deadline)
-	defer cancel()
-	keys := make([][]string, len(groups))
-	args := make([][]any, len(groups))
-	for g, calls := range groups {
-		args[g] = settleHead(calls[0].now, calls[0].expire, false, len(calls))
-		for _, c := range calls {
-			keys[g] = append(keys[g], c.keys...)
-			args[g] = append(args[g], c.args...)
-		}
-	}
-	cmds := s.runScripts(ctx, keys, args)
-	for g, calls := range groups {
-		v, err := cmds[g].Result()
-		var replies []settleReply
-		if err == nil {
-			counts := make([]int, len(calls))
-			for i, c := range calls {
-				counts[i] = len(c.keys)
-			}
-			replies, err = parseSettleReplies(v, counts)
-		}
+// answer gives each of calls its part of cmd's reply, or, when the script
+// failed, the failure of the exchange seq, and ends it.
+func answer(calls []*call, cmd *goredis.Cmd, seq uint64) {
+	v, err := cmd.Result()
+	var replies []settleReply
+	if err == nil {
+		counts := make([]int, len(calls))
 		for i, c := range calls {
-			if err != nil {
-				// One failure of Redis however many requests the
-				// batch carried: the circuit breaker counts it once.
-				c.err = &guard.SharedFailure{Err: err, Exchange: seq}
-			} else {
-				c.reply = replies[i]
-			}
-			close(c.done)
+			counts[i] = len(c.keys)
 		}
+		replies, err = parseSettleReplies(v, counts)
+	}
+	for i, c := range calls {
+		if err != nil {
+			// One failure of Redis however many requests the
+			// batch carried: the circuit breaker counts it once.
+			c.err = &guard.SharedFailure{Err: err, Exchange: seq}
+		} else {
+			c.reply = replies[i]
+		}
+		close(c.done)
 	}
 }
 

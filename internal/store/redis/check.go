@@ -95,7 +95,8 @@ var commands = map[string]func(ctx context.Context, c goredis.Cmdable, key strin
 // own, so that a refusal names it (a script's refusal does not); EVAL and
 // EVALSHA of settle.lua with requests that write both ways (a key set with
 // expiry, then overwritten in place); and an undo (undo.lua), as a request
-// spread over slots takes one back. Its keys expire within a second.
+// spread over slots takes one back. Its keys expire within a second (and
+// Config.Linger after).
 //
 // A refusal for the configuration is a *guard.ConfigError naming what was
 // refused. Any other error is an outage (Redis unreachable or slow), which
@@ -135,7 +136,7 @@ func (s *Store) check(ctx context.Context) error {
 	}
 	charges := []store.Charge{{Limit: &l, Cost: 1}}
 	keys := []string{key + ":settle"}
-	args := appendRequest(settleHead(redisTime, expireAt, false, 1), &s.specs, charges, []int{0}, nil)
+	args := appendRequest(s.settleHead(redisTime, false, 1), &s.specs, charges, []int{0}, nil)
 	if err := settleScript.Eval(ctx, s.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("EVAL of the settle script: %w", err)
 	}
@@ -146,7 +147,7 @@ func (s *Store) check(ctx context.Context) error {
 	// undo.lua takes back a charge made in try mode (as a request spread
 	// over slots does), deleting the key it set.
 	keys = []string{key + ":undo"}
-	v, err := settleScript.Run(ctx, s.client, keys, appendRequest(settleHead(redisTime, expireAt, true, 1), &s.specs, charges, []int{0}, nil)...).Result()
+	v, err := settleScript.Run(ctx, s.client, keys, appendRequest(s.settleHead(redisTime, true, 1), &s.specs, charges, []int{0}, nil)...).Result()
 	if err != nil {
 		return fmt.Errorf("the settle script in try mode: %w", err)
 	}
@@ -156,7 +157,7 @@ func (s *Store) check(ctx context.Context) error {
 	}
 	if len(r.writes) == 1 {
 		w := r.writes[0]
-		if err := undoScript.Eval(ctx, s.client, keys, redisTime[0], redisTime[1], flag(true), w.new, w.old).Err(); err != nil {
+		if err := undoScript.Eval(ctx, s.client, keys, redisTime[0], redisTime[1], s.linger, w.new, w.old).Err(); err != nil {
 			return fmt.Errorf("EVAL of the undo script: %w", err)
 		}
 	}

@@ -47,7 +47,12 @@ descriptors:
 		return &resp
 	}
 
-	ask("tenant", engine.OpOverdraft, 22)
+	var resp engine.Response
+	overdrawn := uint64(22) // of 10: 12 in debt
+	if err := e.ShouldRateLimit(context.Background(), &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{
+		Entries: []config.Entry{{Key: "tenant", Value: "v"}}, Overdraft: engine.OverdraftAlways, Hits: &overdrawn}}}, &resp); err != nil {
+		t.Fatal(err)
+	}
 	e.SetPolicy(policy("40"))
 	if r := ask("tenant", engine.OpCharge, 0); r.Statuses[0].Remaining != 18 {
 		t.Errorf("after the reload: %+v, want 18 of 40 left", r.Statuses[0])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,4 +258,58 @@ func storedState(t *testing.T, c goredis.UniversalClient, key string) (tNs int64
 		return int64(ms)*1e6 + int64(sub)
 	}
 	return at(1), math.Float64frombits(binary.LittleEndian.Uint64(v[13:])), math.Float64frombits(binary.LittleEndian.Uint64(v[21:])), at(29)
+}
+
+// TestExpiryOnTheStoresClock: on a clock of the store's (Config.Clock),
+// here a fake one years from Redis's, the scripts decide at its time and a
+// key expires when its bucket is back at rest on that clock, counted from
+// its now (PX), whatever Redis's clock says; with Config.Linger, the key
+// outlives the rest by the linger. A bad Linger is refused.
+func TestExpiryOnTheStoresClock(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	c := clock.NewFake(time.Date(2031, 5, 1, 12, 0, 0, 500, time.UTC).UnixNano())
+	limit := mustLimit(t, algorithms.TokenBucket, 10, time.Hour, 0) // a token every 6 minutes
+	tests := []struct {
+		linger time.Duration
+		want   time.Duration // the key's time to live after a charge of 1
+	}{
+		{0, 6 * time.Minute},
+		{time.Hour, 6*time.Minute + time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.linger.String(), func(t *testing.T) {
+			r, err := redis.New(redis.Config{Addr: srv.Addr(), KeyPrefix: "clk:" + tt.linger.String() + ":", Clock: c, Linger: tt.linger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close() })
+			key := engineKey("shop", "clock")
+			redisKey := "clk:" + tt.linger.String() + ":{shop}" + string(key)
+			d := make([]algorithms.Decision, 1)
+			if err := r.Apply(ctx, []store.Charge{{Domain: "shop", Key: key, Limit: limit, Cost: 1}}, d); err != nil {
+				t.Fatal(err)
+			}
+			if d[0].Code != algorithms.Allowed || d[0].ResetAfter != 6*time.Minute {
+				t.Fatalf("charge: %+v, want admitted, at rest in 6m", d[0])
+			}
+			if _, _, _, restAt := storedState(t, admin, redisKey); restAt != c.Now()+int64(6*time.Minute) {
+				t.Errorf("stored restAt=%d, want 6m after the fake clock's %d", restAt, c.Now())
+			}
+			ttl, err := admin.PTTL(ctx, redisKey).Result()
+			if err != nil || ttl > tt.want+time.Millisecond || ttl < tt.want-time.Second {
+				t.Errorf("the key expires in %v (%v), want %v from now", ttl, err, tt.want)
+			}
+		})
+	}
+	for _, linger := range []time.Duration{-time.Millisecond, redis.MaxLinger + time.Millisecond} {
+		if r, err := redis.New(redis.Config{Addr: srv.Addr(), Linger: linger}); err == nil || !strings.Contains(err.Error(), "linger") {
+			if r != nil {
+				r.Close()
+			}
+			t.Errorf("a linger of %v: %v, want an error naming the linger", linger, err)
+		}
+	}
 }

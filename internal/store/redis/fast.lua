@@ -91,7 +91,8 @@ local function rememberingAbsMs()
 end
 local absT, absRest = rememberingAbsMs(), rememberingAbsMs()
 
--- expiryMs returns the PXAT of a state whose restAt is rMs·10^6 + rSub:
+-- expiryMs returns the millisecond a state whose restAt is rMs·10^6 + rSub
+-- expires at (before linger):
 -- restAt rounded up to the millisecond, never sooner (as state.lua's
 -- ceilMs).
 local function expiryMs(rMs, rSub)
@@ -101,9 +102,9 @@ end
 
 -- fastState returns the state v holds relative to now (the zero State for
 -- none, or for a value that is not a state): true and t, n, m and the
--- PXAT its key has (expiryMs of its restAt: a key found holds a state
--- written with that expiry, or without any in tests on injected time),
--- nil for none; or false when it does not fit this path.
+-- millisecond its key expires at, linger aside (expiryMs of its restAt: a
+-- key found holds a state written with that expiry), nil for none; or
+-- false when it does not fit this path.
 local function fastState(v, l)
   local ok, tMs, tSub, n, m, rMs, rSub = unpackState(v)
   if not ok then
@@ -118,19 +119,19 @@ local function fastState(v, l)
   return true, rt, n, m, expiryMs(rMs, rSub)
 end
 
--- expiries are the PXAT arguments formatted in this call, by their
--- milliseconds: a window's charges all expire at its end.
+-- expiries are the expiry arguments formatted in this call, by their
+-- value: a window's charges all expire at its end.
 local expiries = {}
 
 -- fastPut is state.lua's formatState and put for a state relative to now,
--- over a key whose PXAT is kept (fastState's, nil for a key absent); it
+-- over a key whose expiry is kept (fastState's, nil for a key absent); it
 -- returns the value written. t false is the zero State: the key is
 -- deleted. When the new state's expiry is the one the
 -- key has (every charge of a window but its first), the value is
 -- overwritten in place (SETRANGE, same 41 bytes, expiry untouched): the
 -- same value and expiry as SET ... PXAT, without a new string or a change
 -- to Redis's expiry table (measured about 0.3 µs less per charge).
-local function fastPut(key, t, n, m, restAt, expire, kept)
+local function fastPut(key, t, n, m, restAt, kept)
   if t == false then
     -- The zero State (a refund brought the bucket back to rest).
     redis.call("DEL", key)
@@ -139,22 +140,19 @@ local function fastPut(key, t, n, m, restAt, expire, kept)
   local tMs, tSub = absT(t)
   local rMs, rSub = absRest(restAt)
   local v = packState(tMs, tSub, n, m, rMs, rSub)
-  if not expire then
-    redis.call("SET", key, v)
-  elseif restAt <= 0 then
+  local ms = expiryMs(rMs, rSub)
+  local at = keyExpiry(ms, restAt <= 0)
+  if not at then
     redis.call("DEL", key)
+  elseif ms == kept then
+    redis.call("SETRANGE", key, "0", v) -- "0": Redis formats a Lua number with printf
   else
-    local ms = expiryMs(rMs, rSub)
-    if ms == kept then
-      redis.call("SETRANGE", key, "0", v) -- "0": Redis formats a Lua number with printf
-      return v
+    local arg = expiries[at]
+    if not arg then
+      arg = format("%.0f", at)
+      expiries[at] = arg
     end
-    local at = expiries[ms]
-    if not at then
-      at = format("%.0f", expireIn and ms - nowMs or ms)
-      expiries[ms] = at
-    end
-    redis.call("SET", key, v, expireIn and "PX" or "PXAT", at)
+    redis.call("SET", key, v, expiry, arg)
   end
   return v
 end
@@ -685,10 +683,10 @@ end
 
 -- fastWrite writes a charge's next state read by fastRead: its count in
 -- place when fastRead found the state in its window, else as fastPut.
-local function fastWrite(key, inWindow, t, n, m, restAt, expire, kept)
+local function fastWrite(key, inWindow, t, n, m, restAt, kept)
   if inWindow and t then
     fixedPutCount(key, n)
   else
-    fastPut(key, t, n, m, restAt, expire, kept)
+    fastPut(key, t, n, m, restAt, kept)
   end
 end

@@ -16,13 +16,20 @@ local MAXMS, MAXSUB = 4611686018427, 387903
 -- path asks for it (bigNow).
 local nowMs, nowSub
 
+-- expiry is how keys are given their expiry (keyExpiry), set by readNow:
+-- "PXAT", an instant on Redis's clock, when now is Redis TIME; "PX", a
+-- length of time from now, when now is the store's clock, which Redis's
+-- need not agree with. Either way a key's expiry derives from now.
+local expiry = "PXAT"
+
 -- readNow reads now: ms and sub, decimal strings (now = ms·10^6 + sub,
--- sub < 10^6, as the store passes an injected time), or when ms is ""
+-- sub < 10^6, as the store passes its clock's time), or when ms is ""
 -- Redis TIME (microseconds) in nanoseconds; at most MaxTime, as Decide
 -- takes it.
 local function readNow(ms, sub)
   if ms ~= "" then
     nowMs, nowSub = tonumber(ms), tonumber(sub)
+    expiry = "PX"
   else
     local tm = redis.call("TIME")
     local sec, usec = tonumber(tm[1]), tonumber(tm[2])
@@ -34,19 +41,31 @@ local function readNow(ms, sub)
   end
 end
 
--- expireIn: keys expire in how long their bucket takes to come back to
--- rest from now (PX), not at that instant (PXAT): now is not Redis's clock
--- but the daemon's (readExpiry).
-local expireIn = false
+-- linger, read by readLinger: how long (ms) a key outlives its bucket's
+-- return to rest (Config.Linger; 0: not at all).
+local linger = 0
 
--- readExpiry reads how the script sets expiry from a (its ARGV[3]): "1"
--- at the instant the bucket is back at rest, now being Redis TIME; "2" in
--- as long as it takes from now, now being the daemon's clock (which may
--- differ from Redis's); "0" not at all (tests on injected time). It
--- returns whether keys expire.
-local function readExpiry(a)
-  expireIn = a == "2"
-  return a ~= "0"
+-- readLinger reads linger from a (ARGV[3] of settle.lua and undo.lua), a
+-- decimal number of milliseconds.
+local function readLinger(a)
+  linger = tonumber(a)
+end
+
+-- keyExpiry returns expiry's argument for a key whose bucket is back at
+-- rest at the millisecond ms (its restAt rounded up: never sooner), or at
+-- now already when atRest, the key then to outlive it by linger; or nil
+-- when the key is to be deleted instead (at rest, and no linger).
+local function keyExpiry(ms, atRest)
+  if atRest then
+    if linger == 0 then
+      return nil
+    end
+    ms = nowMs
+  end
+  if expiry == "PX" then
+    return ms - nowMs + linger
+  end
+  return ms + linger
 end
 
 -- A bucket's state is stored as STATE, 41 bytes (a Redis string of at

@@ -13,7 +13,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/core/quota"
 )
 
@@ -26,25 +25,23 @@ var quotaLedgerScript = goredis.NewScript(quotaLedgerLua)
 // same Redis share (package quota, "Limits shared by several daemons"):
 // one key per bucket, under Config.KeyPrefix + "quota:", holding one entry
 // per daemon, each read and written by quotaledger.lua, atomically. Its
-// entries expire, on Redis's clock, at the lease their daemon last asked
-// for, at most quota.MaxLease; the key expires with its last entry.
+// entries expire, on the store's clock (Redis TIME, or Config.Clock), at
+// the lease their daemon last asked for, at most quota.MaxLease; the key
+// expires with its last entry (and Config.Linger after).
 //
 // It is safe for concurrent use; a daemon uses one, under an id of its own.
 type QuotaLedger struct {
-	s     *Store
-	id    string
-	clock clock.Clock // nil: Redis TIME
+	s  *Store
+	id string
 }
 
 // QuotaLedger returns the store's ledger of quota shares for this daemon,
 // under a random id (a daemon that restarts is a new one: its old entries
-// hold until their leases end). Leases are kept on Redis TIME, and the
-// keys expire with them, unless c is not nil: then on c's time (a test's,
-// which its daemons share), and the keys do not expire.
-func (s *Store) QuotaLedger(c clock.Clock) *QuotaLedger {
+// hold until their leases end).
+func (s *Store) QuotaLedger() *QuotaLedger {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &QuotaLedger{s: s, id: hex.EncodeToString(b), clock: c}
+	return &QuotaLedger{s: s, id: hex.EncodeToString(b)}
 }
 
 // Sync sends the claims, pipelined (per node on a cluster), and returns
@@ -52,8 +49,8 @@ func (s *Store) QuotaLedger(c clock.Clock) *QuotaLedger {
 // when Redis refuses the daemon for its configuration).
 func (l *QuotaLedger) Sync(ctx context.Context, claims []quota.Claim) ([]quota.Grant, error) {
 	now := ""
-	if l.clock != nil {
-		now = strconv.FormatInt(l.clock.Now()/1e6, 10)
+	if c := l.s.clock; c != nil {
+		now = strconv.FormatInt(c.Now()/1e6, 10)
 	}
 	cmds := make([]*goredis.Cmd, len(claims))
 	run := func(eval func(ctx context.Context, p goredis.Pipeliner, keys []string, args ...any) *goredis.Cmd) error {
@@ -105,7 +102,7 @@ func (l *QuotaLedger) args(c quota.Claim, nowMs string) []any {
 	if c.Lease > 0 {
 		lease++ // rounded up: never shorter than asked
 	}
-	return []any{l.id, c.Limit, c.Keep, c.Want, lease, demands.String(), nowMs, maxLeaseMs}
+	return []any{l.id, c.Limit, c.Keep, c.Want, lease, demands.String(), nowMs, maxLeaseMs, l.s.linger}
 }
 
 // parseGrant reads quotaledger.lua's reply: the grant, and the others'

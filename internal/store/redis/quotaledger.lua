@@ -8,21 +8,22 @@
 --
 -- KEYS[1]: the bucket's ledger key.
 -- ARGV: the daemon's id; the limit; keep; want; lease (ms, 0: remove the
--- daemon's entry); its demands; now in ms ("": Redis TIME, and the key
--- expires with its last entry); the longest lease (ms) an entry may hold
--- beyond now: a longer one (written by an older daemon, or by one told a
--- report interval of a year) is read, and kept, as ending then.
+-- daemon's entry); its demands; now in ms ("": Redis TIME); the longest
+-- lease (ms) an entry may hold beyond now: a longer one (written by an
+-- older daemon, or by one told a report interval of a year) is read, and
+-- kept, as ending then; linger (ms): the key expires that long after its
+-- last entry's end (PX: how long from now, whatever Redis's clock says).
 --
 -- The daemon is granted min(want, limit - the others' grants), never less
 -- than keep (what its clients may already be applying) nor than 0. It
 -- returns the grant and the others' demands, joined by ",".
 local key, me = KEYS[1], ARGV[1]
 local limit, keep, want, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local demands, now, expire = ARGV[6], ARGV[7], false
-local maxLease = tonumber(ARGV[8])
+local demands, now = ARGV[6], ARGV[7]
+local maxLease, linger = tonumber(ARGV[8]), tonumber(ARGV[9])
 if now == "" then
   local tm = redis.call("TIME")
-  now, expire = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000), true
+  now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 else
   now = tonumber(now)
 end
@@ -55,9 +56,7 @@ if lease > 0 then
 end
 if #entries == 0 then
   redis.call("DEL", key)
-elseif expire then
-  redis.call("SET", key, table.concat(entries), "PX", last - now)
 else
-  redis.call("SET", key, table.concat(entries))
+  redis.call("SET", key, table.concat(entries), "PX", string.format("%d", last - now + linger))
 end
 return { string.format("%d", grant), table.concat(otherDemands, ",") }

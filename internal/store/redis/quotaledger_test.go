@@ -33,8 +33,8 @@ func sync1(t *testing.T, l *redis.QuotaLedger, c quota.Claim) quota.Grant {
 func TestQuotaLedger(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
-	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "ql:"}, nil)
-	a, b, c := s.redis.QuotaLedger(clk), s.redis.QuotaLedger(clk), s.redis.QuotaLedger(clk)
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "ql:"}, clk)
+	a, b, c := s.redis.QuotaLedger(), s.redis.QuotaLedger(), s.redis.QuotaLedger()
 	claim := func(keep, want int64, lease time.Duration, demands ...int64) quota.Claim {
 		return quota.Claim{Bucket: "shop\x00route\x00checkout", Limit: 100, Keep: keep, Want: want, Lease: lease, Demands: demands}
 	}
@@ -78,7 +78,7 @@ func TestQuotaLedger(t *testing.T) {
 func TestQuotaLedgerExpires(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qx:"}, nil)
-	a, b := s.redis.QuotaLedger(nil), s.redis.QuotaLedger(nil)
+	a, b := s.redis.QuotaLedger(), s.redis.QuotaLedger()
 	if g := sync1(t, a, quota.Claim{Bucket: "k", Limit: 10, Want: 4, Lease: 3 * time.Second, Demands: []int64{4}}); g.Grant != 4 {
 		t.Fatalf("a granted %d, want 4", g.Grant)
 	}
@@ -111,7 +111,7 @@ func TestQuotaLedgerLeaseBounded(t *testing.T) {
 
 	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qb:"}, nil)
 	old("qb:quota:k", time.Now().Add(365*24*time.Hour).UnixMilli())
-	if g := sync1(t, s.redis.QuotaLedger(nil), quota.Claim{Bucket: "k", Limit: 600, Want: 600, Lease: 365 * 24 * time.Hour, Demands: []int64{600}}); g.Grant != 0 {
+	if g := sync1(t, s.redis.QuotaLedger(), quota.Claim{Bucket: "k", Limit: 600, Want: 600, Lease: 365 * 24 * time.Hour, Demands: []int64{600}}); g.Grant != 0 {
 		t.Fatalf("granted %d while the old entry's 600 holds, want 0", g.Grant)
 	}
 	if ttl, err := admin.PTTL(ctx, "qb:quota:k").Result(); err != nil || ttl <= 0 || ttl > maxLease+time.Millisecond {
@@ -119,9 +119,9 @@ func TestQuotaLedgerLeaseBounded(t *testing.T) {
 	}
 
 	clk := clock.NewFake(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
-	c := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qc:"}, nil)
+	c := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "qc:"}, clk)
 	old("qc:quota:k", clk.Now()/1e6+(365*24*time.Hour).Milliseconds())
-	l := c.redis.QuotaLedger(clk)
+	l := c.redis.QuotaLedger()
 	claim := quota.Claim{Bucket: "k", Limit: 600, Want: 600, Lease: time.Second, Demands: []int64{600}}
 	if g := sync1(t, l, claim); g.Grant != 0 {
 		t.Fatalf("granted %d while the old entry's 600 holds, want 0", g.Grant)
@@ -140,7 +140,7 @@ func TestQuotaLedgerLeaseBounded(t *testing.T) {
 func TestQuotaLedgerNeverOverLimit(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
-	s := newTestStore(t, redis.Config{ClusterAddrs: cl.Addrs(), KeyPrefix: "qn:"}, nil)
+	s := newTestStore(t, redis.Config{ClusterAddrs: cl.Addrs(), KeyPrefix: "qn:"}, clk)
 	const daemons, limit = 4, 1000
 	buckets := []string{"a", "b", "c", "d", "e", "f"}
 	type entry struct {
@@ -150,7 +150,7 @@ func TestQuotaLedgerNeverOverLimit(t *testing.T) {
 	ledgers := make([]*redis.QuotaLedger, daemons)
 	model := map[string][]entry{} // by bucket, by daemon
 	for i := range ledgers {
-		ledgers[i] = s.redis.QuotaLedger(clk)
+		ledgers[i] = s.redis.QuotaLedger()
 	}
 	for _, b := range buckets {
 		model[b] = make([]entry, daemons)
@@ -230,7 +230,7 @@ func TestQuotaLedgerNeverOverLimit(t *testing.T) {
 func BenchmarkQuotaLedgerSync(b *testing.B) {
 	srv := redistest.Start(b)
 	s := newTestStore(b, redis.Config{Addr: srv.Addr(), KeyPrefix: "qb:"}, nil)
-	other, mine := s.redis.QuotaLedger(nil), s.redis.QuotaLedger(nil)
+	other, mine := s.redis.QuotaLedger(), s.redis.QuotaLedger()
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			claims := make([]quota.Claim, n)

@@ -4,10 +4,13 @@
 // Apply decides exactly as the memory store does (by the settle rule of
 // package store, over algorithms' arithmetic), inside Redis, in a Lua script
 // that decides at Redis TIME: every daemon sharing a Redis decides on the
-// Redis server's clock. A request costs at most one round trip per Redis
-// node, shared by the requests sent together (batch.go). A bucket is one
-// Redis string under Config.KeyPrefix and the "{domain}" hash tag (unless
-// Config.SpreadKeys), that expires when the bucket is back at rest.
+// Redis server's clock. Config.Clock is the one way to give the store
+// another time (Config.Counters, tests); a key's expiry derives from the
+// scripts' now either way (see Config.Clock and Config.Linger). A request
+// costs at most one round trip per Redis node, shared by the requests sent
+// together (batch.go). A bucket is one Redis string under Config.KeyPrefix
+// and the "{domain}" hash tag (unless Config.SpreadKeys), that expires
+// when the bucket is back at rest.
 //
 // With the hash tag, a request is one script on one node, atomic. With
 // Config.SpreadKeys on a cluster, a request whose buckets are in several
@@ -33,6 +36,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -49,10 +53,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 )
 
-// Defaults of Config.
+// Defaults and bounds of Config.
 const (
 	DefaultTimeout   = 250 * time.Millisecond
 	DefaultKeyPrefix = "ratelimitd:"
+	// MaxLinger bounds Config.Linger: a century.
+	MaxLinger = 100 * 365 * 24 * time.Hour
 )
 
 // Config says where Redis is and how to use it.
@@ -94,16 +100,29 @@ type Config struct {
 	// continue each other's counts. Every other bucket keeps its own key.
 	//
 	// The key names the window, so the daemon must know the window before
-	// Redis decides: with Counters, the scripts decide at Clock's time,
-	// whole milliseconds (so that the requests of a millisecond share a
-	// script call, as on Redis TIME they share one), rather than Redis
-	// TIME, as upstream decides at each daemon's own clock (keep the
-	// daemons' clocks in sync). An empty KeyPrefix is then no prefix, as
-	// upstream's CACHE_KEY_PREFIX.
+	// Redis decides: with Counters, the scripts decide at Clock's time
+	// (when Clock is nil, the system's in whole milliseconds, so that the
+	// requests of a millisecond share a script call, as on Redis TIME they
+	// share one), rather than Redis TIME, as upstream decides at each
+	// daemon's own clock (keep the daemons' clocks in sync). An empty
+	// KeyPrefix is then no prefix, as upstream's CACHE_KEY_PREFIX.
 	Counters bool
-	// Clock is the time the scripts decide at with Counters (nil: the
-	// system's, clock.NewMonotonic).
+	// Clock is the one way to give the store a time other than Redis's:
+	// when set, the scripts decide at its time, and the quota ledger keeps
+	// its leases on it, instead of Redis TIME (nil). Every daemon sharing
+	// the Redis should then share the clock (a test's fake clock does).
+	//
+	// Expiry derives from the scripts' now, whichever clock gives it: a
+	// key expires when its bucket is back at rest (a ledger's key when its
+	// last lease ends), measured from now (PX), plus Linger.
 	Clock clock.Clock
+	// Linger is how long a key outlives its bucket's return to rest
+	// (0: not at all; at most MaxLinger). A clock that steps back by less
+	// than Linger finds the bucket's state rather than a fresh bucket;
+	// tests whose fake clock jumps anywhere, and stands still while Redis's
+	// runs, set one longer than their timeline, so that no key expires
+	// under them.
+	Linger time.Duration
 	// Logger receives the store's state changes (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -118,11 +137,8 @@ type Store struct {
 	timeout  time.Duration
 	log      *slog.Logger
 
-	// scriptTime returns the scripts' now and how they set expiry: Redis
-	// TIME, with expiry at rest (redisTimeArgs); with Config.Counters,
-	// Config.Clock's time, with expiry from now; a test's otherwise
-	// (export_test.go).
-	scriptTime func() (now [2]string, expire expiry)
+	clock  clock.Clock // Config.Clock (with Counters, never nil); nil: Redis TIME
+	linger string      // Config.Linger in milliseconds, as the scripts take it
 
 	queue   chan *call         // requests waiting for a sender (batch.go)
 	specs   chargeSpecs        // the charges' strings for settle.lua
@@ -150,14 +166,42 @@ type stats struct {
 
 // New connects to Redis as cfg says. It does not wait for Redis.
 func New(cfg Config) (*Store, error) {
-	if n := btoi(cfg.Addr != "") + btoi(len(cfg.ClusterAddrs) > 0) + btoi(len(cfg.SentinelAddrs) > 0); n != 1 {
-		return nil, errors.New("redis: set exactly one of an address, cluster addresses and sentinel addresses")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if (cfg.SentinelMaster == "") != (len(cfg.SentinelAddrs) == 0) {
-		return nil, errors.New("redis: sentinel addresses need the master's name, and the master's name sentinel addresses")
+	s := &Store{
+		prefix:   cfg.KeyPrefix,
+		spread:   cfg.SpreadKeys,
+		counters: cfg.Counters,
+		timeout:  cfg.Timeout,
+		log:      cfg.Logger,
+		clock:    cfg.Clock,
+		linger:   strconv.FormatInt(cfg.Linger.Milliseconds(), 10),
+		done:     make(chan struct{}),
+		warmed:   make(chan struct{}),
+		queue:    make(chan *call, 4*maxBatch),
 	}
-	if cfg.Timeout < 0 {
-		return nil, errors.New("redis: timeout must not be negative")
+	s.life, s.end = context.WithCancel(context.Background())
+	s.metrics = newHistograms()
+	SetClientLogger(cfg.Logger)
+	s.client, s.cluster = newClient(cfg, roundTripHook{&s.stats.roundTrips}, dialHook{&s.lastDial})
+	go s.sender()
+	go s.warm()
+	return s, nil
+}
+
+// withDefaults checks cfg and returns it with its defaults filled in.
+func (cfg Config) withDefaults() (Config, error) {
+	switch {
+	case btoi(cfg.Addr != "")+btoi(len(cfg.ClusterAddrs) > 0)+btoi(len(cfg.SentinelAddrs) > 0) != 1:
+		return cfg, errors.New("redis: set exactly one of an address, cluster addresses and sentinel addresses")
+	case (cfg.SentinelMaster == "") != (len(cfg.SentinelAddrs) == 0):
+		return cfg, errors.New("redis: sentinel addresses need the master's name, and the master's name sentinel addresses")
+	case cfg.Timeout < 0:
+		return cfg, errors.New("redis: timeout must not be negative")
+	case cfg.Linger < 0 || cfg.Linger > MaxLinger:
+		return cfg, fmt.Errorf("redis: linger %v out of range [0, %v]", cfg.Linger, MaxLinger)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -168,43 +212,38 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Store{
-		prefix:     cfg.KeyPrefix,
-		spread:     cfg.SpreadKeys,
-		counters:   cfg.Counters,
-		timeout:    cfg.Timeout,
-		log:        cfg.Logger,
-		scriptTime: redisTimeArgs,
-		done:       make(chan struct{}),
-		warmed:     make(chan struct{}),
-		queue:      make(chan *call, 4*maxBatch),
+	if cfg.Counters && cfg.Clock == nil {
+		cfg.Clock = wholeMilliseconds{clock.NewMonotonic()}
 	}
-	if cfg.Counters {
-		c := cfg.Clock
-		if c == nil {
-			c = clock.NewMonotonic()
-		}
-		s.scriptTime = func() ([2]string, expiry) { return nowArgs(c.Now() / 1e6 * 1e6), expireIn }
-	}
-	s.life, s.end = context.WithCancel(context.Background())
-	s.metrics = newHistograms()
-	SetClientLogger(cfg.Logger)
-	hook := roundTripHook{&s.stats.roundTrips}
-	dial := dialHook{&s.lastDial}
-	// No retries: a script that reached Redis before the connection broke
-	// may have charged, and running it again would charge twice. MaxRetries
-	// -1 turns off the retries after errors. The cluster client also
-	// retries — after errors as on MOVED and ASK, commands and pipelines
-	// alike — up to MaxRedirects: -1 turns that off too, so that a
-	// redirected request is decided by the failure mode while the client
-	// reloads its slot map (which a MOVED starts).
-	//
-	// Connections: the pipelines' pool has one for every batch that may be
-	// in flight (maxInFlight), made ready as the store starts (warm) and
-	// never closed for being idle, and the handshake is HELLO alone (no
-	// CLIENT MAINT_NOTIFICATIONS, which Redis 7 refuses): each handshake
-	// costs a round trip, which a request far from Redis cannot afford on
-	// top of its own.
+	return cfg, nil
+}
+
+// wholeMilliseconds is Config.Counters' clock when Config.Clock is nil: the
+// system's, in whole milliseconds, so that the requests of a millisecond
+// share a script call, as on Redis TIME they share one.
+type wholeMilliseconds struct{ c clock.Clock }
+
+func (w wholeMilliseconds) Now() int64 { return w.c.Now() / 1e6 * 1e6 }
+
+// newClient returns the client of the Redis cfg names (and it as a
+// cluster client, for a cluster), its commands counted by count and its
+// failures to connect kept by dial.
+//
+// No retries: a script that reached Redis before the connection broke may
+// have charged, and running it again would charge twice. MaxRetries -1
+// turns off the retries after errors. The cluster client also retries —
+// after errors as on MOVED and ASK, commands and pipelines alike — up to
+// MaxRedirects: -1 turns that off too, so that a redirected request is
+// decided by the failure mode while the client reloads its slot map (which
+// a MOVED starts).
+//
+// Connections: the pipelines' pool has one for every batch that may be in
+// flight (maxInFlight), made ready as the store starts (warm) and never
+// closed for being idle, and the handshake is HELLO alone (no CLIENT
+// MAINT_NOTIFICATIONS, which Redis 7 refuses): each handshake costs a
+// round trip, which a request far from Redis cannot afford on top of its
+// own.
+func newClient(cfg Config, count roundTripHook, dial dialHook) (goredis.UniversalClient, *goredis.ClusterClient) {
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	switch {
 	case len(cfg.SentinelAddrs) > 0:
@@ -226,9 +265,8 @@ func New(cfg Config) (*Store, error) {
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 		})
-		c.AddHook(hook)
-		c.AddHook(dial)
-		s.client = c
+		addHooks(c, count, dial)
+		return c, nil
 	case cfg.Addr != "":
 		c := goredis.NewClient(&goredis.Options{
 			Addr:                     cfg.Addr,
@@ -242,32 +280,30 @@ func New(cfg Config) (*Store, error) {
 			ContextTimeoutEnabled:    true,
 			DisableIdentity:          true,
 		})
-		c.AddHook(hook)
-		c.AddHook(dial)
-		s.client = c
-	default:
-		c := goredis.NewClusterClient(&goredis.ClusterOptions{
-			Addrs:                    cfg.ClusterAddrs,
-			Username:                 cfg.Username,
-			Password:                 cfg.Password,
-			TLSConfig:                cfg.TLS,
-			MaxRetries:               -1,
-			MaxRedirects:             -1,
-			PipelinePoolSize:         maxInFlight,
-			ConnMaxIdleTime:          -1,
-			MaintNotificationsConfig: noMaint,
-			ContextTimeoutEnabled:    true,
-			DisableIdentity:          true,
-		})
-		c.OnNewNode(func(n *goredis.Client) {
-			n.AddHook(hook)
-			n.AddHook(dial)
-		})
-		s.client, s.cluster = c, c
+		addHooks(c, count, dial)
+		return c, nil
 	}
-	go s.sender()
-	go s.warm()
-	return s, nil
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:                    cfg.ClusterAddrs,
+		Username:                 cfg.Username,
+		Password:                 cfg.Password,
+		TLSConfig:                cfg.TLS,
+		MaxRetries:               -1,
+		MaxRedirects:             -1,
+		PipelinePoolSize:         maxInFlight,
+		ConnMaxIdleTime:          -1,
+		MaintNotificationsConfig: noMaint,
+		ContextTimeoutEnabled:    true,
+		DisableIdentity:          true,
+	})
+	c.OnNewNode(func(n *goredis.Client) { addHooks(n, count, dial) })
+	return c, c
+}
+
+func addHooks(c interface{ AddHook(goredis.Hook) }, hooks ...goredis.Hook) {
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
 }
 
 // warm makes the connections of maxInFlight batches at once, so that the
@@ -322,9 +358,14 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 	return configError(s.explain(err))
 }
 
-// redisTimeArgs is Store.scriptTime in production: the scripts read Redis
-// TIME and set expiry.
-func redisTimeArgs() ([2]string, expiry) { return redisTime, expireAt }
+// scriptNow returns the scripts' now: Config.Clock's (nowArgs), or
+// redisTime without a clock.
+func (s *Store) scriptNow() [2]string {
+	if s.clock == nil {
+		return redisTime
+	}
+	return nowArgs(s.clock.Now())
+}
 
 // indexes returns 0, 1, ..., n-1, to be read only: for the common counts,
 // a part of one shared slice.
@@ -348,7 +389,7 @@ func makeIndexes(n int) []int {
 // settle runs the script: once for the whole request, or per slot, within
 // the store's timeout.
 func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
-	now, expire := s.scriptTime()
+	now := s.scriptNow()
 	var keys []string
 	var counters []bool
 	if s.counters {
@@ -374,15 +415,15 @@ func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []
 	}
 	all := indexes(len(charges))
 	if s.cluster == nil || len(charges) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions, counters)
+		return s.settleOne(ctx, keys, all, now, charges, decisions, counters)
 	}
 	groups := groupBySlot(keys, all)
 	if len(groups) == 1 {
-		return s.settleOne(ctx, keys, all, now, expire, charges, decisions, counters)
+		return s.settleOne(ctx, keys, all, now, charges, decisions, counters)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.settleSlots(ctx, keys, groups, now, expire, charges, decisions, counters)
+	return s.settleSlots(ctx, keys, groups, now, charges, decisions, counters)
 }
 
 // counterKeys returns the keys of charges with Config.Counters at the
@@ -425,14 +466,13 @@ func (s *Store) counterKeys(charges []store.Charge, now [2]string) ([]string, []
 // settleOne settles the charges idx, all in one slot, in one script call
 // that a sender may share with other requests (batch.go), within the
 // store's timeout.
-func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, expire expiry, charges []store.Charge, decisions []algorithms.Decision, counters []bool) error {
+func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]string, charges []store.Charge, decisions []algorithms.Decision, counters []bool) error {
 	c := &call{
 		ctx:      ctx,
 		deadline: time.Now().Add(s.timeout),
 		keys:     keys,
 		args:     appendRequest(make([]any, 0, 1+argsPerCharge*len(idx)), &s.specs, charges, idx, counters),
 		now:      now,
-		expire:   expire,
 		done:     make(chan struct{}),
 	}
 	if s.cluster != nil {
@@ -478,7 +518,7 @@ func groupBySlot(keys []string, idx []int) [][]int {
 // try-mode script per slot, pipelined (the cluster client sends each
 // node's at once), then the undo of the charged shares if any share was
 // denied or failed.
-func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, expire expiry, charges []store.Charge, decisions []algorithms.Decision, counters []bool) error {
+func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, now [2]string, charges []store.Charge, decisions []algorithms.Decision, counters []bool) error {
 	groupKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
@@ -487,26 +527,10 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	}
 	args := make([][]any, len(groups))
 	for g, idx := range groups {
-		args[g] = appendRequest(settleHead(now, expire, true, 1), &s.specs, charges, idx, counters)
+		args[g] = appendRequest(s.settleHead(now, true, 1), &s.specs, charges, idx, counters)
 	}
 	cmds := s.runScripts(ctx, groupKeys, args)
-
-	replies := make([]settleReply, len(groups))
-	failed := make([]bool, len(groups))
-	var failure error
-	denied := false
-	for g, c := range cmds {
-		r, err := shareReply(c, len(groups[g]))
-		if err != nil {
-			failed[g] = true
-			failure = cmp.Or(failure, err)
-			continue
-		}
-		replies[g] = r
-		if !r.committed {
-			denied = true
-		}
-	}
+	replies, failed, failure, denied := shareReplies(cmds, groups)
 	if failure == nil && !denied {
 		for g, idx := range groups {
 			if err := s.decode(replies[g].decisions, idx, decisions); err != nil {
@@ -524,7 +548,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	// Undo the shares that were charged, on a deadline of the undo's own:
 	// the request's may have passed (a node that timed out).
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	err := s.undo(uctx, groups, groupKeys, replies, now, expire)
+	err := s.undo(uctx, groups, groupKeys, replies, now)
 	cancel()
 	if err != nil {
 		s.log.Warn("redis: undoing the charges of a request that was not admitted failed; they stand", "err", err)
@@ -532,9 +556,35 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	if !denied {
 		return failure // decided by the failure mode
 	}
-	// A share denied the request: it is denied whatever the failed shares
-	// would have said. Report the charged shares as peeks (the settle rule),
-	// and leave only the failed shares to the failure mode.
+	return s.deniedBySlot(groups, replies, failed, failure, decisions)
+}
+
+// shareReplies returns the replies of the shares' scripts cmds (one per
+// group), which of them failed, the first failure, and whether a share
+// denied the request.
+func shareReplies(cmds []*goredis.Cmd, groups [][]int) (replies []settleReply, failed []bool, failure error, denied bool) {
+	replies = make([]settleReply, len(groups))
+	failed = make([]bool, len(groups))
+	for g, c := range cmds {
+		r, err := shareReply(c, len(groups[g]))
+		if err != nil {
+			failed[g] = true
+			failure = cmp.Or(failure, err)
+			continue
+		}
+		replies[g] = r
+		if !r.committed {
+			denied = true
+		}
+	}
+	return replies, failed, failure, denied
+}
+
+// deniedBySlot writes the decisions of a request a share denied: it is
+// denied whatever the failed shares would have said. The charged shares
+// are reported as peeks (the settle rule), and only the failed shares are
+// left to the failure mode (a *guard.DeniedElsewhere when some failed).
+func (s *Store) deniedBySlot(groups [][]int, replies []settleReply, failed []bool, failure error, decisions []algorithms.Decision) error {
 	var failedIdx []int
 	for g, idx := range groups {
 		var err error
@@ -572,7 +622,7 @@ func shareReply(c *goredis.Cmd, keys int) (settleReply, error) {
 }
 
 // undo runs undo.lua on every share that was charged.
-func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now [2]string, expire expiry) error {
+func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, replies []settleReply, now [2]string) error {
 	pipe := s.client.Pipeline()
 	n := 0
 	for g := range groups {
@@ -581,7 +631,7 @@ func (s *Store) undo(ctx context.Context, groups [][]int, groupKeys [][]string, 
 			continue
 		}
 		var keys []string
-		args := []any{now[0], now[1], string(expire)}
+		args := []any{now[0], now[1], s.linger}
 		for _, w := range r.writes {
 			keys = append(keys, groupKeys[g][w.index])
 			args = append(args, w.new, w.old)
@@ -610,7 +660,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // scripts (paused, busy) does not answer it, though it answers PING. When
 // ctx ends first, it returns ctx's error.
 func (s *Store) Probe(ctx context.Context) error {
-	args := settleHead(redisTime, expireAt, false, 0)
+	args := s.settleHead(redisTime, false, 0)
 	return s.eachNode(ctx, s.timeout, func(ctx context.Context, c goredis.Cmdable) error {
 		return settleScript.Run(ctx, c, nil, args...).Err()
 	})

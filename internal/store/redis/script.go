@@ -58,27 +58,11 @@ var (
 // argsPerCharge is how many ARGV settle.lua takes per key.
 const argsPerCharge = 1
 
-// expiry is how settle.lua and undo.lua set their keys' expiry (their
-// ARGV[3]).
-type expiry string
-
-const (
-	// noExpiry: keys do not expire (tests on injected time).
-	noExpiry expiry = "0"
-	// expireAt: a key expires when its bucket is back at rest (PXAT), on
-	// Redis's clock, which now is.
-	expireAt expiry = "1"
-	// expireIn: a key expires in as long as its bucket takes to come back
-	// to rest from now (PX): now is the daemon's clock (Config.Counters),
-	// which may differ from Redis's.
-	expireIn expiry = "2"
-)
-
 // settleHead returns the start of settle.lua's ARGV: now as nowArgs makes
-// it, how to set expiry, whether in try mode. The requests' arguments
+// it, the store's linger, whether in try mode. The requests' arguments
 // (appendRequest) follow.
-func settleHead(now [2]string, expire expiry, try bool, requests int) []any {
-	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], string(expire), flag(try))
+func (s *Store) settleHead(now [2]string, try bool, requests int) []any {
+	return append(make([]any, 0, 4+requests*(1+argsPerCharge)), now[0], now[1], s.linger, flag(try))
 }
 
 // appendRequest appends settle.lua's arguments for the request of
@@ -174,23 +158,7 @@ func formatCharge(c *store.Charge, counter bool) string {
 	if kind > algorithms.Refund {
 		kind = algorithms.Admit // as store.Charge.Decide takes it
 	}
-	// Pass costs in a range that Lua's doubles hold exactly, with the same
-	// decisions: for an admit, a cost above Capacity is OverCapacity
-	// whatever it is, and one at most 0 a peek; a check decides a cost of
-	// 1. A window's overdraft saturates its count at MaxCount, and a
-	// refund takes at most its two counts; the buckets take the size of an
-	// overdraft or refund from k, and only whether it is within Capacity
-	// from the cost.
-	cost := min(max(c.Cost, 0), capacity+1)
-	switch {
-	case kind == algorithms.Check:
-		cost = 1
-	case kind == algorithms.Overdraft && l.Burst() == 0:
-		cost = min(max(c.Cost, 0), algorithms.MaxCount)
-	case kind == algorithms.Refund && l.Burst() == 0:
-		cost = min(max(c.Cost, 0), 2*algorithms.MaxCount)
-	}
-	fast := fastPath(l)
+	cost := scriptCost(c, kind)
 	b := make([]byte, 0, 128)
 	b = append(b, '0', '0'+byte(l.Algorithm()), ' ')
 	b = strconv.AppendInt(b, l.Requests(), 10)
@@ -207,27 +175,12 @@ func formatCharge(c *store.Charge, counter bool) string {
 	}
 	b = append(b, '0'+byte(kind), ' ')
 	b = strconv.AppendInt(b, cost, 10)
+	fast := fastPath(l)
 	switch l.Algorithm() {
 	case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
-		k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
-		rational := func(ns, frac int64) { b = appendRational(b, ns, frac) }
-		rational(l.Times(capacity))
-		if kind == algorithms.Overdraft || kind == algorithms.Refund {
-			// k of the whole cost, saturated at MaxSpan: d + k is bounded
-			// there (Limit.Overdraft). fast.lua keeps d + k below 2^52.
-			ns, frac := l.TimesSaturated(max(c.Cost, 0))
-			fast = fast && ns < 1<<50
-			rational(ns, frac)
-		} else {
-			rational(l.Times(k))
-		}
-		rational(l.Times(capacity - k))
-		switch kind {
-		case algorithms.Overdraft, algorithms.Refund:
-			rational(l.Times(capacity - 1))
-		case algorithms.Check:
-			rational(l.Times(capacity - k)) // a1 = a, for a cost of 1
-		}
+		var fits bool
+		b, fits = appendBucketTimes(b, c, kind, cost)
+		fast = fast && fits
 	}
 	switch {
 	case counter:
@@ -236,6 +189,56 @@ func formatCharge(c *store.Charge, counter bool) string {
 		b[0] = '1'
 	}
 	return string(b)
+}
+
+// scriptCost returns the cost settle.lua is passed for c, of kind: in a
+// range that Lua's doubles hold exactly, with the same decisions. For an
+// admit, a cost above Capacity is OverCapacity whatever it is, and one at
+// most 0 a peek; a check decides a cost of 1. A window's overdraft
+// saturates its count at MaxCount, and a refund takes at most its two
+// counts; the buckets take the size of an overdraft or refund from k
+// (appendBucketTimes), and only whether it is within Capacity from the
+// cost.
+func scriptCost(c *store.Charge, kind algorithms.Kind) int64 {
+	l := c.Limit
+	switch {
+	case kind == algorithms.Check:
+		return 1
+	case kind == algorithms.Overdraft && l.Burst() == 0:
+		return min(max(c.Cost, 0), algorithms.MaxCount)
+	case kind == algorithms.Refund && l.Burst() == 0:
+		return min(max(c.Cost, 0), 2*algorithms.MaxCount)
+	}
+	return min(max(c.Cost, 0), l.Capacity()+1)
+}
+
+// appendBucketTimes appends a bucket's C, k and a (and a1, for an
+// overdraft, a refund or a check: see decide.lua) of the charge c, of kind
+// and script cost, and reports whether they fit fast.lua's path.
+func appendBucketTimes(b []byte, c *store.Charge, kind algorithms.Kind, cost int64) ([]byte, bool) {
+	l := c.Limit
+	capacity := l.Capacity()
+	k := min(cost, capacity) // a cost outside [1, Capacity] uses neither k nor a
+	fits := true
+	rational := func(ns, frac int64) { b = appendRational(b, ns, frac) }
+	rational(l.Times(capacity))
+	if kind == algorithms.Overdraft || kind == algorithms.Refund {
+		// k of the whole cost, saturated at MaxSpan: d + k is bounded
+		// there (Limit.Overdraft). fast.lua keeps d + k below 2^52.
+		ns, frac := l.TimesSaturated(max(c.Cost, 0))
+		fits = ns < 1<<50
+		rational(ns, frac)
+	} else {
+		rational(l.Times(k))
+	}
+	rational(l.Times(capacity - k))
+	switch kind {
+	case algorithms.Overdraft, algorithms.Refund:
+		rational(l.Times(capacity - 1))
+	case algorithms.Check:
+		rational(l.Times(capacity - k)) // a1 = a, for a cost of 1
+	}
+	return b, fits
 }
 
 // fastPath reports whether settle.lua may decide l on plain Lua numbers

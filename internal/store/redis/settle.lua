@@ -8,10 +8,8 @@
 --
 -- ARGV[1], ARGV[2]  now as readNow takes it: ms and sub decimal, or "" and
 --          "" to read Redis TIME
--- ARGV[3]  "1": set each written key to expire when its bucket is back at
---          rest; "2": likewise, but in how long from now (now being the
---          daemon's clock: readExpiry); "0": write keys without expiry
---          (tests on injected time)
+-- ARGV[3]  linger as readLinger takes it: each written key expires that
+--          many milliseconds after its bucket is back at rest (keyExpiry)
 -- ARGV[4]  "1": try mode, for one slot's share of a request that spans
 --          several (see below; then there is one request); "0": whole
 --          requests
@@ -64,7 +62,7 @@
 -- and refunds are never undone).
 
 readNow(ARGV[1], ARGV[2])
-local expire = readExpiry(ARGV[3])
+readLinger(ARGV[3])
 local try = ARGV[4] == "1"
 
 local match = string.match
@@ -143,30 +141,25 @@ end
 
 -- counterPut writes a counter's next state, relative to now as fast.lua's
 -- (t false for the zero State): its count n as a decimal integer, expiring
--- at restAt, the window's end (PX: how long from Redis's now, so that the
--- key lives as long as the window whatever the two clocks say), or without
--- expiry for tests on injected time; the key is deleted when the count is
--- 0. It returns the value written.
-local function counterPut(key, t, n, restAt, expire)
+-- at restAt, the window's end, and linger after (PX: how long from now, so
+-- that the key lives as long as the window whatever Redis's clock says);
+-- the key is deleted when the count is 0. It returns the value written.
+local function counterPut(key, t, n, restAt)
   if t == false or n == 0 then
     redis.call("DEL", key)
     return ""
   end
   local v = format("%d", n)
-  if expire then
-    redis.call("SET", key, v, "PX", format("%d", math.ceil(restAt / 1000000)))
-  else
-    redis.call("SET", key, v)
-  end
+  redis.call("SET", key, v, "PX", format("%d", math.ceil(restAt / 1000000) + linger))
   return v
 end
 
 -- put is fastWrite for the charge sp, a counter's as counterPut.
 local function put(key, sp, inWindow, t, n, m, restAt, kept)
   if sp.counter then
-    counterPut(key, t, n, restAt, expire)
+    counterPut(key, t, n, restAt)
   else
-    fastWrite(key, inWindow, t, n, m, restAt, expire, kept)
+    fastWrite(key, inWindow, t, n, m, restAt, kept)
   end
 end
 
@@ -276,9 +269,9 @@ end
 local function store(key, c)
   if c.fast then
     if c.l.counter then
-      return counterPut(key, c.nt, c.nn, c.nr, expire)
+      return counterPut(key, c.nt, c.nn, c.nr)
     end
-    return fastPut(key, c.nt, c.nn, c.nm, c.nr, expire, c.kept)
+    return fastPut(key, c.nt, c.nn, c.nm, c.nr, c.kept)
   end
   if c.nt == false then
     redis.call("DEL", key)
@@ -286,7 +279,7 @@ local function store(key, c)
   end
   local B = bignums()
   local v = B.formatState(c.nt)
-  B.put(key, v, c.nt.restAt, expire)
+  B.put(key, v, c.nt.restAt)
   return v
 end
 

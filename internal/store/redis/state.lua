@@ -5,7 +5,7 @@
 -- A bucket's state is stored as now.lua's STATE: t, n, m and restAt, when
 -- the bucket is back at rest if nothing else arrives. An absent key then
 -- decides exactly as the state would, so the key expires at restAt,
--- rounded up to the millisecond (never sooner).
+-- rounded up to the millisecond (never sooner), and linger after.
 
 local MILLION = small(1000000)
 local nowBig
@@ -70,23 +70,17 @@ local function ceilMs(restAt, now)
 end
 
 -- put stores under key the state value v, whose bucket is at rest at
--- restAt (a bignum). With expire, the key expires at restAt rounded up to
--- the millisecond (PXAT; with expireIn, PX: that long after now), or is
--- deleted when the bucket is at rest already at now; without (tests on
--- injected time), the key does not expire.
-local function put(key, v, restAt, expire)
+-- restAt (a bignum): the key expires at restAt rounded up to the
+-- millisecond, and linger after (keyExpiry), or is deleted when the
+-- bucket is at rest already at now and nothing lingers.
+local function put(key, v, restAt)
   local now = bigNow()
-  if not expire then
-    redis.call("SET", key, v)
-  elseif cmp(restAt, now) <= 0 then
-    redis.call("DEL", key)
+  local atRest = cmp(restAt, now) <= 0
+  local at = keyExpiry(not atRest and ceilMs(restAt, now), atRest)
+  if at then
+    redis.call("SET", key, v, expiry, string.format("%.0f", at))
   else
-    local ms = ceilMs(restAt, now)
-    if expireIn then
-      redis.call("SET", key, v, "PX", string.format("%.0f", ms - nowMs))
-    else
-      redis.call("SET", key, v, "PXAT", string.format("%.0f", ms))
-    end
+    redis.call("DEL", key)
   end
 end
 

@@ -3,7 +3,7 @@
 -- and the bignums library (bignum.lua and state.lua).
 --
 -- ARGV[1], ARGV[2] now as readNow takes it ("" for Redis TIME); ARGV[3]
--- how to set expiry, as readExpiry reads it; then two per key: the value
+-- linger, as readLinger reads it; then two per key: the value
 -- the charge wrote, and the value before it ("" for none). A key is
 -- restored only if it still holds what the charge wrote (and then as
 -- state.lua's put writes a state, a counter's count as it was with the
@@ -17,7 +17,7 @@
 
 readNow(ARGV[1], ARGV[2])
 local B = bignums()
-local expire = readExpiry(ARGV[3])
+readLinger(ARGV[3])
 local undone = 0
 for i = 1, #KEYS do
   local wrote, before = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
@@ -25,7 +25,7 @@ for i = 1, #KEYS do
     undone = undone + 1
     local restAt = B.restAtOf(before)
     if restAt then
-      B.put(KEYS[i], before, restAt, expire)
+      B.put(KEYS[i], before, restAt)
     elseif string.match(before, "^%d+$") then
       -- A counter's count (settle.lua's counterPut), with the expiry the
       -- charge set: the window's end.

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,6 +60,20 @@ type Options struct {
 	// each case up to its first step back, and RandomTimelines' steps back
 	// stay where they are.
 	ForwardOnly bool
+	// Unsupported lists the algorithms the store does not decide (the
+	// daemon refuses a policy with them on it): the suite leaves them out.
+	Unsupported []algorithms.Algorithm
+}
+
+// algorithms returns every algorithm but the Unsupported.
+func (o Options) algorithms() []algorithms.Algorithm {
+	var algs []algorithms.Algorithm
+	for _, a := range algorithms.Algorithms() {
+		if !slices.Contains(o.Unsupported, a) {
+			algs = append(algs, a)
+		}
+	}
+	return algs
 }
 
 // Run runs the whole suite against the stores newStore makes.
@@ -74,8 +89,8 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("Quotas", func(t *testing.T) { Quotas(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
 	t.Run("RandomTimelines", func(t *testing.T) { randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly) })
-	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines) })
-	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines) })
+	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, opts.algorithms()) })
+	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, opts.algorithms()) })
 }
 
 const (
@@ -638,10 +653,10 @@ func nextNow(rng *rand.Rand, now, high int64, ref *reference) int64 {
 	return algorithms.ClampTime(next)
 }
 
-// ConcurrentOneKey: goroutines charge one bucket at once, half of them
+// ConcurrentOneKey: for each of algs, goroutines charge one bucket at once, half of them
 // with a second bucket of their own; exactly the bound is admitted.
-func ConcurrentOneKey(t *testing.T, newStore Factory, goroutines int) {
-	for _, alg := range algorithms.Algorithms() {
+func ConcurrentOneKey(t *testing.T, newStore Factory, goroutines int, algs []algorithms.Algorithm) {
+	for _, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, clock.NewFake(T0))
 			l := MustLimit(t, alg, 100, time.Hour, 0)
@@ -676,13 +691,13 @@ func ConcurrentOneKey(t *testing.T, newStore Factory, goroutines int) {
 	}
 }
 
-// ConcurrentUsage: goroutines charge one bucket with overdraft charges,
+// ConcurrentUsage: for each of algs, goroutines charge one bucket with overdraft charges,
 // refunds and checks at once, at one instant; every overdraft and refund
 // lands exactly once, so the bucket ends with exactly their sum used (past
 // its capacity: in debt, as the last check says).
-func ConcurrentUsage(t *testing.T, newStore Factory, goroutines int) {
+func ConcurrentUsage(t *testing.T, newStore Factory, goroutines int, algs []algorithms.Algorithm) {
 	const rounds, charged, refunded = 12, 9, 4
-	for _, alg := range algorithms.Algorithms() {
+	for _, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, clock.NewFake(T0))
 			l := MustLimit(t, alg, 1000, time.Hour, 0)
