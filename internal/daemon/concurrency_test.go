@@ -234,3 +234,50 @@ func TestConcurrencyOverV1(t *testing.T) {
 		t.Fatalf("a concurrency with a burst: %v, want InvalidArgument naming descriptors[0].limit and burst", err)
 	}
 }
+
+// TestConcurrencyMetrics reads a concurrency rule's in-flight gauges from
+// a running daemon's /metrics: the units its last decision left in
+// flight, and its max_in_flight. A charge the request's other descriptor
+// denied took no unit and leaves the gauge alone; a check after the
+// lease shows the units healed.
+func TestConcurrencyMetrics(t *testing.T) {
+	h := start(t, concurrencyDomain)
+	const series = `{descriptor="",domain="llm",rule="tenant"}`
+	want := func(what string, inFlight float64) {
+		t.Helper()
+		m := scrape(t, h.d)
+		if m["ratelimitd_rule_in_flight"+series] != inFlight || m["ratelimitd_rule_in_flight_limit"+series] != 2 {
+			t.Fatalf("%s: in_flight %v, in_flight_limit %v; want %v and 2", what, m["ratelimitd_rule_in_flight"+series], m["ratelimitd_rule_in_flight_limit"+series], inFlight)
+		}
+		if _, ok := m[`ratelimitd_rule_in_flight{descriptor="",domain="llm",rule="tenant_rate"}`]; ok {
+			t.Fatalf("%s: a rate rule has an in_flight series", what)
+		}
+	}
+	if _, ok := scrape(t, h.d)["ratelimitd_rule_in_flight"+series]; ok {
+		t.Fatal("an in_flight series before the rule's first decision")
+	}
+	acme := func(op rl.Operation) *rl.Descriptor { d := desc("tenant", "acme"); d.Operation = op; return d }
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE)))
+	want("one charged", 1)
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE)))
+	want("two charged", 2)
+	if r := h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE))); r.GetOverallCode() != rl.Code_CODE_OVER_LIMIT {
+		t.Fatalf("a third at once: %v", r)
+	}
+	want("a third denied", 2)
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_REFUND)))
+	want("one released", 1)
+	for range 5 {
+		h.call(t, req("llm", desc("tenant_rate", "acme")))
+	}
+	if r := h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE), desc("tenant_rate", "acme"))); r.GetOverallCode() != rl.Code_CODE_OVER_LIMIT ||
+		r.GetStatuses()[0].GetCode() != rl.Code_CODE_OK {
+		t.Fatalf("a charge the rate beside it denies: %v", r)
+	}
+	want("a charge the rate denied took no unit", 1)
+	h.call(t, req("llm", peek(acme(rl.Operation_OPERATION_CHARGE))))
+	want("a peek sets nothing", 1)
+	h.clock.Set(leaseEnd(daemontest.T0, 10*time.Minute).UnixNano())
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_CHECK)))
+	want("a check after the lease", 0)
+}
