@@ -29,6 +29,17 @@ reproduce the window-boundary comparison: 10 requests a minute, 10 sent just
 before the first boundary and 10 at it — a fixed window admits 20 within a
 second, the others 10.
 
+A concurrency (--algorithms concurrency) counts requests in flight: --requests
+is its max_in_flight and --period its lease. Each request it admits holds its
+--cost for --hold, then releases it (as Envoy's stream-done call would), but
+for the --unreleased fraction, which never does, as callers that crashed:
+only the lease frees their units. --hold 0 releases nothing. The other
+algorithms ignore --hold. For example, 2 in flight with a 1m lease, a request
+a second holding 1.5s, one in four never released:
+
+  ratelimitd simulate --algorithms concurrency --requests 2 --period 1m \
+    --pattern steady --rate 1 --hold 1.5s --unreleased 0.25 --duration 5m
+
 Writes one CSV row per algorithm and interval to --csv (default: standard
 output), and the chart to --svg when given. Prints each algorithm's totals to
 standard error.
@@ -38,9 +49,9 @@ Flags:
 		fs.PrintDefaults()
 	}
 	var (
-		algs      = fs.String("algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare")
-		requests  = fs.Int64("requests", 10, "requests per period")
-		period    = fs.Duration("period", time.Minute, "the limit's period")
+		algs      = fs.String("algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare (also concurrency)")
+		requests  = fs.Int64("requests", 10, "requests per period (a concurrency's max_in_flight)")
+		period    = fs.Duration("period", time.Minute, "the limit's period (a concurrency's lease)")
 		burst     = fs.Int64("burst", 0, "capacity of the bucket algorithms (0: --requests)")
 		t         simulate.Traffic
 		times     = fs.String("times", "", "for --pattern recorded: arrival `times` from 0, comma-separated durations (1s,1.5s,…)")
@@ -56,6 +67,8 @@ Flags:
 	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
 	fs.DurationVar(&t.Every, "every", 30*time.Second, "time between bursts, for bursts")
 	fs.Uint64Var(&t.Seed, "seed", 1, "random seed, for poisson")
+	fs.DurationVar(&t.Hold, "hold", 0, "for a concurrency: how long each admitted request holds its units before it releases them (0: never released)")
+	fs.Float64Var(&t.Unreleased, "unreleased", 0, "for a concurrency: the `fraction` (0 to 1) of admitted requests that never release, left to the lease")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -109,7 +122,11 @@ Flags:
 		}
 	}
 	for _, l := range res.Lanes {
-		fmt.Fprintf(stderr, "%-20s admitted %6d  denied %6d  most admitted within %s: %d\n", l.Name, l.Admitted, l.Denied, *period, l.MaxAdmittedIn)
+		fmt.Fprintf(stderr, "%-20s admitted %6d  denied %6d  most admitted within %s: %d", l.Name, l.Admitted, l.Denied, *period, l.MaxAdmittedIn)
+		if l.Name == algorithms.Concurrency.String() {
+			fmt.Fprintf(stderr, "  released %d", l.Released)
+		}
+		fmt.Fprintln(stderr)
 	}
 	return 0
 }
