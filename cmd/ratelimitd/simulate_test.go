@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/internal/testkit/docsnippets"
 )
 
 func TestSimulate(t *testing.T) {
@@ -101,4 +103,35 @@ func TestSimulateConcurrencyHold(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}
+}
+
+// TestOperationsSimulateConcurrency runs docs/operations.md's simulation
+// of a concurrency (its Console section's one command) and compares the
+// totals it prints with the page's sample.
+func TestOperationsSimulateConcurrency(t *testing.T) {
+	t.Parallel()
+	cmds := operationsSnippets(t, "## Console")
+	if len(cmds) != 1 || len(cmds[0][1]) < 2 || cmds[0][1][0] != "ratelimitd" || cmds[0][1][1] != "simulate" {
+		t.Fatalf("the Console section's commands: %q; want one ratelimitd simulate", cmds)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(cmds[0][1][1:], &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range docsnippets.Parse(string(doc)) {
+		if b.Lang == "sh" && strings.HasPrefix(b.FirstLine(), "ratelimitd simulate --algorithms concurrency") {
+			if b.Output == nil {
+				t.Fatal("the simulation shows no sample output")
+			}
+			if err := docsnippets.MatchText(b.Output.Text, stderr.String()); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+	}
+	t.Fatal("docs/operations.md has no ratelimitd simulate --algorithms concurrency block")
 }
