@@ -12,9 +12,10 @@
 // shows when. A concurrency lane counts requests in flight rather than a
 // rate: each admitted request holds its cost for Traffic.Hold and then
 // releases it, but for a Traffic.Unreleased fraction that never does, as
-// callers that crashed, whose units only their lease frees. Time starts at 0 on the simulated clock, the
-// Unix epoch, where every window boundary of every period falls, so a
-// fixed window's first boundary is at exactly one period.
+// callers that crashed, whose units only their lease frees. Time starts at
+// 0 on the simulated clock, the Unix epoch, where every window boundary of
+// every period falls, so a fixed window's first boundary is at exactly one
+// period.
 package simulate
 
 import (
