@@ -25,6 +25,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
@@ -116,71 +117,105 @@ func (t Traffic) Arrivals() ([]time.Duration, error) {
 	if !(t.Unreleased >= 0 && t.Unreleased <= 1) {
 		return nil, errors.New("unreleased: must be a fraction from 0 to 1")
 	}
-	var out []time.Duration
-	add := func(at time.Duration) error {
-		if len(out) >= MaxArrivals {
-			return fmt.Errorf("traffic: more than %d requests; shorten the duration or lower the rate", MaxArrivals)
-		}
-		out = append(out, at)
-		return nil
-	}
+	var a arrivals
+	var err error
 	switch t.Pattern {
 	case Steady, Poisson:
-		if !(t.Rate > 0) || math.IsInf(t.Rate, 0) {
-			return nil, errors.New("rate: must be a positive number of requests a second")
-		}
-		if t.Rate*t.Duration.Seconds() > MaxArrivals {
-			return nil, fmt.Errorf("traffic: rate × duration is more than %d requests", MaxArrivals)
-		}
-		rng := rand.New(rand.NewPCG(t.Seed, t.Seed^0x5eed))
-		gap := float64(time.Second) / t.Rate
-		for at := 0.0; at < float64(t.Duration); {
-			if err := add(time.Duration(at)); err != nil {
-				return nil, err
-			}
-			if t.Pattern == Steady {
-				at += gap
-			} else {
-				at += rng.ExpFloat64() * gap
-			}
-		}
+		err = t.atRate(&a)
 	case Bursts:
-		if t.Burst <= 0 || t.Every <= 0 {
-			return nil, errors.New("burst and every: bursts need a positive size and interval")
-		}
-		for at := time.Duration(0); at < t.Duration; at += t.Every {
-			for range t.Burst {
-				if err := add(at); err != nil {
-					return nil, err
-				}
-			}
-		}
+		err = t.inBursts(&a)
 	case Boundary:
-		if t.Burst <= 0 || t.Period <= 0 {
-			return nil, errors.New("burst and period: a boundary burst needs a positive size and the window period")
-		}
-		for _, at := range []time.Duration{t.Period - t.Period/100, t.Period} {
-			for range t.Burst {
-				if at < t.Duration {
-					if err := add(at); err != nil {
-						return nil, err
-					}
-				}
-			}
-		}
+		err = t.atBoundary(&a)
 	case Recorded:
-		for _, at := range t.Times {
-			if at >= 0 && at < t.Duration {
-				if err := add(at); err != nil {
-					return nil, err
+		err = t.recorded(&a)
+	default:
+		err = fmt.Errorf("pattern %q: want one of steady, bursts, boundary, poisson, recorded", t.Pattern)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// arrivals collects arrival times, at most MaxArrivals.
+type arrivals []time.Duration
+
+func (a *arrivals) add(at time.Duration) error {
+	if len(*a) >= MaxArrivals {
+		return fmt.Errorf("traffic: more than %d requests; shorten the duration or lower the rate", MaxArrivals)
+	}
+	*a = append(*a, at)
+	return nil
+}
+
+// atRate adds Rate arrivals a second: evenly spaced (Steady) or at
+// exponentially distributed gaps of that mean (Poisson).
+func (t Traffic) atRate(a *arrivals) error {
+	if !(t.Rate > 0) || math.IsInf(t.Rate, 0) {
+		return errors.New("rate: must be a positive number of requests a second")
+	}
+	if t.Rate*t.Duration.Seconds() > MaxArrivals {
+		return fmt.Errorf("traffic: rate × duration is more than %d requests", MaxArrivals)
+	}
+	rng := rand.New(rand.NewPCG(t.Seed, t.Seed^0x5eed))
+	gap := float64(time.Second) / t.Rate
+	for at := 0.0; at < float64(t.Duration); {
+		if err := a.add(time.Duration(at)); err != nil {
+			return err
+		}
+		if t.Pattern == Steady {
+			at += gap
+		} else {
+			at += rng.ExpFloat64() * gap
+		}
+	}
+	return nil
+}
+
+// inBursts adds Burst arrivals at once, Every apart from 0.
+func (t Traffic) inBursts(a *arrivals) error {
+	if t.Burst <= 0 || t.Every <= 0 {
+		return errors.New("burst and every: bursts need a positive size and interval")
+	}
+	for at := time.Duration(0); at < t.Duration; at += t.Every {
+		for range t.Burst {
+			if err := a.add(at); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// atBoundary adds Burst arrivals just before the first window boundary
+// (a hundredth of Period before it) and Burst at it.
+func (t Traffic) atBoundary(a *arrivals) error {
+	if t.Burst <= 0 || t.Period <= 0 {
+		return errors.New("burst and period: a boundary burst needs a positive size and the window period")
+	}
+	for _, at := range []time.Duration{t.Period - t.Period/100, t.Period} {
+		for range t.Burst {
+			if at < t.Duration {
+				if err := a.add(at); err != nil {
+					return err
 				}
 			}
 		}
-		slices.Sort(out)
-	default:
-		return nil, fmt.Errorf("pattern %q: want one of steady, bursts, boundary, poisson, recorded", t.Pattern)
 	}
-	return out, nil
+	return nil
+}
+
+// recorded adds Times within [0, Duration), sorted.
+func (t Traffic) recorded(a *arrivals) error {
+	for _, at := range t.Times {
+		if at >= 0 && at < t.Duration {
+			if err := a.add(at); err != nil {
+				return err
+			}
+		}
+	}
+	slices.Sort(*a)
+	return nil
 }
 
 // Lane is one limit to simulate.
@@ -206,6 +241,42 @@ func NewLane(alg algorithms.Algorithm, requests int64, period time.Duration, bur
 		return Lane{}, fmt.Errorf("%s: %w", alg, err)
 	}
 	return Lane{Name: alg.String(), Limit: l, Capacity: l.Capacity()}, nil
+}
+
+// ParseAlgorithms returns the algorithms of list, their names separated
+// by commas (spaces around a name ignored), in its order; an unknown name
+// is an error.
+func ParseAlgorithms(list string) ([]algorithms.Algorithm, error) {
+	var algs []algorithms.Algorithm
+	for _, name := range strings.Split(list, ",") {
+		alg, err := algorithms.ParseAlgorithm(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		algs = append(algs, alg)
+	}
+	return algs, nil
+}
+
+// CompareLanes returns a lane for each of algs, each a limit of requests
+// per period, taking overdraft charges when overdraft is set (see
+// Lane.Overdraft). Burst is the capacity of the algorithms that have one
+// (0: requests); a window has none of its own and ignores it.
+func CompareLanes(algs []algorithms.Algorithm, requests int64, period time.Duration, burst int64, overdraft bool) ([]Lane, error) {
+	lanes := make([]Lane, 0, len(algs))
+	for _, alg := range algs {
+		b := burst
+		if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
+			b = 0
+		}
+		lane, err := NewLane(alg, requests, period, b)
+		if err != nil {
+			return nil, err
+		}
+		lane.Overdraft = overdraft
+		lanes = append(lanes, lane)
+	}
+	return lanes, nil
 }
 
 // Bin is what one lane did in one interval of the simulation.
@@ -282,55 +353,76 @@ func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Dur
 	}
 	res := &Result{Arrivals: len(arrivals), Duration: t.Duration, BinWidth: binWidth, Window: window}
 	for _, lane := range lanes {
-		lr := LaneResult{Name: lane.Name, Capacity: lane.Capacity, Bins: make([]Bin, nbins)}
-		var st algorithms.State
-		var admittedAt []time.Duration
-		// The releases to come of a concurrency lane, in time order (every
-		// request holds for the same Hold).
-		var releases []time.Duration
-		holds := lane.Limit.Algorithm() == algorithms.Concurrency
-		release := func(before time.Duration, inclusive bool) {
-			for len(releases) > 0 && (releases[0] < before || inclusive && releases[0] == before) {
-				st, _ = lane.Limit.Refund(st, int64(releases[0]), t.cost())
-				releases = releases[1:]
-				lr.Released++
-			}
+		lr, err := runLane(ctx, t, lane, arrivals, nbins, binWidth, window)
+		if err != nil {
+			return nil, err
 		}
-		next := 0
-		for b := range lr.Bins {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			bin := &lr.Bins[b]
-			bin.Start = time.Duration(b) * binWidth
-			end := bin.Start + binWidth
-			for ; next < len(arrivals) && arrivals[next] < end; next++ {
-				at := arrivals[next]
-				release(at, true)
-				var d algorithms.Decision
-				st, d = lane.decide(st, int64(at), t.cost())
-				if d.Code == algorithms.Allowed {
-					bin.Admitted++
-					bin.MaxDelay = max(bin.MaxDelay, d.Delay)
-					admittedAt = append(admittedAt, at)
-					if holds && !t.unreleased(lr.Admitted+bin.Admitted) {
-						releases = append(releases, at+t.Hold)
-					}
-				} else {
-					bin.Denied++
-				}
-			}
-			release(end, false)
-			_, peek := lane.Limit.Decide(st, int64(end), 0)
-			bin.Remaining = peek.Remaining
-			bin.InDebt = lane.Limit.InDebt(st, int64(end))
-			lr.Admitted += bin.Admitted
-			lr.Denied += bin.Denied
-		}
-		lr.MaxAdmittedIn = mostWithin(admittedAt, window)
 		res.Lanes = append(res.Lanes, lr)
 	}
 	return res, nil
+}
+
+// runLane decides every arrival in lane, summed into nbins bins of
+// binWidth, with the burst measured over window (as Run).
+func runLane(ctx context.Context, t Traffic, lane Lane, arrivals []time.Duration, nbins int, binWidth, window time.Duration) (LaneResult, error) {
+	lr := LaneResult{Name: lane.Name, Capacity: lane.Capacity, Bins: make([]Bin, nbins)}
+	var st algorithms.State
+	var admittedAt []time.Duration
+	held := releases{cost: t.cost()}
+	holds := lane.Limit.Algorithm() == algorithms.Concurrency
+	next := 0
+	for b := range lr.Bins {
+		if err := ctx.Err(); err != nil {
+			return lr, err
+		}
+		bin := &lr.Bins[b]
+		bin.Start = time.Duration(b) * binWidth
+		end := bin.Start + binWidth
+		for ; next < len(arrivals) && arrivals[next] < end; next++ {
+			at := arrivals[next]
+			st = held.until(&lane.Limit, st, at, true)
+			var d algorithms.Decision
+			st, d = lane.decide(st, int64(at), t.cost())
+			if d.Code != algorithms.Allowed {
+				bin.Denied++
+				continue
+			}
+			bin.Admitted++
+			bin.MaxDelay = max(bin.MaxDelay, d.Delay)
+			admittedAt = append(admittedAt, at)
+			if holds && !t.unreleased(lr.Admitted+bin.Admitted) {
+				held.at = append(held.at, at+t.Hold)
+			}
+		}
+		st = held.until(&lane.Limit, st, end, false)
+		_, peek := lane.Limit.Decide(st, int64(end), 0)
+		bin.Remaining = peek.Remaining
+		bin.InDebt = lane.Limit.InDebt(st, int64(end))
+		lr.Admitted += bin.Admitted
+		lr.Denied += bin.Denied
+	}
+	lr.Released = held.done
+	lr.MaxAdmittedIn = mostWithin(admittedAt, window)
+	return lr, nil
+}
+
+// releases are a concurrency lane's releases to come, in time order (every
+// request holds for the same Traffic.Hold), each of cost units.
+type releases struct {
+	at   []time.Duration
+	cost int64
+	done int // releases made
+}
+
+// until makes, on st under l, the releases due before t (and at t when
+// inclusive), and returns the state they leave.
+func (r *releases) until(l *algorithms.Limit, st algorithms.State, t time.Duration, inclusive bool) algorithms.State {
+	for len(r.at) > 0 && (r.at[0] < t || inclusive && r.at[0] == t) {
+		st, _ = l.Refund(st, int64(r.at[0]), r.cost)
+		r.at = r.at[1:]
+		r.done++
+	}
+	return st
 }
 
 // decide decides one request of cost at now: for an Overdraft lane, a
