@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -309,6 +310,9 @@ func decide(resp *ratelimitv1.ShouldRateLimitResponse, ds []Descriptor) Decision
 	sts := resp.GetStatuses()
 	for _, st := range sts {
 		d.Overdrew = d.Overdrew || st.GetOverdrew()
+		if !st.GetShadow() {
+			d.Debt = max(d.Debt, int64(min(st.GetDebt(), math.MaxInt64)))
+		}
 	}
 	if d.Allowed {
 		for _, st := range sts {

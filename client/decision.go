@@ -48,7 +48,9 @@ type Decision struct {
 	// RetryAfter, for a denial, is the shortest wait after which the same
 	// request would be admitted if nothing else arrived: the service's
 	// retry_after, what is left of it for a local denial, or the
-	// fail-closed wait. 0 when allowed and when Never.
+	// fail-closed wait. 0 when allowed and when Never. For a concurrency
+	// limit (ALGORITHM_CONCURRENCY) it is when enough units expire by their
+	// lease if none is released; a release admits sooner.
 	RetryAfter time.Duration
 	// Never reports a denial that no wait can turn into an admission: a
 	// descriptor costs more than its limit's capacity (its status is
@@ -71,6 +73,14 @@ type Decision struct {
 	// Only a charge that may overdraw does (Descriptor.WithOverdraft, or
 	// the policy's overdraft: true); only with Source SourceService.
 	Overdrew bool
+	// Debt is the most units any limit of the request owes after the
+	// decision (a status's debt, shadow rules' left out: they only
+	// observe): use taken past a limit's capacity by an overdraft, in
+	// requests of cost 1, rounded up. Such a limit denies every charge
+	// until its refill, its window's end or refunds have paid Debt back.
+	// 0 when none is in debt; only with Source SourceService. Each
+	// status's own is Response.GetStatuses()[i].GetDebt().
+	Debt int64
 	// Response is the service's answer, with a status per descriptor; nil
 	// unless Source is SourceService.
 	Response *ratelimitv1.ShouldRateLimitResponse

@@ -61,6 +61,11 @@ func overdrew(s *ratelimitv1.DescriptorStatus) *ratelimitv1.DescriptorStatus {
 	return s
 }
 
+func owing(s *ratelimitv1.DescriptorStatus, debt uint64) *ratelimitv1.DescriptorStatus {
+	s.Debt = debt
+	return s
+}
+
 func delayed(s *ratelimitv1.DescriptorStatus, d time.Duration) *ratelimitv1.DescriptorStatus {
 	s.Delay = durationpb.New(d)
 	return s
@@ -183,6 +188,15 @@ func TestDecide(t *testing.T) {
 			want:  Decision{RetryAfter: time.Second, Policy: "tokens", Overdrew: true}, wantWords: "throttled by policy 'tokens'; retry after 1 s",
 		},
 		{
+			name:  "the most owed, a shadow rule's left out",
+			code:  over,
+			most:  2,
+			retry: time.Second,
+			sts: []*ratelimitv1.DescriptorStatus{shadowed(owing(st("s", over, 0, time.Second), 90)), owing(st("a", over, 0, time.Second), 7),
+				owing(st("b", ok, 0, 0), 3)},
+			want: Decision{RetryAfter: time.Second, Policy: "a", Debt: 7}, wantWords: "throttled by policy 'a'; retry after 1 s",
+		},
+		{
 			name:  "a rule without a name: the descriptor",
 			code:  over,
 			most:  2,
@@ -199,10 +213,10 @@ func TestDecide(t *testing.T) {
 			}
 			got := decide(resp, ds)
 			if got.Allowed != tt.want.Allowed || got.Delay != tt.want.Delay || got.RetryAfter != tt.want.RetryAfter ||
-				got.Never != tt.want.Never || got.Policy != tt.want.Policy || got.Overdrew != tt.want.Overdrew {
-				t.Errorf("decide: Allowed %v Delay %v RetryAfter %v Never %v Policy %q Overdrew %v\nwant    Allowed %v Delay %v RetryAfter %v Never %v Policy %q Overdrew %v",
-					got.Allowed, got.Delay, got.RetryAfter, got.Never, got.Policy, got.Overdrew,
-					tt.want.Allowed, tt.want.Delay, tt.want.RetryAfter, tt.want.Never, tt.want.Policy, tt.want.Overdrew)
+				got.Never != tt.want.Never || got.Policy != tt.want.Policy || got.Overdrew != tt.want.Overdrew || got.Debt != tt.want.Debt {
+				t.Errorf("decide: Allowed %v Delay %v RetryAfter %v Never %v Policy %q Overdrew %v Debt %d\nwant    Allowed %v Delay %v RetryAfter %v Never %v Policy %q Overdrew %v Debt %d",
+					got.Allowed, got.Delay, got.RetryAfter, got.Never, got.Policy, got.Overdrew, got.Debt,
+					tt.want.Allowed, tt.want.Delay, tt.want.RetryAfter, tt.want.Never, tt.want.Policy, tt.want.Overdrew, tt.want.Debt)
 			}
 			if s := got.String(); s != tt.wantWords {
 				t.Errorf("String() = %q\nwant        %q", s, tt.wantWords)

@@ -91,6 +91,9 @@ func TestReservation(t *testing.T) {
 	if err != nil || s.Allowed || !s.Overdrew || !s.Response.GetStatuses()[0].GetOverdrew() {
 		t.Fatalf("settle 800 of 500 with 50 left: %+v %v; want the overdraft charged, reported denied and overdrawn", s, err)
 	}
+	if s.Debt != 250 || s.Response.GetStatuses()[0].GetDebt() != 250 {
+		t.Errorf("settle 800 of 500 with 50 left: debt %d (status %d), want 250", s.Debt, s.Response.GetStatuses()[0].GetDebt())
+	}
 	wantLeft(t, c, "in debt", 0, false)
 	if r := reserve(t, c, 1); r.Allowed {
 		t.Errorf("a reservation of 1 in debt was admitted")

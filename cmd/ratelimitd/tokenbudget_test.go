@@ -294,12 +294,22 @@ func TestReserveSettle(t *testing.T) {
 
 // TestDebtPaidByRefill: on the real clock of the built daemon (and of
 // Redis), a token bucket of 100 refilled at 100 a second, charged 300,
-// owes 200: checks are denied, with a retry_after that counts down to the
-// instant the debt and one token are back, and admitted from then on.
+// owes 200: checks are denied, with a debt and a retry_after that count
+// down to the instant the debt and one token are back, and admitted from
+// then on.
 func TestDebtPaidByRefill(t *testing.T) {
 	t.Parallel()
 	const policy = "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 100, overdraft: true}\n"
 	const owed = 201 * 10 * time.Millisecond // the debt of 200 and one token, at 10ms a token
+	// debtAfter is the debt elapsed after the charge: what is left of the
+	// 200, rounded up to whole tokens.
+	debtAfter := func(elapsed time.Duration) uint64 {
+		left := 2*time.Second - elapsed
+		if left <= 0 {
+			return 0
+		}
+		return uint64((left + 10*time.Millisecond - 1) / (10 * time.Millisecond))
+	}
 	for _, useRedis := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "redis"}[useRedis], func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ai.yaml")
@@ -326,8 +336,8 @@ func TestDebtPaidByRefill(t *testing.T) {
 			// in [asked, answered]: the bounds below hold whatever the
 			// latencies.
 			sent := time.Now()
-			if st := call(rl.Operation_OPERATION_CHARGE, 300); st.Code != rl.Code_CODE_OVER_LIMIT || !st.Overdrew {
-				t.Fatalf("300 on a bucket of 100: %v, want charged in full (overdraft) and in debt", st)
+			if st := call(rl.Operation_OPERATION_CHARGE, 300); st.Code != rl.Code_CODE_OVER_LIMIT || !st.Overdrew || st.Debt != 200 {
+				t.Fatalf("300 on a bucket of 100: %v, want charged in full (overdraft) and 200 in debt", st)
 			}
 			done := time.Now()
 			for checks := 1; ; checks++ {
@@ -337,11 +347,16 @@ func TestDebtPaidByRefill(t *testing.T) {
 				switch {
 				case st.Code == rl.Code_CODE_OK && answered.Sub(sent) < owed:
 					t.Fatalf("check %d was admitted within %v of the charge, before the debt was paid (%v)", checks, answered.Sub(sent), owed)
+				case st.Code == rl.Code_CODE_OK && st.Debt != 0:
+					t.Fatalf("check %d admitted, owing %d", checks, st.Debt)
 				case st.Code == rl.Code_CODE_OK:
 					t.Logf("check %d admitted once the debt was paid; the ones before were denied", checks)
 					return
 				case asked.Sub(done) >= owed:
 					t.Fatalf("check %d, %v after the charge, the debt paid: %v", checks, asked.Sub(done), st)
+				}
+				if least, most := debtAfter(answered.Sub(sent)), debtAfter(asked.Sub(done)); st.Debt < least || st.Debt > most {
+					t.Fatalf("check %d: debt %d, want within [%d, %d]: the 200 less what refilled since the charge", checks, st.Debt, least, most)
 				}
 				wait := st.RetryAfter.AsDuration()
 				if earliest, latest := owed-answered.Sub(sent), owed-asked.Sub(done); wait < earliest || wait > latest {

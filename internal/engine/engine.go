@@ -783,7 +783,7 @@ func (e *Engine) applyUse(w *work, u *use, st *Status) {
 	}
 	if st.Limit == nil || moreRestrictive(d, st) {
 		st.Code, st.Limit, st.Kind = d.Code, u.limit, u.kind
-		st.Remaining, st.ResetAfter, st.RetryAfter = d.Remaining, d.ResetAfter, d.RetryAfter
+		st.Remaining, st.ResetAfter, st.RetryAfter, st.Debt = d.Remaining, d.ResetAfter, d.RetryAfter, d.Debt
 	}
 	if !st.Shadow && !e.shadow { // a shadow rule observes; it never holds a request back
 		st.Delay = max(st.Delay, d.Delay)

@@ -97,12 +97,15 @@ func TestTokenBudget(t *testing.T) {
 	check(t, "800 tokens", ask(t, e, op{"tokens", OpCharge, 800}), algorithms.Allowed, want{algorithms.Allowed, 200, algorithms.Overdraft})
 	check(t, "a check charges nothing", ask(t, e, op{"tokens", OpCheck, 5}), algorithms.Allowed, want{algorithms.Allowed, 200, algorithms.Check})
 	// 400 more than the 200 left: taken in full, 200 in debt. The charge's
-	// decision says so: Denied, 0 remaining.
+	// decision says so: Denied, 0 remaining, 200 owed.
 	clk.Advance(10 * time.Second)
 	r := ask(t, e, op{"tokens", OpCharge, 400})
 	check(t, "past the budget", r, algorithms.Denied, want{algorithms.Denied, 0, algorithms.Overdraft})
 	if st := r.Statuses[0]; st.ResetAfter != 50*time.Second || st.RetryAfter != 50*time.Second {
 		t.Errorf("in debt: reset after %v, retry after %v; want both 50s (the window's end)", st.ResetAfter, st.RetryAfter)
+	}
+	if st := r.Statuses[0]; st.Debt != 200 {
+		t.Errorf("in debt: %d owed, want 200", st.Debt)
 	}
 	// Every check is denied until the window ends, with the exact wait.
 	for _, at := range []time.Duration{0, 30 * time.Second, 49*time.Second + 999*time.Millisecond} {
@@ -112,9 +115,20 @@ func TestTokenBudget(t *testing.T) {
 		if wantRetry := 50*time.Second - at; r.RetryAfter != wantRetry {
 			t.Errorf("check in debt at +%v: retry after %v, want %v", at, r.RetryAfter, wantRetry)
 		}
+		if r.Statuses[0].Debt != 200 {
+			t.Errorf("check in debt at +%v: %d owed, want 200", at, r.Statuses[0].Debt)
+		}
+	}
+	// A refund pays the debt back first: 50 of the 200.
+	if r := ask(t, e, op{"tokens", OpRefund, 50}); r.Statuses[0].Debt != 150 || r.Statuses[0].Remaining != 0 {
+		t.Errorf("a refund of 50 in debt: %d owed, %d remaining; want 150 and 0", r.Statuses[0].Debt, r.Statuses[0].Remaining)
 	}
 	clk.Set(t0 + int64(time.Minute))
-	check(t, "the debt is gone with its window", ask(t, e, op{"tokens", OpCheck, 0}), algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Check})
+	r = ask(t, e, op{"tokens", OpCheck, 0})
+	check(t, "the debt is gone with its window", r, algorithms.Allowed, want{algorithms.Allowed, 1000, algorithms.Check})
+	if r.Statuses[0].Debt != 0 {
+		t.Errorf("the debt is gone with its window: %d owed, want 0", r.Statuses[0].Debt)
+	}
 }
 
 // TestOverdraftCombinesWithOrdinaryLimits: the combining rule of the

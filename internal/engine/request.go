@@ -221,6 +221,11 @@ type Status struct {
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration
+	// Debt is the deciding limit's algorithms.Decision.Debt: the units its
+	// bucket owes after an overdraft took it past its capacity (Remaining
+	// is then 0), paid back as it refills or its windows pass; 0 when it
+	// owes nothing.
+	Debt int64
 	// Delay is the longest queue delay among the descriptor's limits; 0
 	// for a shadow rule and in global shadow mode, which only observe.
 	Delay time.Duration

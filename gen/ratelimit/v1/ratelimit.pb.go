@@ -178,6 +178,16 @@ const (
 	Algorithm_ALGORITHM_LEAKY_BUCKET Algorithm = 4
 	// A queue leaving at the rate: admitted requests are told how long to wait.
 	Algorithm_ALGORITHM_LEAKY_BUCKET_QUEUE Algorithm = 5
+	// Units in flight, not a rate: requests is the most units in flight at
+	// once (max_in_flight, at most 65535) and period the lease, after which a
+	// unit never given back expires by itself (no sooner, and less than
+	// period/6 later); burst must be 0. A charge is admitted while the units
+	// in flight plus its cost are at most requests; a refund (OPERATION_REFUND)
+	// releases units, the oldest first, never below zero. remaining is the
+	// room left; retry_after, for a denial, is when enough units expire by
+	// their lease (a release admits sooner). The lease must exceed the
+	// longest request.
+	Algorithm_ALGORITHM_CONCURRENCY Algorithm = 6
 )
 
 // Enum value maps for Algorithm.
@@ -189,6 +199,7 @@ var (
 		3: "ALGORITHM_TOKEN_BUCKET",
 		4: "ALGORITHM_LEAKY_BUCKET",
 		5: "ALGORITHM_LEAKY_BUCKET_QUEUE",
+		6: "ALGORITHM_CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"ALGORITHM_UNSPECIFIED":        0,
@@ -197,6 +208,7 @@ var (
 		"ALGORITHM_TOKEN_BUCKET":       3,
 		"ALGORITHM_LEAKY_BUCKET":       4,
 		"ALGORITHM_LEAKY_BUCKET_QUEUE": 5,
+		"ALGORITHM_CONCURRENCY":        6,
 	}
 )
 
@@ -835,7 +847,7 @@ type DescriptorStatus struct {
 	// else the one with the fewest remaining. Unset when unmatched.
 	Rule *Rule `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
 	// Requests of cost 1 that would be admitted right now; 0 for a bucket in
-	// debt.
+	// debt (see debt).
 	Remaining uint64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	// Time until the bucket is back at rest (full, or empty of hits), its
 	// debt included.
@@ -858,6 +870,14 @@ type DescriptorStatus struct {
 	// counted though the code is then CODE_OVER_LIMIT (the limit's, when it
 	// is the deciding one). Never set for a check, a refund or a peek.
 	Overdrew bool `protobuf:"varint,12,opt,name=overdrew,proto3" json:"overdrew,omitempty"`
+	// The units the deciding limit's bucket owes: its use beyond capacity
+	// after an overdraft, in requests of cost 1, rounded up (for the windows
+	// the count, or sliding_window's weighted estimate, minus the limit; for
+	// the buckets the backlog beyond capacity at the rate). remaining is 0
+	// while it is above 0, and the bucket denies every charge until refill,
+	// its windows passing or refunds have paid it back. 0 when the bucket
+	// owes nothing.
+	Debt uint64 `protobuf:"varint,13,opt,name=debt,proto3" json:"debt,omitempty"`
 	// The instant, on the store's clock, at which this descriptor's buckets
 	// were decided: a refund of this charge sets it as its
 	// Descriptor.charged_at. Unset when the store does not tell its instant
@@ -972,6 +992,13 @@ func (x *DescriptorStatus) GetOverdrew() bool {
 		return x.Overdrew
 	}
 	return false
+}
+
+func (x *DescriptorStatus) GetDebt() uint64 {
+	if x != nil {
+		return x.Debt
+	}
+	return 0
 }
 
 func (x *DescriptorStatus) GetChargedAt() *timestamppb.Timestamp {
@@ -1110,7 +1137,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"QuotaScope\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x12\n" +
 	"\x04room\x18\x02 \x01(\bR\x04room\x123\n" +
-	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\x9d\x04\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xb1\x04\n" +
 	"\x10DescriptorStatus\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\bR\amatched\x12&\n" +
@@ -1125,7 +1152,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bmetadata\x18\n" +
 	" \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x19\n" +
 	"\x05scope\x18\v \x01(\rH\x00R\x05scope\x88\x01\x01\x12\x1a\n" +
-	"\boverdrew\x18\f \x01(\bR\boverdrew\x129\n" +
+	"\boverdrew\x18\f \x01(\bR\boverdrew\x12\x12\n" +
+	"\x04debt\x18\r \x01(\x04R\x04debt\x129\n" +
 	"\n" +
 	"charged_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tchargedAtB\b\n" +
 	"\x06_scopeJ\x04\b\t\x10\n" +
@@ -1146,14 +1174,15 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x15OVERDRAFT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OVERDRAFT_POLICY\x10\x01\x12\x13\n" +
 	"\x0fOVERDRAFT_NEVER\x10\x02\x12\x14\n" +
-	"\x10OVERDRAFT_ALWAYS\x10\x03*\xba\x01\n" +
+	"\x10OVERDRAFT_ALWAYS\x10\x03*\xd5\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_LEAKY_BUCKET\x10\x04\x12 \n" +
-	"\x1cALGORITHM_LEAKY_BUCKET_QUEUE\x10\x05*V\n" +
+	"\x1cALGORITHM_LEAKY_BUCKET_QUEUE\x10\x05\x12\x19\n" +
+	"\x15ALGORITHM_CONCURRENCY\x10\x06*V\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aCODE_OK\x10\x01\x12\x13\n" +

@@ -50,6 +50,7 @@ var algorithmOf = map[ratelimitv1.Algorithm]algorithms.Algorithm{
 	ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET:       algorithms.TokenBucket,
 	ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET:       algorithms.LeakyBucket,
 	ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET_QUEUE: algorithms.LeakyBucketQueue,
+	ratelimitv1.Algorithm_ALGORITHM_CONCURRENCY:        algorithms.Concurrency,
 }
 
 var algorithmTo = func() map[algorithms.Algorithm]ratelimitv1.Algorithm {
@@ -155,6 +156,7 @@ func response(r *engine.Response) *ratelimitv1.ShouldRateLimitResponse {
 			Remaining: uint64(st.Remaining),
 			Shadow:    st.Shadow,
 			Overdrew:  st.Overdrew,
+			Debt:      uint64(st.Debt),
 		}
 		if st.Limit != nil {
 			ds.Rule = rule(st.Limit)

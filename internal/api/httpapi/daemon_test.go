@@ -109,7 +109,7 @@ func TestDaemonDraining(t *testing.T) {
 	}()
 	<-held
 	check(t, "before", post(t, base+v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"overdrew":false,"chargedAt":"2023-11-14T22:14:00Z",
+		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"overdrew":false,"debt":"0","chargedAt":"2023-11-14T22:14:00Z",
 		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}],"mostRestrictive":1}`)
 	stopped := make(chan struct{})
 	go func() { d.Stop(); close(stopped) }()

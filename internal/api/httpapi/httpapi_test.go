@@ -137,25 +137,27 @@ func TestV1(t *testing.T) {
 	h := start(t)
 	rule := `{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}`
 	check(t, "first", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"overdrew":false,"chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
+		{"code":"CODE_OK","matched":true,"remaining":"1","resetAfter":"60s","shadow":false,"overdrew":false,"debt":"0","chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
 	check(t, "second", h.do(t, "POST", v1Path, "application/json; charset=utf-8", orders), 200, `{"overallCode":"CODE_OK","statuses":[
-		{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"overdrew":false,"chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
+		{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"overdrew":false,"debt":"0","chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
 	// A denial is a decision: HTTP 200, the answer in the body.
 	check(t, "denied", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
-		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":false,"chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
+		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":false,"debt":"0","chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
 	// A charge that may overdraw is taken in full, into debt: counted,
-	// though over the limit, and the status says it overdrew.
+	// though over the limit, and the status says it overdrew and how much
+	// it owes: 2 + 3 in a window of 2.
 	check(t, "overdrew", h.do(t, "POST", v1Path, jsonType,
 		`{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"hits":3,"overdraft":"OVERDRAFT_ALWAYS"}]}`), 200,
 		`{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
-		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":true,"chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
-	// The proto's own field names decode too; hits 0 is a peek.
+		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":true,"debt":"3","chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
+	// The proto's own field names decode too; hits 0 is a peek, which
+	// reports the debt.
 	check(t, "peek", h.do(t, "POST", v1Path, jsonType,
 		`{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/orders"}],"hits":0}]}`), 200,
-		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"overdrew":false,"chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
+		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":true,"remaining":"0","resetAfter":"60s","shadow":false,"overdrew":false,"debt":"3","chargedAt":"2023-11-14T22:14:00Z","rule":`+rule+`}],"mostRestrictive":1}`)
 	check(t, "unmatched", h.do(t, "POST", v1Path, jsonType,
 		`{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/cart"}]}]}`), 200,
-		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":false,"remaining":"0","shadow":false,"overdrew":false}],"mostRestrictive":0}`)
+		`{"overallCode":"CODE_OK","statuses":[{"code":"CODE_OK","matched":false,"remaining":"0","shadow":false,"overdrew":false,"debt":"0"}],"mostRestrictive":0}`)
 }
 
 func TestEnvoyV3(t *testing.T) {
@@ -193,7 +195,7 @@ func TestUpstreamJSON(t *testing.T) {
 		`{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT",`+limit+`,"durationUntilReset":"60s"}]}`)
 	// Both Envoy paths share one bucket with v1: the same engine.
 	check(t, "v1 after", h.do(t, "POST", v1Path, jsonType, orders), 200, `{"overallCode":"CODE_OVER_LIMIT","retryAfter":"60s","statuses":[
-		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":false,"chargedAt":"2023-11-14T22:14:00Z",
+		{"code":"CODE_OVER_LIMIT","matched":true,"remaining":"0","resetAfter":"60s","retryAfter":"60s","shadow":false,"overdrew":false,"debt":"0","chargedAt":"2023-11-14T22:14:00Z",
 		 "rule":{"name":"orders","algorithm":"ALGORITHM_FIXED_WINDOW","requests":2,"period":"60s","burst":0,"unlimited":false}}],"mostRestrictive":1}`)
 }
 

@@ -167,7 +167,7 @@ func (g *gens) inFlight() int64 {
 // extra more does not fit (extra 0: in debt; 1: a check), Denied with the
 // RetryAfter of a cost of max(extra, 1).
 func (l *Limit) leaseReport(g *gens, in, end, now, extra int64) Decision {
-	d := Decision{Remaining: max(l.capacity-in, 0)}
+	d := Decision{Remaining: max(l.capacity-in, 0), Debt: max(in-l.capacity, 0)}
 	if in > 0 {
 		i := 0
 		for g[i] == 0 {
@@ -214,7 +214,7 @@ func (l *Limit) concurrency(s State, now, cost int64) (State, Decision) {
 		}
 		reset := time.Duration(s.restAt - now)
 		if in+cost > l.capacity {
-			d := Decision{Code: Denied, Remaining: max(l.capacity-in, 0), ResetAfter: reset, RetryAfter: reset}
+			d := Decision{Code: Denied, Remaining: max(l.capacity-in, 0), Debt: max(in-l.capacity, 0), ResetAfter: reset, RetryAfter: reset}
 			// Oldest first, until in+cost-L units have expired.
 			for excess := in + cost - l.capacity; i > 0; i, e = i-1, e+l.gen {
 				if excess -= laneOf(lo, hi, i); excess <= 0 {
@@ -287,7 +287,7 @@ func (l *Limit) concurrencyRefund(s State, now, units int64) (State, Decision) {
 				back -= b
 			}
 		}
-		return s, Decision{Remaining: max(l.capacity-in+units, 0), ResetAfter: time.Duration(s.restAt - now)}
+		return s, Decision{Remaining: max(l.capacity-in+units, 0), Debt: max(in-units-l.capacity, 0), ResetAfter: time.Duration(s.restAt - now)}
 	}
 	var g gens
 	end := l.leaseAt(&g, s, now)

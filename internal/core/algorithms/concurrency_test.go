@@ -40,7 +40,7 @@ func TestConcurrencyTimeline(t *testing.T) {
 			Decision{Code: Denied, Remaining: 0, ResetAfter: 1, RetryAfter: 1}},
 		{"healed after their lease", Admit, at(100*sec - 1), 1, Decision{Remaining: 2, ResetAfter: 60 * sec}},
 		{"an overdraft takes units beyond the limit", Overdraft, at(101 * sec), 4,
-			Decision{Code: Denied, Remaining: 0, ResetAfter: 69*sec - 1, RetryAfter: 69*sec - 1}},
+			Decision{Code: Denied, Remaining: 0, Debt: 2, ResetAfter: 69*sec - 1, RetryAfter: 69*sec - 1}},
 	}
 	var s State
 	for _, st := range steps {

@@ -74,6 +74,17 @@ type Decision struct {
 	// of Remaining would be admitted now, Remaining+1 would not. Between 0
 	// and the limit's Capacity.
 	Remaining int64
+	// Debt is how many units the bucket owes: the use it holds beyond its
+	// capacity after an Overdraft (or a clock that went back), in charges
+	// of cost 1, rounded up — fixed_window's count minus Requests,
+	// sliding_window's estimate minus Requests, the buckets' backlog
+	// beyond the capacity span times Requests/Period, concurrency's units
+	// in flight minus the limit. Paying it back (refill, the windows'
+	// passing, expiry or a refund of Debt units) brings the bucket to
+	// Remaining 0. 0 when the bucket is not in debt; Remaining is 0 when it
+	// is. A bucket with Debt above 0 denies every charge. It saturates at
+	// math.MaxInt64 (reached only at rates above one request a nanosecond).
+	Debt int64
 	// ResetAfter is how long until the bucket is back at rest — full for
 	// the buckets, empty of hits for the windows — if nothing else arrives:
 	// then Remaining is Capacity again. For sliding_window that takes until

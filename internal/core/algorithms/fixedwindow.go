@@ -31,7 +31,7 @@ func (l *Limit) fixedWindow(s State, now, cost int64) (State, Decision) {
 	}
 	switch {
 	case cost <= 0 || cost > l.capacity:
-		d.Remaining = max(l.capacity-count, 0)
+		d.Remaining, d.Debt = max(l.capacity-count, 0), max(count-l.capacity, 0)
 		if cost > 0 {
 			d.Code = OverCapacity
 		}
@@ -39,7 +39,7 @@ func (l *Limit) fixedWindow(s State, now, cost int64) (State, Decision) {
 	case count+cost > l.capacity:
 		// count > 0 here; the count starts over when the window ends.
 		d.Code = Denied
-		d.Remaining = max(l.capacity-count, 0)
+		d.Remaining, d.Debt = max(l.capacity-count, 0), max(count-l.capacity, 0)
 		d.RetryAfter = time.Duration(end - now)
 		return s, d
 	}
@@ -65,7 +65,7 @@ func (l *Limit) fixedAt(s State, now int64) (start, count int64) {
 // check), with the RetryAfter of a cost of 1: the count starts over when
 // the window ends.
 func (l *Limit) fixedReport(start, count, now, extra int64) Decision {
-	d := Decision{Remaining: max(l.capacity-count, 0)}
+	d := Decision{Remaining: max(l.capacity-count, 0), Debt: max(count-l.capacity, 0)}
 	if count > 0 {
 		d.ResetAfter = time.Duration(start + l.period - now)
 	}

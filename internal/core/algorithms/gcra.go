@@ -35,7 +35,7 @@ func (l *Limit) gcra(s State, now, cost int64) (State, Decision) {
 	dNs, dFrac := l.backlog(s, now)
 
 	if cost <= 0 || cost > l.capacity {
-		d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
+		d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), Debt: l.gcraDebt(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
 		if cost > 0 {
 			d.Code = OverCapacity
 		}
@@ -63,6 +63,7 @@ func (l *Limit) gcra(s State, now, cost int64) (State, Decision) {
 		return s, Decision{
 			Code:       Denied,
 			Remaining:  l.gcraRemaining(dNs, dFrac),
+			Debt:       l.gcraDebt(dNs, dFrac),
 			ResetAfter: ceilDuration(dNs, dFrac),
 			RetryAfter: ceilDuration(wNs, wFrac),
 		}
@@ -106,6 +107,30 @@ func (l *Limit) gcraRemaining(dNs, dFrac int64) int64 {
 	lo, carry := bits.Add64(lo, uint64(frac), 0)
 	q, _ := bits.Div64(hi+carry, lo, uint64(l.period))
 	return int64(q)
+}
+
+// gcraDebt returns the units a backlog of dNs + dFrac/R (as gcraRemaining
+// takes it) owes: ceil((d-C)·R/P) when d > C, else 0; math.MaxInt64 when
+// that does not fit (only for a rate of more than one request per
+// nanosecond).
+func (l *Limit) gcraDebt(dNs, dFrac int64) int64 {
+	ns, frac := dNs-l.spanNs, dFrac-l.spanFrac
+	if frac < 0 {
+		ns, frac = ns-1, frac+l.requests
+	}
+	if ns < 0 || ns == 0 && frac == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(ns), uint64(l.requests))
+	lo, carry := bits.Add64(lo, uint64(frac), 0)
+	if hi += carry; hi >= uint64(l.period) {
+		return math.MaxInt64
+	}
+	q, rem := bits.Div64(hi, lo, uint64(l.period))
+	if rem != 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
 }
 
 // ceilNs rounds ns + frac/R (frac ≥ 0) up to whole nanoseconds, saturating
@@ -158,6 +183,7 @@ func (l *Limit) gcraCheck(s State, now int64) Decision {
 		return Decision{
 			Code:       Denied,
 			Remaining:  l.gcraRemaining(dNs, dFrac),
+			Debt:       l.gcraDebt(dNs, dFrac),
 			ResetAfter: ceilDuration(dNs, dFrac),
 			RetryAfter: ceilDuration(wNs, wFrac),
 		}
@@ -170,7 +196,7 @@ func (l *Limit) gcraCheck(s State, now int64) Decision {
 // a cost of 1 does not fit, for a check), with the RetryAfter of a cost of
 // 1, as gcra computes it: ceil(d - (C - I)).
 func (l *Limit) gcraReport(dNs, dFrac, limNs, limFrac int64) Decision {
-	d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
+	d := Decision{Remaining: l.gcraRemaining(dNs, dFrac), Debt: l.gcraDebt(dNs, dFrac), ResetAfter: ceilDuration(dNs, dFrac)}
 	if dNs > limNs || dNs == limNs && dFrac > limFrac {
 		wNs, wFrac := dNs-l.oneNs, dFrac-l.oneFrac
 		if wFrac < 0 {

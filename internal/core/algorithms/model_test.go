@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"math"
 	"math/big"
 	"time"
 )
@@ -68,6 +69,18 @@ func remainingOf(r *big.Rat) int64 {
 	return ratFloor(r)
 }
 
+// debtOf is the whole requests r is below 0, rounded up: the units owed.
+func debtOf(r *big.Rat) int64 {
+	if r.Sign() >= 0 {
+		return 0
+	}
+	n := new(big.Rat).Neg(r)
+	if n.Cmp(new(big.Rat).SetInt64(math.MaxInt64)) > 0 {
+		return math.MaxInt64 // Decision.Debt saturates
+	}
+	return ratCeil(n)
+}
+
 // ratFloor and ratCeil round r to an integer.
 func ratFloor(r *big.Rat) int64 {
 	q := new(big.Int).Div(r.Num(), r.Denom()) // Euclidean: floor for a positive denominator
@@ -98,7 +111,7 @@ func (m *tokenModel) decide(now, cost int64) Decision {
 	m.advance(now)
 	missing := func() *big.Rat { return new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.tokens) }
 
-	d := Decision{Remaining: remainingOf(m.tokens), ResetAfter: m.time(missing())}
+	d := Decision{Remaining: remainingOf(m.tokens), Debt: debtOf(m.tokens), ResetAfter: m.time(missing())}
 	switch {
 	case cost > m.l.capacity:
 		d.Code = OverCapacity
@@ -121,7 +134,7 @@ func (m *tokenModel) decide(now, cost int64) Decision {
 // wait for one token, when there is not one.
 func (m *tokenModel) report() Decision {
 	missing := new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.tokens)
-	d := Decision{Remaining: remainingOf(m.tokens), ResetAfter: m.time(missing)}
+	d := Decision{Remaining: remainingOf(m.tokens), Debt: debtOf(m.tokens), ResetAfter: m.time(missing)}
 	if one := big.NewRat(1, 1); m.tokens.Cmp(one) < 0 {
 		d.Code, d.RetryAfter = Denied, m.time(one.Sub(one, m.tokens))
 	}
@@ -244,7 +257,7 @@ func (m *levelModel) drainTime(x *big.Rat) time.Duration {
 // wait until one more fits, when one does not.
 func (m *levelModel) report() Decision {
 	room := new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.level)
-	d := Decision{Remaining: remainingOf(room), ResetAfter: m.drainTime(m.level)}
+	d := Decision{Remaining: remainingOf(room), Debt: debtOf(room), ResetAfter: m.drainTime(m.level)}
 	if one := big.NewRat(1, 1); room.Cmp(one) < 0 {
 		d.Code, d.RetryAfter = Denied, m.drainTime(one.Sub(one, room))
 	}
@@ -298,7 +311,7 @@ func (m *levelModel) decide(now, cost int64) Decision {
 	drainTime := m.drainTime
 	room := func() *big.Rat { return new(big.Rat).Sub(big.NewRat(m.l.capacity, 1), m.level) }
 
-	d := Decision{Remaining: remainingOf(room()), ResetAfter: drainTime(m.level)}
+	d := Decision{Remaining: remainingOf(room()), Debt: debtOf(room()), ResetAfter: drainTime(m.level)}
 	switch {
 	case cost > m.l.capacity:
 		d.Code = OverCapacity
@@ -345,7 +358,7 @@ func (m *windowModel) decide(now, cost int64) Decision {
 	default:
 		d.Code = Denied
 	}
-	d.Remaining = m.remaining(now)
+	d.Remaining, d.Debt = m.remaining(now), m.debt(now)
 	return d
 }
 
@@ -378,8 +391,15 @@ func (m *windowModel) remaining(now int64) int64 {
 	return free.Div(free, big.NewInt(p)).Int64()
 }
 
+// debt returns the estimate at now beyond the limit, rounded up, or 0.
+func (m *windowModel) debt(now int64) int64 {
+	over := new(big.Rat).SetFrac(m.used(now, 0), big.NewInt(m.l.period))
+	over.Sub(over, big.NewRat(m.l.capacity, 1))
+	return max(ratCeil(over), 0)
+}
+
 func (m *windowModel) check(now int64) Decision {
-	d := Decision{Remaining: m.remaining(now)}
+	d := Decision{Remaining: m.remaining(now), Debt: m.debt(now)}
 	if !m.fits(now, 1) {
 		d.Code = Denied
 	}
@@ -393,7 +413,7 @@ func (m *windowModel) overdraft(now, cost int64) Decision {
 		k := now / m.l.period
 		m.counts[k] = min(m.counts[k]+min(cost, MaxCount), MaxCount)
 	}
-	d := Decision{Remaining: m.remaining(now)}
+	d := Decision{Remaining: m.remaining(now), Debt: m.debt(now)}
 	if !m.fits(now, 0) {
 		d.Code = Denied
 	}
@@ -412,7 +432,7 @@ func (m *windowModel) refund(now, units int64) Decision {
 		m.counts[w] -= back
 		units -= back
 	}
-	return Decision{Remaining: m.remaining(now)}
+	return Decision{Remaining: m.remaining(now), Debt: m.debt(now)}
 }
 
 // concurrencyModel keeps every unit in flight, oldest first, with the
@@ -461,7 +481,7 @@ func (m *concurrencyModel) live(now int64) int64 {
 // units have expired, oldest first.
 func (m *concurrencyModel) report(now, extra int64) Decision {
 	in := m.live(now)
-	d := Decision{Remaining: max(m.l.capacity-in, 0)}
+	d := Decision{Remaining: max(m.l.capacity-in, 0), Debt: max(in-m.l.capacity, 0)}
 	if in > 0 {
 		d.ResetAfter = time.Duration(m.expires(m.units[len(m.units)-1].at) - now)
 	}

@@ -50,7 +50,7 @@ func (l *Limit) slidingWindow(s State, now, cost int64) (State, Decision) {
 		d.ResetAfter = time.Duration(start + p - now)
 	}
 	if cost <= 0 || cost > l.capacity {
-		d.Remaining = l.slidingRemaining(cur, prev, e, wHi, wLo)
+		d.Remaining, d.Debt = remainingDebt(l.slidingLeft(cur, prev, e, wHi, wLo))
 		if cost > 0 {
 			d.Code = OverCapacity
 		}
@@ -62,7 +62,7 @@ func (l *Limit) slidingWindow(s State, now, cost int64) (State, Decision) {
 	kHi, kLo := bits.Mul64(uint64(max(k, 0)), uint64(p))
 	if k < 0 || wHi > kHi || wHi == kHi && wLo > kLo {
 		d.Code = Denied
-		d.Remaining = l.slidingRemaining(cur, prev, e, wHi, wLo)
+		d.Remaining, d.Debt = remainingDebt(l.slidingLeft(cur, prev, e, wHi, wLo))
 		d.RetryAfter = time.Duration(l.slidingRetry(start, now, cur, prev, k, cost))
 		return s, d
 	}
@@ -75,6 +75,13 @@ func (l *Limit) slidingWindow(s State, now, cost int64) (State, Decision) {
 // slidingRemaining returns how many charges of cost 1 fit now: the largest
 // whole r with w + (cur+r)·P ≤ L·P, that is L - cur - ceil(w/P), or 0.
 func (l *Limit) slidingRemaining(cur, prev, e int64, wHi, wLo uint64) int64 {
+	return max(l.slidingLeft(cur, prev, e, wHi, wLo), 0)
+}
+
+// slidingLeft returns L - cur - ceil(w/P): the Remaining when it is at
+// least 0, else minus the Debt (the estimate cur + w/P beyond L, rounded
+// up).
+func (l *Limit) slidingLeft(cur, prev, e int64, wHi, wLo uint64) int64 {
 	weight := prev // ceil(w/P) = ceil(prev·(P-e)/P), prev when e = 0
 	if e > 0 && prev > 0 {
 		// w/P < prev, so the quotient fits.
@@ -84,7 +91,13 @@ func (l *Limit) slidingRemaining(cur, prev, e int64, wHi, wLo uint64) int64 {
 			weight++
 		}
 	}
-	return max(l.capacity-cur-weight, 0)
+	return l.capacity - cur - weight
+}
+
+// remainingDebt splits a signed left (slidingLeft) into a Decision's
+// Remaining and Debt.
+func remainingDebt(left int64) (remaining, debt int64) {
+	return max(left, 0), max(-left, 0)
 }
 
 // slidingRetry returns the least wait after which cost is admitted, given
@@ -137,7 +150,8 @@ func (l *Limit) slidingAt(s State, now int64) (start, cur, prev, e int64) {
 func (l *Limit) slidingReport(start, cur, prev, e, now, extra int64) Decision {
 	p := l.period
 	wHi, wLo := bits.Mul64(uint64(prev), uint64(p-e))
-	d := Decision{Remaining: l.slidingRemaining(cur, prev, e, wHi, wLo)}
+	var d Decision
+	d.Remaining, d.Debt = remainingDebt(l.slidingLeft(cur, prev, e, wHi, wLo))
 	switch {
 	case cur > 0:
 		d.ResetAfter = time.Duration(start + 2*p - now)

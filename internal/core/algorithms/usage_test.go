@@ -98,10 +98,10 @@ func TestUsageTable(t *testing.T) {
 			alg:  FixedWindow,
 			steps: []step{
 				{0, Check, 0, Decision{Remaining: 1000}},
-				{1, Overdraft, 1200, Decision{Code: Denied, ResetAfter: time.Duration(minute - 1), RetryAfter: time.Duration(minute - 1)}},
-				{2, Check, 0, Decision{Code: Denied, ResetAfter: time.Duration(minute - 2), RetryAfter: time.Duration(minute - 2)}},
-				{3, Admit, 1, Decision{Code: Denied, ResetAfter: time.Duration(minute - 3), RetryAfter: time.Duration(minute - 3)}},
-				{4, Refund, 150, Decision{ResetAfter: time.Duration(minute - 4)}},
+				{1, Overdraft, 1200, Decision{Code: Denied, Debt: 200, ResetAfter: time.Duration(minute - 1), RetryAfter: time.Duration(minute - 1)}},
+				{2, Check, 0, Decision{Code: Denied, Debt: 200, ResetAfter: time.Duration(minute - 2), RetryAfter: time.Duration(minute - 2)}},
+				{3, Admit, 1, Decision{Code: Denied, Debt: 200, ResetAfter: time.Duration(minute - 3), RetryAfter: time.Duration(minute - 3)}},
+				{4, Refund, 150, Decision{Debt: 50, ResetAfter: time.Duration(minute - 4)}},
 				{5, Refund, 100, Decision{Remaining: 50, ResetAfter: time.Duration(minute - 5)}},
 				{6, Admit, 50, Decision{ResetAfter: time.Duration(minute - 6)}},
 				{minute, Check, 0, Decision{Remaining: 1000}},
@@ -111,21 +111,22 @@ func TestUsageTable(t *testing.T) {
 			name: "token bucket: the debt is paid back at the rate",
 			alg:  TokenBucket,
 			steps: []step{
-				{0, Overdraft, 1200, Decision{Code: Denied, ResetAfter: 72 * time.Second, RetryAfter: 12*time.Second + 60*time.Millisecond}},
+				{0, Overdraft, 1200, Decision{Code: Denied, Debt: 200, ResetAfter: 72 * time.Second, RetryAfter: 12*time.Second + 60*time.Millisecond}},
 				// 200 in debt: 12s until 0 tokens, 60ms more for one.
 				{int64(12 * time.Second), Check, 0, Decision{Code: Denied, ResetAfter: 60 * time.Second, RetryAfter: 60 * time.Millisecond}},
 				{int64(12*time.Second + 60*time.Millisecond), Check, 0, Decision{Remaining: 1, ResetAfter: 60*time.Second - 60*time.Millisecond}},
 				// A refund of all 1,200 is back at rest, never past it.
 				{int64(12*time.Second + 60*time.Millisecond), Refund, 1200, Decision{Remaining: 1000}},
 				{int64(13 * time.Second), Overdraft, 999, Decision{Remaining: 1, ResetAfter: 59940 * time.Millisecond}},
-				{int64(13 * time.Second), Overdraft, math.MaxInt64, Decision{Code: Denied, ResetAfter: MaxSpan, RetryAfter: MaxSpan - 60*time.Second + 60*time.Millisecond}},
+				// The bound on debt: (MaxSpan-60s)·1000/60s, rounded up.
+				{int64(13 * time.Second), Overdraft, math.MaxInt64, Decision{Code: Denied, Debt: 76861432641, ResetAfter: MaxSpan, RetryAfter: MaxSpan - 60*time.Second + 60*time.Millisecond}},
 			},
 		},
 		{
 			name: "sliding window: the debt is weighed out with its window",
 			alg:  SlidingWindow,
 			steps: []step{
-				{0, Overdraft, 1500, Decision{Code: Denied, ResetAfter: time.Duration(2 * minute), RetryAfter: 80*time.Second + 40*time.Millisecond}},
+				{0, Overdraft, 1500, Decision{Code: Denied, Debt: 500, ResetAfter: time.Duration(2 * minute), RetryAfter: 80*time.Second + 40*time.Millisecond}},
 				// In the next window, 1500·(P-e)/P ≤ 999 at e ≥ 501P/1500 = 20.04s.
 				{int64(80*time.Second + 40*time.Millisecond), Check, 0, Decision{Remaining: 1, ResetAfter: 39*time.Second + 960*time.Millisecond}},
 				// Units come back off the current window's count first, then

@@ -18,6 +18,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/proto"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -228,11 +229,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "quota")
 
-	// Inspect: alice's bucket is empty; the endpoint's holds what is left.
+	// Inspect: alice's bucket, which an overdraft of 1000 took into debt,
+	// shows what it owes; the endpoint's holds what is left.
+	over := desc("path", "/orders", "user", "alice")
+	over.Hits, over.Overdraft = proto.Uint32(1000), rl.Overdraft_OVERDRAFT_ALWAYS
+	if r, err := c.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: "default", Descriptors: []*rl.Descriptor{over}}); err != nil || !r.GetStatuses()[0].GetOverdrew() || r.GetStatuses()[0].GetDebt() == 0 {
+		t.Fatalf("an overdraft of 1000 on alice's bucket: %v %v; want it taken into debt", r, err)
+	}
 	do(t, ctx, "inspect", chromedp.Click(`#tabs button[data-tab=inspect]`), chromedp.Click(`#inspect-form button`), chromedp.WaitVisible(`#inspect-table tbody tr`))
 	if inspected := value(t, ctx, chromedp.Text(`#inspect-table tbody`)); !strings.Contains(inspected, "per-user-per-endpoint") || !strings.Contains(inspected, "per-endpoint") ||
-		regexp.MustCompile(`\d\.\d{3,}`).MatchString(inspected) {
-		t.Errorf("inspection (names, durations rounded for people):\n%s", inspected)
+		regexp.MustCompile(`\d\.\d{3,}`).MatchString(inspected) || !regexp.MustCompile(`0 \(in debt: \d+ owed\)`).MatchString(inspected) {
+		t.Errorf("inspection (names, durations rounded for people, alice's bucket in debt):\n%s", inspected)
 	}
 	screenshot(t, ctx, "inspect")
 
@@ -244,6 +251,25 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("boundary comparison drawn: fixed window admits %q within a minute, sliding window %q; want 20 and 10", fixed.Value, sliding.Value)
 	}
 	screenshot(t, ctx, "simulate")
+
+	// A concurrency alone, its requests holding a second, one in four never
+	// released: the totals say how many released.
+	do(t, ctx, "simulate a concurrency",
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const f = document.querySelector("#sim-form");
+			for (const c of f.querySelectorAll("input[name=alg]")) c.checked = c.value === "concurrency";
+			const set = {requests: "3", period: "1m", pattern: "steady", rate: "2", duration: "3m", hold: "1s", unreleased: "0.25"};
+			for (const [k, v] of Object.entries(set)) f.elements[k].value = v;
+		})()`),
+		chromedp.Click(`#sim-form button[type=submit]`),
+		chromedp.WaitVisible(`#sim-totals tr[data-lane=concurrency] td.released`))
+	if row := value(t, ctx, chromedp.Text(`#sim-totals tr[data-lane=concurrency]`)); strings.Join(strings.Fields(row), " ") != "concurrency 36 324 12 27" {
+		t.Errorf("the concurrency's totals: %q, want admitted 36, denied 324, 12 within the lease, 27 released", row)
+	}
+	if n := value(t, ctx, chromedp.Evaluate[float64](`document.querySelectorAll("#sim-chart svg g.lane").length`)); n != 1 {
+		t.Errorf("%v lanes drawn, want the concurrency's alone", n)
+	}
+	screenshot(t, ctx, "simulate-concurrency")
 
 	if p := problems(); len(p) > 0 {
 		t.Errorf("the page logged problems:\n%s", strings.Join(p, "\n"))

@@ -31,8 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
-	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
@@ -216,38 +214,12 @@ type Bucket struct {
 	ResetAfter string `json:"reset_after"`
 	// ResetAfterNs is ResetAfter in nanoseconds.
 	ResetAfterNs int64 `json:"reset_after_ns"`
-	// Debt is how many units a token or leaky bucket owes beyond empty,
-	// after overdraft charges took more than was left: checks and charges
-	// are denied until its refill has paid them back. A window's debt does
-	// not show apart from Remaining 0: the window's end clears it; nor does
-	// a concurrency's, which releases and leases clear.
+	// Debt is how many units the bucket owes beyond empty, after overdraft
+	// charges took more than was left (engine.Status.Debt, exactly): checks
+	// and charges are denied until its refill, its window's end (or, for
+	// sliding_window, the weighing out of the previous window), or for a
+	// concurrency the release or expiry of its units, has paid them back.
 	Debt int64 `json:"debt,omitempty"`
-}
-
-// bucketDebt returns the units a bucket of l owes beyond empty, given the
-// ResetAfter of a peek at it: a token or leaky bucket's ResetAfter is its
-// backlog, resetAfter × requests / period units, of which capacity are a
-// full bucket's worth. 0 for the windows and concurrency (whose ResetAfter
-// is when its units expire, not a backlog), and for a bucket not in debt.
-func bucketDebt(l *algorithms.Limit, resetAfter time.Duration) int64 {
-	switch l.Algorithm() {
-	case algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.Concurrency:
-		return 0
-	}
-	if resetAfter <= 0 {
-		return 0
-	}
-	units := new(big.Int).Mul(big.NewInt(int64(resetAfter)), big.NewInt(l.Requests()))
-	period := big.NewInt(int64(l.Period()))
-	units.Add(units, period).Sub(units, big.NewInt(1)).Quo(units, period) // rounded up
-	debt := units.Sub(units, big.NewInt(l.Capacity()))
-	if debt.Sign() <= 0 {
-		return 0
-	}
-	if !debt.IsInt64() {
-		return math.MaxInt64
-	}
-	return debt.Int64()
 }
 
 // inspect peeks at the buckets of a descriptor and of each of its
@@ -291,7 +263,7 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 			row.Rule = strings.TrimPrefix(st.Rule.StatKey, req.Domain+".")
 		}
 		if l := st.Limit; l != nil && !l.Unlimited && !l.DenyAll {
-			row.Debt = bucketDebt(&l.Rate, st.ResetAfter)
+			row.Debt = st.Debt
 		}
 		if l := st.Limit; l != nil {
 			row.Unlimited = l.Unlimited
@@ -328,8 +300,9 @@ func entriesText(entries []config.Entry) string {
 // burst and overdraft ("true": a token budget charged after the fact; a
 // rule's limits say it themselves, or the daemon's --overdraft-by-default
 // for those that do not); the traffic is pattern with its parameters
-// (rate, size, every, seed, times as durations separated by commas, cost)
-// over duration.
+// (rate, size, every, seed, times as durations separated by commas, cost;
+// for a concurrency, hold and unreleased: simulate.Traffic's Hold and
+// Unreleased) over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 	if t, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); t != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type: want application/json")
@@ -374,10 +347,16 @@ func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 		Admitted      int    `json:"admitted"`
 		Denied        int    `json:"denied"`
 		MaxAdmittedIn int    `json:"max_admitted_in_period"`
+		// Released, for a concurrency lane only: its requests that
+		// released their units (hold).
+		Released *int `json:"released,omitempty"`
 	}
 	totals := make([]total, len(res.Lanes))
 	for i, l := range res.Lanes {
-		totals[i] = total{l.Name, l.Admitted, l.Denied, l.MaxAdmittedIn}
+		totals[i] = total{Lane: l.Name, Admitted: l.Admitted, Denied: l.Denied, MaxAdmittedIn: l.MaxAdmittedIn}
+		if lanes[i].Limit.Algorithm() == algorithms.Concurrency {
+			totals[i].Released = &res.Lanes[i].Released
+		}
 	}
 	writeJSON(w, map[string]any{"requests": res.Arrivals, "period": period.String(), "lanes": totals, "svg": res.SVG()})
 }
@@ -513,6 +492,14 @@ func trafficFrom(get func(string) string, period time.Duration) (simulate.Traffi
 	if s := get("cost"); s != "" {
 		if t.Cost, err = strconv.ParseInt(s, 10, 64); err != nil {
 			return t, errors.New("cost: want a whole number of units each request uses")
+		}
+	}
+	if t.Hold, err = durationOf("hold", 0); err != nil {
+		return t, err
+	}
+	if s := get("unreleased"); s != "" {
+		if t.Unreleased, err = strconv.ParseFloat(s, 64); err != nil {
+			return t, errors.New("unreleased: want a fraction from 0 to 1, such as 0.25")
 		}
 	}
 	if s := get("times"); s != "" {

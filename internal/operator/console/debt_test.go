@@ -25,20 +25,23 @@ descriptors:
     rate_limit: {name: team_tokens, unit: hour, requests_per_unit: 1000, overdraft: true}
   - key: unsaid
     rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: fast
+    rate_limit: {name: fast, algorithm: token_bucket, unit: second, requests_per_unit: 3, overdraft: true}
+  - key: slide
+    rate_limit: {name: slide, algorithm: sliding_window, unit: hour, requests_per_unit: 1000, overdraft: true}
 `
 
 // TestInspectShowsDebt: a bucket an overdraft charge took into debt shows
-// 0 remaining and, for a bucket algorithm, what it owes; a window shows 0
-// remaining until its end.
+// 0 remaining and what it owes, exactly, whatever its algorithm.
 func TestInspectShowsDebt(t *testing.T) {
 	d := daemontest.Start(t, budgetPolicy)
 	c := rl.NewRateLimitServiceClient(d.Dial(t))
-	for _, key := range []string{"tenant", "team"} {
+	for key, hits := range map[string]uint32{"tenant": 1250, "team": 1250, "slide": 1250, "fast": 4} {
 		r := desc(key, "acme")
-		r.Hits = proto.Uint32(1250)
+		r.Hits = proto.Uint32(hits)
 		resp, err := c.ShouldRateLimit(context.Background(), &rl.ShouldRateLimitRequest{Domain: "ai", Descriptors: []*rl.Descriptor{r}})
 		if err != nil || resp.OverallCode != rl.Code_CODE_OVER_LIMIT {
-			t.Fatalf("%s: 1250 tokens of 1000: %v %v, want OVER_LIMIT (charged, in debt)", key, resp, err)
+			t.Fatalf("%s: %d tokens: %v %v, want OVER_LIMIT (charged, in debt)", key, hits, resp, err)
 		}
 	}
 	type bucket struct {
@@ -48,7 +51,12 @@ func TestInspectShowsDebt(t *testing.T) {
 	}
 	for key, want := range map[string]bucket{
 		"tenant": {0, "1h15m0s", 250}, // 1250 tokens at 1000 an hour
-		"team":   {0, "46m0s", 0},     // the window's end (daemontest.T0 is 14m into an hour) clears the debt
+		"team":   {0, "46m0s", 250},   // until the window's end (daemontest.T0 is 14m into an hour)
+		"slide":  {0, "1h46m0s", 250}, // weighed out over the next window
+		// 4 at 3 a second: a backlog of 4/3 s, 1/3 s beyond the capacity's
+		// 1s, is 1 unit owed (ResetAfter rounded up to 1333333334ns reads
+		// as 4.000000002 units: an estimate from it would say 2).
+		"fast": {0, "1.333333334s", 1},
 	} {
 		var body struct{ Buckets []bucket }
 		getJSON(t, d, "/console/api/inspect?domain=ai&entry="+url.QueryEscape(key+"=acme"), &body)

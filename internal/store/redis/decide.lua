@@ -16,7 +16,9 @@
 -- overdraft or a refund k of its whole cost or units (at most MaxSpan:
 -- Limit.TimesSaturated). A state is {t = bignum, n, m}; the zero State is
 -- {t = {}, n = 0, m = 0}. A decision is {code, rem, reset, retry, delay},
--- durations as bignums. Each function that decides returns the next state
+-- durations as bignums; rem is the Remaining, or minus the Debt when the
+-- bucket owes (a negative number for the windows, a string "-" and
+-- hexadecimal for the buckets, whose debt may pass 2^53). Each function that decides returns the next state
 -- (nil when unchanged; false for the zero State, a bucket brought back to
 -- rest, whose key is deleted) and the decision.
 
@@ -61,13 +63,13 @@ local function fixedWindow(l, s, now, cost)
     d.reset = csub(stop, now)
   end
   if cost <= 0 or cost > l.cap then
-    d.rem = math.max(l.cap - count, 0)
+    d.rem = l.cap - count
     if cost > 0 then d.code = OVER end
     return nil, d
   end
   if count + cost > l.cap then
     d.code = DENIED
-    d.rem = math.max(l.cap - count, 0)
+    d.rem = l.cap - count
     d.retry = csub(stop, now)
     return nil, d
   end
@@ -88,7 +90,7 @@ end
 
 -- fixedReport mirrors Limit.fixedReport.
 local function fixedReport(l, start, count, now, extra)
-  local d = { code = ALLOWED, rem = math.max(l.cap - count, 0), reset = ZERO, retry = ZERO, delay = ZERO }
+  local d = { code = ALLOWED, rem = l.cap - count, reset = ZERO, retry = ZERO, delay = ZERO }
   if count > 0 then
     d.reset = csub(add(start, l.p), now)
   end
@@ -128,7 +130,8 @@ end
 -- slidingwindow.go: SlidingWindow
 -- =========================================================================
 
--- slidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
+-- slidingRemaining mirrors Limit.slidingLeft (the Remaining, or minus the
+-- Debt); w = prev·(P-e).
 local function slidingRemaining(l, cur, prev, e, w)
   local weight = prev
   if #e > 0 and prev > 0 then
@@ -136,7 +139,7 @@ local function slidingRemaining(l, cur, prev, e, w)
     weight = num(q)
     if #rem > 0 then weight = weight + 1 end
   end
-  return math.max(l.cap - cur - weight, 0)
+  return l.cap - cur - weight
 end
 
 -- slidingRetry mirrors Limit.slidingRetry.
@@ -283,12 +286,27 @@ local function ceilNs(ns, frac)
   return ns
 end
 
--- gcraRemaining mirrors Limit.gcraRemaining: floor((C-d)·R/P), or 0 when
--- the backlog d = dNs + dFrac/R exceeds the capacity span C.
+-- gcraDebt mirrors Limit.gcraDebt for a backlog d = dNs + dFrac/R beyond
+-- the capacity span C: ceil((d-C)·R/P), at most math.MaxInt64, formatted
+-- as a decision's rem is for a debt, "-" and hexadecimal.
+local function gcraDebt(l, dNs, dFrac)
+  local ns, frac = sub(dNs, l.spanNs), dFrac - l.spanFrac
+  if frac < 0 then
+    ns, frac = sub(ns, ONE), frac + l.r
+  end
+  local q, rem = divmod(add(mul(ns, l.rb), small(frac)), l.p)
+  if #rem > 0 then q = add(q, ONE) end
+  if cmp(q, MAXINT64) > 0 then q = MAXINT64 end
+  return "-" .. tohex(q)
+end
+
+-- gcraRemaining mirrors Limit.gcraRemaining: floor((C-d)·R/P), or, when
+-- the backlog d = dNs + dFrac/R exceeds the capacity span C, the Debt
+-- (gcraDebt).
 local function gcraRemaining(l, dNs, dFrac)
   local c = cmp(l.spanNs, dNs)
   if c < 0 or c == 0 and l.spanFrac < dFrac then
-    return 0
+    return gcraDebt(l, dNs, dFrac)
   end
   local ns, frac = sub(l.spanNs, dNs), l.spanFrac - dFrac
   if frac < 0 then

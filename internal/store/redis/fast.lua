@@ -16,7 +16,8 @@
 --   - for the windows, P is a whole number of milliseconds or below 9·10^9
 --     ns, so that now mod P is exact (sinceWindow);
 --   - for sliding_window and the buckets, Capacity·P is below 2^52, so the
---     products prev·(P-e), k·P and (C-d)·R/P are exact.
+--     products prev·(P-e), k·P and (C-d)·R/P are exact;
+--   - for the buckets, R ≤ P, so that a debt (d-C)·R/P is below 2^52.
 --
 -- And the script takes a state down this path only when its t is at most
 -- 2^51 ns after now (relTime); a t more than 2^51 ns before now is
@@ -28,7 +29,9 @@
 -- A limit is {alg, r, p, cap, spanNs, spanFrac, kNs, kFrac, aNs, aFrac} (and since,
 -- sinceWindow's, once computed: a limit lives for one script call); a
 -- state is three numbers t, n, m. Each decide function returns the
--- decision's five numbers (code, remaining, reset, retry, delay) and the
+-- decision's five numbers (code, remaining, reset, retry, delay; remaining
+-- is minus the decision's Debt when the bucket owes, as settle.lua
+-- replies it) and the
 -- next state's four (t, n, m, restAt), t nil when the state is unchanged,
 -- as decide.lua's do in tables: the hot path makes no table of its own.
 --
@@ -199,11 +202,11 @@ local function fastFixedWindow(l, t, n, cost)
     reset = stop
   end
   if cost <= 0 or cost > cap then
-    if cost > 0 then return OVER, math.max(cap - count, 0), reset, 0, 0 end
-    return ALLOWED, math.max(cap - count, 0), reset, 0, 0
+    if cost > 0 then return OVER, cap - count, reset, 0, 0 end
+    return ALLOWED, cap - count, reset, 0, 0
   end
   if count + cost > cap then
-    return DENIED, math.max(cap - count, 0), reset, stop, 0
+    return DENIED, cap - count, reset, stop, 0
   end
   count = count + cost
   return ALLOWED, cap - count, stop, 0, 0, start, count, 0, stop
@@ -228,7 +231,7 @@ end
 -- fastFixedReport mirrors Limit.fixedReport: code, remaining, reset,
 -- retry.
 local function fastFixedReport(l, start, count, extra)
-  local rem, reset = math.max(l.cap - count, 0), 0
+  local rem, reset = l.cap - count, 0
   if count > 0 then
     reset = start + l.p
   end
@@ -283,7 +286,8 @@ end
 -- slidingwindow.go: SlidingWindow
 -- =========================================================================
 
--- fastSlidingRemaining mirrors Limit.slidingRemaining; w = prev·(P-e).
+-- fastSlidingRemaining mirrors Limit.slidingLeft (the Remaining, or minus
+-- the Debt); w = prev·(P-e).
 local function fastSlidingRemaining(l, cur, prev, e, w)
   local weight = prev
   if e > 0 and prev > 0 then
@@ -291,7 +295,7 @@ local function fastSlidingRemaining(l, cur, prev, e, w)
     weight = (w - rem) / l.p
     if rem > 0 then weight = weight + 1 end
   end
-  return math.max(l.cap - cur - weight, 0)
+  return l.cap - cur - weight
 end
 
 -- fastSlidingRetry mirrors Limit.slidingRetry.
@@ -455,17 +459,35 @@ local function fastCeilNs(ns, frac)
   return ns
 end
 
--- fastGcraRemaining mirrors Limit.gcraRemaining: (C-d)·R ≤ Capacity·P <
--- 2^52.
+-- fastGcraRemaining mirrors Limit.gcraRemaining, (C-d)·R ≤ Capacity·P <
+-- 2^52, and when d > C minus Limit.gcraDebt: ceil((d-C)·R/P), below 2^52
+-- as d is and R ≤ P on this path, its product taken on bignums when it
+-- may not be exact (at 2^52 or more).
 local function fastGcraRemaining(l, dNs, dFrac)
   local ns, frac = l.spanNs - dNs, l.spanFrac - dFrac
   if frac < 0 then
     ns, frac = ns - 1, frac + l.r
   end
-  if ns < 0 then
-    return 0
+  if ns >= 0 then
+    return quo(ns * l.r + frac, l.p)
   end
-  return quo(ns * l.r + frac, l.p)
+  -- d - C = xNs + xFrac/R.
+  local xNs, xFrac = -ns, 0
+  if frac > 0 then
+    xNs, xFrac = xNs - 1, l.r - frac
+  end
+  local q
+  if xNs * l.r < LIMIT52 then
+    local x = xNs * l.r + xFrac
+    q = quo(x, l.p)
+    if q * l.p < x then q = q + 1 end
+  else
+    local B = bignums()
+    local big, rem = B.divmod(B.add(B.mul(B.small(xNs), B.small(l.r)), B.small(xFrac)), B.small(l.p))
+    q = B.num(big)
+    if #rem > 0 then q = q + 1 end
+  end
+  return -q
 end
 
 -- fastGcra mirrors Limit.gcra.

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,8 @@ import (
 // formatDecision writes d as settle.lua's bignum path does: code remaining
 // reset retry delay, hexadecimal, separated by spaces.
 func formatDecision(d algorithms.Decision) string {
-	return fmt.Sprintf("%x %x %x %x %x", int64(d.Code), d.Remaining, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
+	// Remaining, or minus the Debt: "-" and hexadecimal.
+	return fmt.Sprintf("%x %x %x %x %x", int64(d.Code), d.Remaining-d.Debt, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
 }
 
 // replyOf makes a reply shaped as go-redis returns a Lua table: a []any of
@@ -49,6 +51,12 @@ func FuzzDecisions(f *testing.F) {
 	f.Add("0|5|1000000000|0|0|7", 1)
 	f.Add("3|0|0|0|0", 1)
 	f.Add("0|-5|0|0|0", 1)
+	f.Add("1|-9223372036854775807|0|0|0", 1)
+	f.Add("1|-9223372036854775808|0|0|0", 1)
+	f.Add("1 -5 3b9aca00 0 0", 1)
+	f.Add("1 -7fffffffffffffff 0 0 0", 1)
+	f.Add("1 --5 0 0 0", 1)
+	f.Add("1 5 -3b9aca00 0 0", 1)
 	f.Add("0 ffffffffffffffff 0 0 0", 1)
 	f.Add("0 5 1 0", 1)
 	f.Add("0|5", 1)
@@ -73,13 +81,13 @@ func FuzzDecisions(f *testing.F) {
 		}
 		var again []any
 		for _, d := range decisions {
-			if d.Code > algorithms.OverCapacity || d.Remaining < 0 || d.ResetAfter < 0 || d.RetryAfter < 0 || d.Delay < 0 {
+			if d.Code > algorithms.OverCapacity || d.Remaining < 0 || d.Debt < 0 || d.Remaining > 0 && d.Debt > 0 || d.ResetAfter < 0 || d.RetryAfter < 0 || d.Delay < 0 {
 				t.Fatalf("%q: decision %+v", s, d)
 			}
 		}
 		for _, i := range idx {
 			d := decisions[i]
-			again = append(again, int64(d.Code), d.Remaining, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
+			again = append(again, int64(d.Code), d.Remaining-d.Debt, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
 		}
 		round := make([]algorithms.Decision, n)
 		if _, err := decodeDecisions(again, idx, round); err != nil {
@@ -99,8 +107,11 @@ func FuzzDecisionRoundTrip(f *testing.F) {
 	f.Add(uint8(0), int64(5), int64(time.Second), int64(0), int64(0))
 	f.Add(uint8(1), int64(0), int64(time.Minute), int64(time.Second), int64(0))
 	f.Add(uint8(2), int64(0), int64(0), int64(0), int64(0))
+	f.Add(uint8(1), int64(-3), int64(time.Minute), int64(time.Second), int64(0))
+	f.Add(uint8(1), int64(math.MinInt64), int64(time.Minute), int64(time.Second), int64(0))
 	f.Fuzz(func(t *testing.T, code uint8, remaining, reset, retry, delay int64) {
-		d := algorithms.Decision{Code: algorithms.Code(code % 3), Remaining: abs(remaining),
+		// A negative remaining stands for a debt.
+		d := algorithms.Decision{Code: algorithms.Code(code % 3), Remaining: max(remaining, 0), Debt: abs(min(remaining, 0)),
 			ResetAfter: time.Duration(abs(reset)), RetryAfter: time.Duration(abs(retry)), Delay: time.Duration(abs(delay))}
 		got, err := parseDecision(formatDecision(d))
 		if err != nil || got != d {

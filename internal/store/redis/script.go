@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -43,7 +44,8 @@ var (
 var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
 	bignumLua + stateLua + decideLua +
 	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decideAny, apply = apply, " +
-	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put}\n" +
+	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put, " +
+	"small = small, add = add, mul = mul, divmod = divmod, num = num}\n" +
 	"return bignumsLib\nend\n"
 
 // The scripts. settle decides and charges one request (or one slot's share
@@ -244,7 +246,8 @@ func appendBucketTimes(b []byte, c *store.Charge, kind algorithms.Kind, cost int
 // fastPath reports whether settle.lua may decide l on plain Lua numbers
 // (fast.lua), as its header says: a period below 2^49 ns; for the windows,
 // a period of whole milliseconds or below 9·10^9 ns; for sliding_window and
-// the buckets, Capacity·Period below 2^52. The script still takes the
+// the buckets, Capacity·Period below 2^52; for the buckets, Requests at
+// most Period in ns (one request a nanosecond). The script still takes the
 // bignum path for a state that does not fit.
 func fastPath(l *algorithms.Limit) bool {
 	p := int64(l.Period())
@@ -260,7 +263,9 @@ func fastPath(l *algorithms.Limit) bool {
 	case algorithms.SlidingWindow:
 		return window && products
 	default:
-		return products
+		// R ≤ P keeps a debt, (d-C)·R/P for a backlog d below 2^52 ns,
+		// below 2^52 (fast.lua's fastGcraRemaining).
+		return products && l.Requests() <= p
 	}
 }
 
@@ -432,7 +437,8 @@ func decodeDecisions(elems []any, idx []int, decisions []algorithms.Decision) (f
 		var f [5]int64
 		for k := range f {
 			v, ok := elems[k].(int64)
-			if !ok || v < 0 {
+			// Remaining is minus the Debt when the bucket owes.
+			if !ok || v < 0 && (k != 1 || v == math.MinInt64) {
 				return fast, fmt.Errorf("settle script: bad decision field %v", elems[k])
 			}
 			f[k] = v
@@ -442,7 +448,8 @@ func decodeDecisions(elems []any, idx []int, decisions []algorithms.Decision) (f
 		}
 		decisions[i] = algorithms.Decision{
 			Code:       algorithms.Code(f[0]),
-			Remaining:  f[1],
+			Remaining:  max(f[1], 0),
+			Debt:       max(-f[1], 0),
 			ResetAfter: time.Duration(f[2]),
 			RetryAfter: time.Duration(f[3]),
 			Delay:      time.Duration(f[4]),
@@ -457,9 +464,11 @@ func decodeDecisions(elems []any, idx []int, decisions []algorithms.Decision) (f
 }
 
 // parseDecision parses a decision of the bignum path: "code remaining
-// reset retry delay", hexadecimal.
+// reset retry delay", hexadecimal, remaining "-" and the debt when the
+// bucket owes.
 func parseDecision(s string) (algorithms.Decision, error) {
 	var f [5]int64
+	var debt int64
 	for k := range f {
 		var field string
 		var ok bool
@@ -467,9 +476,16 @@ func parseDecision(s string) (algorithms.Decision, error) {
 		if ok != (k < len(f)-1) {
 			return algorithms.Decision{}, fmt.Errorf("settle script: bad decision %q", s)
 		}
+		owes := false
+		if k == 1 {
+			field, owes = strings.CutPrefix(field, "-")
+		}
 		v, err := strconv.ParseUint(field, 16, 63)
 		if err != nil {
 			return algorithms.Decision{}, fmt.Errorf("settle script: bad decision field %q: %v", field, err)
+		}
+		if owes {
+			debt, v = int64(v), 0
 		}
 		f[k] = int64(v)
 	}
@@ -479,6 +495,7 @@ func parseDecision(s string) (algorithms.Decision, error) {
 	return algorithms.Decision{
 		Code:       algorithms.Code(f[0]),
 		Remaining:  f[1],
+		Debt:       debt,
 		ResetAfter: time.Duration(f[2]),
 		RetryAfter: time.Duration(f[3]),
 		Delay:      time.Duration(f[4]),

@@ -85,7 +85,16 @@ local function put(key, v, restAt)
 end
 
 -- formatDecision formats a decision of decide.lua's: "code remaining reset
--- retry delay", hexadecimal.
+-- retry delay", hexadecimal; remaining is "-" and the debt when the bucket
+-- owes.
 local function formatDecision(d)
-  return string.format("%d %x ", d.code, d.rem) .. tohex(d.reset) .. " " .. tohex(d.retry) .. " " .. tohex(d.delay)
+  local rem = d.rem
+  if type(rem) == "string" then
+    rem = rem .. " "
+  elseif rem < 0 then
+    rem = string.format("-%x ", -rem)
+  else
+    rem = string.format("%x ", rem)
+  end
+  return string.format("%d ", d.code) .. rem .. tohex(d.reset) .. " " .. tohex(d.retry) .. " " .. tohex(d.delay)
 end

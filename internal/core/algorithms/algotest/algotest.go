@@ -108,6 +108,12 @@ func denied(remaining int64, reset, retry time.Duration) algorithms.Decision {
 	return algorithms.Decision{Code: algorithms.Denied, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}
 }
 
+// owing is d with Debt debt: the units a bucket in debt owes.
+func owing(debt int64, d algorithms.Decision) algorithms.Decision {
+	d.Debt = debt
+	return d
+}
+
 func overCapacity(remaining int64, reset time.Duration) algorithms.Decision {
 	return algorithms.Decision{Code: algorithms.OverCapacity, Remaining: remaining, ResetAfter: reset}
 }
@@ -187,10 +193,10 @@ func Cases() []Case {
 		// where 10s saw 2s: less room, never more.
 		{Name: "clock going back", Algorithms: buckets, Requests: 1, Period: sec, Burst: 2, Steps: []Step{
 			{At: 10 * sec, Cost: 2, Want: allowed(0, 2*sec)},
-			{At: 9 * sec, Cost: 1, Want: denied(0, 3*sec, 2*sec)},
-			{At: 9 * sec, Cost: 0, Want: allowed(0, 3*sec)},
+			{At: 9 * sec, Cost: 1, Want: owing(1, denied(0, 3*sec, 2*sec))},
+			{At: 9 * sec, Cost: 0, Want: owing(1, allowed(0, 3*sec))},
 			{At: 11 * sec, Cost: 1, Want: allowed(0, 2*sec)},
-			{At: 5 * sec, Cost: 0, Want: allowed(0, 8*sec)},
+			{At: 5 * sec, Cost: 0, Want: owing(6, allowed(0, 8*sec))},
 			{At: 13 * sec, Cost: 0, Want: allowed(2, 0)},
 		}},
 		{Name: "1 per day", Algorithms: buckets, Requests: 1, Period: day, Burst: 1, Steps: []Step{
@@ -230,9 +236,9 @@ func Cases() []Case {
 		// Debt: I = 200ms, C = 1s. An overdraft of 8 leaves a backlog of
 		// 1.6s, 600ms beyond C: denied until it is at most C - I = 800ms.
 		{Name: "overdraft into debt, paid back at the rate", Algorithms: buckets, Requests: 5, Period: sec, Burst: 5, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: 8, Want: denied(0, 1600*ms, 800*ms)},
-			{At: 0, Kind: algorithms.Check, Want: denied(0, 1600*ms, 800*ms)},
-			{At: 0, Cost: 1, Want: denied(0, 1600*ms, 800*ms)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 8, Want: owing(3, denied(0, 1600*ms, 800*ms))},
+			{At: 0, Kind: algorithms.Check, Want: owing(3, denied(0, 1600*ms, 800*ms))},
+			{At: 0, Cost: 1, Want: owing(3, denied(0, 1600*ms, 800*ms))},
 			{At: 799 * ms, Kind: algorithms.Check, Want: denied(0, 801*ms, ms)},
 			{At: 800 * ms, Kind: algorithms.Check, Want: allowed(1, 800*ms)},
 			{At: 800 * ms, Kind: algorithms.Refund, Cost: 3, Want: allowed(4, 200*ms)},
@@ -240,13 +246,13 @@ func Cases() []Case {
 			// An overdraft that fits is a charge.
 			{At: 800 * ms, Kind: algorithms.Overdraft, Cost: 5, Want: allowed(0, sec)},
 			{At: 800 * ms, Kind: algorithms.Overdraft, Cost: 0, Want: allowed(0, sec)},
-			{At: 900 * ms, Kind: algorithms.Overdraft, Cost: 1, Want: denied(0, 1100*ms, 300*ms)},
+			{At: 900 * ms, Kind: algorithms.Overdraft, Cost: 1, Want: owing(1, denied(0, 1100*ms, 300*ms))},
 		}},
 		// The bound: a backlog of MaxSpan, whatever the cost.
 		{Name: "overdraft of MaxInt64", Algorithms: buckets, Requests: 5, Period: sec, Burst: 5, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: denied(0, maxSpan, maxSpan-800*ms)},
-			{At: sec, Kind: algorithms.Check, Want: denied(0, maxSpan-sec, maxSpan-1800*ms)},
-			{At: sec, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: denied(0, maxSpan, maxSpan-800*ms)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: owing(23058430088, denied(0, maxSpan, maxSpan-800*ms))},
+			{At: sec, Kind: algorithms.Check, Want: owing(23058430083, denied(0, maxSpan-sec, maxSpan-1800*ms))},
+			{At: sec, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: owing(23058430088, denied(0, maxSpan, maxSpan-800*ms))},
 			{At: sec, Kind: algorithms.Refund, Cost: math.MaxInt64, Want: allowed(5, 0)},
 		}},
 
@@ -258,7 +264,7 @@ func Cases() []Case {
 		// 360s, not 90s); once charged, the 22 and the 18 are a backlog of
 		// 3600s at 40 per hour, I = 90s.
 		{Name: "raised limit keeps what was used", Algorithms: buckets, Requests: 10, Period: hour, Burst: 10, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: 22, Want: denied(0, 7920*sec, 4680*sec)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 22, Want: owing(12, denied(0, 7920*sec, 4680*sec))},
 			{At: 0, Cost: 0, Change: Change{Requests: 40, Burst: 40}, Want: allowed(18, 7920*sec)},
 			{At: 0, Cost: 19, Want: denied(18, 7920*sec, 360*sec)},
 			{At: 0, Cost: 18, Want: allowed(0, hour)},
@@ -268,7 +274,7 @@ func Cases() []Case {
 		// An hour at 10 per hour drains 10 of the 22; the 12 left are
 		// 1080s at 40 per hour, and 28 more fill it.
 		{Name: "converted when next charged", Algorithms: buckets, Requests: 10, Period: hour, Burst: 10, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: 22, Want: denied(0, 7920*sec, 4680*sec)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 22, Want: owing(12, denied(0, 7920*sec, 4680*sec))},
 			{At: hour, Kind: algorithms.Check, Change: Change{Requests: 40, Burst: 40}, Want: allowed(28, 4320*sec)},
 			{At: hour, Cost: 29, Want: denied(28, 4320*sec, 360*sec)},
 			{At: hour, Cost: 28, Want: allowed(0, hour)},
@@ -278,7 +284,7 @@ func Cases() []Case {
 		// overdraft writes it so (and adds its own).
 		{Name: "lowered limit: what was used is debt", Algorithms: buckets, Requests: 40, Period: hour, Burst: 40, Steps: []Step{
 			{At: 0, Cost: 30, Want: allowed(10, 2700*sec)},
-			{At: 0, Kind: algorithms.Overdraft, Cost: 1, Change: Change{Requests: 10, Burst: 10}, Want: denied(0, 11160*sec, 7920*sec)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 1, Change: Change{Requests: 10, Burst: 10}, Want: owing(21, denied(0, 11160*sec, 7920*sec))},
 			{At: 7920*sec - ns, Cost: 1, Want: denied(0, 3240*sec+ns, ns)},
 			{At: 7920 * sec, Cost: 1, Want: allowed(0, hour)},
 		}},
@@ -286,8 +292,8 @@ func Cases() []Case {
 		// 10 fits (30 - 1890s·40/h = 9), when RetryAfter said.
 		{Name: "lowered limit: the old rate until charged", Algorithms: buckets, Requests: 40, Period: hour, Burst: 40, Steps: []Step{
 			{At: 0, Cost: 30, Want: allowed(10, 2700*sec)},
-			{At: 0, Cost: 1, Change: Change{Requests: 10, Burst: 10}, Want: denied(0, 2700*sec, 1890*sec)},
-			{At: 0, Kind: algorithms.Check, Want: denied(0, 2700*sec, 1890*sec)},
+			{At: 0, Cost: 1, Change: Change{Requests: 10, Burst: 10}, Want: owing(20, denied(0, 2700*sec, 1890*sec))},
+			{At: 0, Kind: algorithms.Check, Want: owing(20, denied(0, 2700*sec, 1890*sec))},
 			{At: 1890*sec - ns, Cost: 1, Want: denied(0, 810*sec+ns, ns)},
 			{At: 1890 * sec, Cost: 1, Want: allowed(0, hour)},
 		}},
@@ -296,7 +302,7 @@ func Cases() []Case {
 			{At: 0, Cost: 5, Want: allowed(0, sec)},
 			{At: 0, Cost: 0, Change: Change{Requests: 5, Burst: 10}, Want: allowed(5, sec)},
 			{At: 0, Cost: 5, Want: allowed(0, 2*sec)},
-			{At: 0, Cost: 0, Change: Change{Requests: 5, Burst: 1}, Want: allowed(0, 2*sec)},
+			{At: 0, Cost: 0, Change: Change{Requests: 5, Burst: 1}, Want: owing(9, allowed(0, 2*sec))},
 			{At: 1800 * ms, Cost: 1, Want: denied(0, 200*ms, 200*ms)},
 			{At: 2 * sec, Cost: 1, Want: allowed(0, 200*ms)},
 		}},
@@ -312,20 +318,20 @@ func Cases() []Case {
 			// Back at 3 per second, the 3½ requests not yet drained at 500ms
 			// are more than 3: in debt, and at rest 500ms later (at 7 per
 			// second, until charged).
-			{At: 500 * ms, Cost: 0, Change: Change{Requests: 3, Burst: 3}, Want: allowed(0, 500*ms)},
+			{At: 500 * ms, Cost: 0, Change: Change{Requests: 3, Burst: 3}, Want: owing(1, allowed(0, 500*ms))},
 			// Charged, they are 1,166,666,666⅔ns at 3 per second, and one
 			// more 333,333,333⅓ns.
-			{At: 500 * ms, Kind: algorithms.Overdraft, Cost: 1, Want: denied(0, 1_500_000_000*ns, 833_333_334*ns)},
+			{At: 500 * ms, Kind: algorithms.Overdraft, Cost: 1, Want: owing(2, denied(0, 1_500_000_000*ns, 833_333_334*ns))},
 		}},
 		// The bound on debt: an overdraft of MaxInt64 at MaxRequests per
 		// nanosecond is a backlog of 2^31 + (2^31-1)/(2^32-1) ns; the same
 		// MaxInt64 requests at 1 per nanosecond would take longer than
 		// MaxSpan, and take MaxSpan.
 		{Name: "changed rate at the bound on debt", Algorithms: buckets, Requests: maxReq, Period: ns, Burst: maxReq, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: denied(0, (1<<31+1)*ns, (1<<31)*ns)},
-			{At: 0, Kind: algorithms.Check, Change: Change{Requests: 1, Burst: 1}, Want: denied(0, (1<<31+1)*ns, (1<<31+1)*ns)},
-			{At: 0, Kind: algorithms.Refund, Cost: 1, Want: allowed(0, maxSpan-ns)},
-			{At: sec, Kind: algorithms.Check, Want: denied(0, maxSpan-sec-ns, maxSpan-sec-ns)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: owing(9223372032559808512, denied(0, (1<<31+1)*ns, (1<<31)*ns))},
+			{At: 0, Kind: algorithms.Check, Change: Change{Requests: 1, Burst: 1}, Want: owing(9223372036854775806, denied(0, (1<<31+1)*ns, (1<<31+1)*ns))},
+			{At: 0, Kind: algorithms.Refund, Cost: 1, Want: owing(4611686018427387902, allowed(0, maxSpan-ns))},
+			{At: sec, Kind: algorithms.Check, Want: owing(4611686017427387902, denied(0, maxSpan-sec-ns, maxSpan-sec-ns))},
 		}},
 
 		// leaky_bucket_queue.
@@ -356,8 +362,8 @@ func Cases() []Case {
 		{Name: "overdraft into the queue", Algorithms: queue, Requests: 2, Period: sec, Burst: 3, Steps: []Step{
 			{At: 0, Kind: algorithms.Overdraft, Cost: 1, Want: queued(2, 500*ms, 0)},
 			{At: 0, Kind: algorithms.Overdraft, Cost: 1, Want: queued(1, sec, 500*ms)},
-			{At: 0, Kind: algorithms.Overdraft, Cost: 3, Want: denied(0, 2500*ms, 1500*ms)},
-			{At: 0, Cost: 1, Want: denied(0, 2500*ms, 1500*ms)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 3, Want: owing(2, denied(0, 2500*ms, 1500*ms))},
+			{At: 0, Cost: 1, Want: owing(2, denied(0, 2500*ms, 1500*ms))},
 			{At: 1500 * ms, Kind: algorithms.Check, Want: allowed(1, sec)},
 		}},
 		{Name: "queue of 1 never delays", Algorithms: queue, Requests: 10, Period: sec, Burst: 1, Steps: []Step{
@@ -426,13 +432,13 @@ func Cases() []Case {
 		// Debt: the count above the limit is gone when the window ends.
 		{Name: "overdraft into debt until the window ends", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
 			{At: 0, Cost: 4, Want: allowed(6, minute)},
-			{At: 0, Kind: algorithms.Overdraft, Cost: 8, Want: denied(0, minute, minute)},
-			{At: 30 * sec, Kind: algorithms.Check, Want: denied(0, 30*sec, 30*sec)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 8, Want: owing(2, denied(0, minute, minute))},
+			{At: 30 * sec, Kind: algorithms.Check, Want: owing(2, denied(0, 30*sec, 30*sec))},
 			{At: 30 * sec, Kind: algorithms.Refund, Cost: 3, Want: allowed(1, 30*sec)},
 			{At: 30 * sec, Kind: algorithms.Check, Want: allowed(1, 30*sec)},
 			{At: 30 * sec, Kind: algorithms.Refund, Cost: 100, Want: allowed(10, 0)},
 			// The bound: a count of MaxCount.
-			{At: minute, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: denied(0, minute, minute)},
+			{At: minute, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: owing(4294967285, denied(0, minute, minute))},
 			{At: 2 * minute, Kind: algorithms.Check, Want: allowed(10, 0)},
 		}},
 		{Name: "admits 2L across a boundary", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
@@ -444,7 +450,7 @@ func Cases() []Case {
 		// leave 18 of 40, and a count above a lowered limit denies until
 		// the window ends.
 		{Name: "raised limit keeps the count", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: 22, Want: denied(0, minute, minute)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 22, Want: owing(12, denied(0, minute, minute))},
 			{At: 10 * sec, Cost: 0, Change: Change{Requests: 40}, Want: allowed(18, 50*sec)},
 			{At: 10 * sec, Cost: 18, Want: allowed(0, 50*sec)},
 			{At: 10 * sec, Cost: 1, Want: denied(0, 50*sec, 50*sec)},
@@ -452,8 +458,8 @@ func Cases() []Case {
 		}},
 		{Name: "lowered limit keeps the count", Algorithms: fixed, Requests: 10, Period: minute, Steps: []Step{
 			{At: 0, Cost: 8, Want: allowed(2, minute)},
-			{At: sec, Cost: 1, Change: Change{Requests: 5}, Want: denied(0, 59*sec, 59*sec)},
-			{At: sec, Kind: algorithms.Check, Want: denied(0, 59*sec, 59*sec)},
+			{At: sec, Cost: 1, Change: Change{Requests: 5}, Want: owing(3, denied(0, 59*sec, 59*sec))},
+			{At: sec, Kind: algorithms.Check, Want: owing(3, denied(0, 59*sec, 59*sec))},
 			{At: minute, Cost: 5, Want: allowed(0, minute)},
 		}},
 
@@ -523,8 +529,8 @@ func Cases() []Case {
 		// Debt: 15 in one window weigh 15·(P-e)/P in the next; a cost of 1
 		// fits again once that is at most 9, at e = 24s.
 		{Name: "overdraft into debt, weighed out", Algorithms: sliding, Requests: 10, Period: minute, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: 15, Want: denied(0, 2*minute, 84*sec)},
-			{At: minute, Kind: algorithms.Check, Want: denied(0, minute, 24*sec)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 15, Want: owing(5, denied(0, 2*minute, 84*sec))},
+			{At: minute, Kind: algorithms.Check, Want: owing(5, denied(0, minute, 24*sec))},
 			{At: minute + 24*sec, Kind: algorithms.Check, Want: allowed(1, 36*sec)},
 			{At: minute + 24*sec, Cost: 1, Want: allowed(0, 96*sec)},
 			// Back off the current window's count first, then the previous.
@@ -557,7 +563,7 @@ func Cases() []Case {
 		// 30s into the next window.
 		{Name: "lowered limit keeps the counts", Algorithms: sliding, Requests: 10, Period: minute, Steps: []Step{
 			{At: 0, Cost: 8, Want: allowed(2, 2*minute)},
-			{At: 30 * sec, Cost: 1, Change: Change{Requests: 5}, Want: denied(0, 90*sec, minute)},
+			{At: 30 * sec, Cost: 1, Change: Change{Requests: 5}, Want: owing(3, denied(0, 90*sec, minute))},
 			{At: 90*sec - ns, Cost: 1, Want: denied(0, 30*sec+ns, ns)},
 			{At: 90 * sec, Cost: 1, Want: allowed(0, 90*sec)},
 		}},
