@@ -266,14 +266,16 @@ func (l *Limit) RefundAt(s State, now, units, chargedAt int64) (State, Decision)
 	case SlidingWindow:
 		return l.slidingRefundAt(s, now, units, chargedAt)
 	case TokenBucket, LeakyBucket, LeakyBucketQueue:
-		if l.rateChanged(s) {
-			s = l.convert(s, now)
+		if units <= 0 {
+			return l.Refund(s, now, 0)
 		}
-		kNs, kFrac := l.TimesSaturated(max(units, 0))
+		if l.rateChanged(s) {
+			s = l.convert(s, now) // written at l's rate from now on
+		}
 		// The part of the charge's backlog that has not drained since.
-		kNs -= now - chargedAt
-		if units <= 0 || kNs < 0 || kNs == 0 && kFrac == 0 {
-			return l.gcraRefundSpan(s, now, 0, 0)
+		kNs, kFrac := l.TimesSaturated(units)
+		if kNs -= now - chargedAt; kNs < 0 {
+			kNs, kFrac = 0, 0
 		}
 		return l.gcraRefundSpan(s, now, kNs, kFrac)
 	case Concurrency:
