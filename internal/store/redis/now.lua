@@ -2,7 +2,7 @@
 -- and codes' numbers, now, and the stored states' format. First in every
 -- script.
 
-local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
+local FIXED, SLIDING, TOKEN, LEAKY, QUEUE, CONC = 1, 2, 3, 4, 5, 6
 local ALLOWED, DENIED, OVER = 0, 1, 2
 -- algorithms.Kind: how a charge is applied.
 local ADMIT, CHECK, OVERDRAFT, REFUND = 0, 1, 2, 3

@@ -245,7 +245,9 @@ func appendBucketTimes(b []byte, c *store.Charge, kind algorithms.Kind, cost int
 // (fast.lua), as its header says: a period below 2^49 ns; for the windows,
 // a period of whole milliseconds or below 9·10^9 ns; for sliding_window and
 // the buckets, Capacity·Period below 2^52. The script still takes the
-// bignum path for a state that does not fit.
+// bignum path for a state that does not fit. A concurrency takes this path
+// whenever its lease is below 2^49 ns, and every state of it (fast.lua's
+// concurrency.go section); a longer lease is an error (MaxLease).
 func fastPath(l *algorithms.Limit) bool {
 	p := int64(l.Period())
 	if p >= 1<<49 {
@@ -259,6 +261,8 @@ func fastPath(l *algorithms.Limit) bool {
 		return window
 	case algorithms.SlidingWindow:
 		return window && products
+	case algorithms.Concurrency:
+		return true
 	default:
 		return products
 	}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,20 +59,6 @@ type Options struct {
 	// each case up to its first step back, and RandomTimelines' steps back
 	// stay where they are.
 	ForwardOnly bool
-	// Unsupported lists the algorithms the store does not decide (the
-	// daemon refuses a policy with them on it): the suite leaves them out.
-	Unsupported []algorithms.Algorithm
-}
-
-// algorithms returns every algorithm but the Unsupported.
-func (o Options) algorithms() []algorithms.Algorithm {
-	var algs []algorithms.Algorithm
-	for _, a := range algorithms.Algorithms() {
-		if !slices.Contains(o.Unsupported, a) {
-			algs = append(algs, a)
-		}
-	}
-	return algs
 }
 
 // Run runs the whole suite against the stores newStore makes.
@@ -89,8 +74,8 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("Quotas", func(t *testing.T) { Quotas(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
 	t.Run("RandomTimelines", func(t *testing.T) { randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly) })
-	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, opts.algorithms()) })
-	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, opts.algorithms()) })
+	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, algorithms.Algorithms()) })
+	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, algorithms.Algorithms()) })
 }
 
 const (
