@@ -24,8 +24,8 @@ import (
 func TestConcurrencyMatchesGo(t *testing.T) {
 	srv := redistest.Start(t)
 	leases := []time.Duration{
-		1,                  // G = 1ns
-		7,                  // G = 2ns, the lease not a multiple of it
+		1, // G = 1ns
+		7, // G = 2ns, the lease not a multiple of it
 		60 * time.Millisecond,
 		time.Second + 1,
 		6*9_000_000_007 - 3, // G = 9,000,000,007ns: not whole ms, over 9·10^9
