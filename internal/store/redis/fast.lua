@@ -637,6 +637,7 @@ end
 -- restAt - now ≤ T + G and their sums stay below 2^51.
 
 local TWO16, TWO32 = 65536, 4294967296
+local floor = math.floor
 
 -- cg holds the counts being worked on, cg[i+1] Go's g[i] (newest first):
 -- reused, so that no charge makes a table.
@@ -769,7 +770,17 @@ end
 -- fastPut writes a concurrency's.
 local function fastConcurrency(l, t, n, m, x, cost)
   local cap = l.cap
-  local g = concGen(l)
+  local g = l.g or concGen(l)
+  if cost > 0 and cost <= cap and t - 6 * g > 0 and t - l.p + 1 > 0 then
+    -- The most common charge: nothing has expired at now, which lies in
+    -- the newest generation. The sum of a number's 16-bit counts c0 +
+    -- c1·2^16 + c2·2^32 is that number less 65535·(⌊v/2^16⌋ + ⌊v/2^32⌋)
+    -- (divisions by powers of 2 are exact): no count is unpacked.
+    local inf = n + m + x - 65535 * (floor(n / TWO16) + floor(n / TWO32) + floor(m / TWO16) + floor(x / TWO16))
+    if inf + cost <= cap then
+      return ALLOWED, cap - inf - cost, t, 0, 0, n + cost, m, x, t
+    end
+  end
   if cost > 0 and cost <= cap and t > 0 then
     concUnpack(n, m, x)
     -- Generations i+1 and older have expired (e is generation i's expiry).

@@ -581,6 +581,14 @@ func Cases() []Case {
 			{At: 70*sec - ns, Cost: 1, Want: allowed(1, minute)},
 			{At: 70*sec - ns, Cost: 0, Want: allowed(1, minute)},
 		}},
+		// Units six generations apart: the older expires at the last
+		// nanosecond of the newer one's generation, 70s-1ns.
+		{Name: "the oldest generation expires in the newest", Algorithms: conc, Requests: 3, Period: minute, Steps: []Step{
+			{At: 0, Cost: 1, Want: allowed(2, 70*sec-ns)},
+			{At: minute, Cost: 1, Want: allowed(1, 70*sec-ns)},
+			{At: 70*sec - 2*ns, Cost: 2, Want: denied(1, minute+ns, ns)},
+			{At: 70*sec - ns, Cost: 1, Want: allowed(1, minute)},
+		}},
 		// A lease of 6ns: generations of 1ns. An overdraft goes into debt,
 		// releases never go below zero.
 		{Name: "overdraft and release below zero", Algorithms: conc, Requests: 2, Period: 6 * ns, Steps: []Step{
