@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/client/httplimit"
 	"github.com/ratelimitd/ratelimitd/client/quota"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const closed = `
@@ -45,7 +46,7 @@ func quotaClient(t *testing.T) *quota.Client {
 	if !b.Allow(context.Background()) {
 		t.Fatal("denied before any assignment: the default fallback allows")
 	}
-	waitFor(t, func() bool { _, _, _, rule, _ := b.Assignment(); return rule == "DENY_ALL" }, "DENY_ALL")
+	wait.For(t, "DENY_ALL", func() bool { _, _, _, rule, _ := b.Assignment(); return rule == "DENY_ALL" })
 	return q
 }
 

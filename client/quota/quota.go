@@ -488,30 +488,7 @@ func (c *Client) stream(ctx context.Context) {
 	broke := make(chan struct{})
 	go func() {
 		defer close(broke)
-		for first := true; ; first = false {
-			resp, err := s.Recv()
-			if err != nil {
-				return
-			}
-			if first {
-				if md, err := s.Header(); err == nil {
-					c.takeFallback(md)
-				}
-			}
-			now := c.now()
-			c.mu.Lock()
-			for _, a := range resp.GetBucketAction() {
-				b := c.buckets[bucketKey(a.GetBucketId().GetBucket())]
-				switch {
-				case b == nil:
-				case a.GetAbandonAction() != nil:
-					b.abandon()
-				case a.GetQuotaAssignmentAction() != nil:
-					b.apply(a.GetQuotaAssignmentAction(), now)
-				}
-			}
-			c.mu.Unlock()
-		}
+		c.receive(s)
 	}()
 	first := true
 	last := map[*Bucket]int64{} // when each bucket was last reported on this stream
@@ -531,6 +508,35 @@ func (c *Client) stream(ctx context.Context) {
 		case <-tick.C:
 		case <-c.fresh:
 		}
+	}
+}
+
+// receive applies the assignments and abandonments s brings, and the
+// fallback in its headers, until s breaks.
+func (c *Client) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient) {
+	for first := true; ; first = false {
+		resp, err := s.Recv()
+		if err != nil {
+			return
+		}
+		if first {
+			if md, err := s.Header(); err == nil {
+				c.takeFallback(md)
+			}
+		}
+		now := c.now()
+		c.mu.Lock()
+		for _, a := range resp.GetBucketAction() {
+			b := c.buckets[bucketKey(a.GetBucketId().GetBucket())]
+			switch {
+			case b == nil:
+			case a.GetAbandonAction() != nil:
+				b.abandon()
+			case a.GetQuotaAssignmentAction() != nil:
+				b.apply(a.GetQuotaAssignmentAction(), now)
+			}
+		}
+		c.mu.Unlock()
 	}
 }
 

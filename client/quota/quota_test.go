@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/client/quota"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const policy = `
@@ -23,17 +24,6 @@ descriptors:
     value: checkout
     rate_limit: {unit: minute, requests_per_unit: 600}
 `
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestAssignedAndEnforced: the first request, allowed by the fallback,
 // subscribes the bucket and is reported at once; the assignment for that
@@ -51,7 +41,7 @@ func TestAssignedAndEnforced(t *testing.T) {
 	if !b.Allow(context.Background()) {
 		t.Fatal("the first request, before any assignment, was denied (the default fallback allows)")
 	}
-	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
+	wait.For(t, "the assignment", func() bool { _, _, _, _, ok := b.Assignment(); return ok })
 	maxTokens, per, fill, _, _ := b.Assignment()
 	if maxTokens != 1 || per != 60 || fill != time.Minute {
 		t.Fatalf("assignment: %d tokens, %d per %v; want 1, 60 per 1m0s", maxTokens, per, fill)
@@ -213,8 +203,8 @@ func TestStreamBreaks(t *testing.T) {
 		t.Fatal("the first request was allowed with the fallback deny all")
 	}
 	// The second report says the interval: the TTL is then 1.5 × 1s, 2s.
-	waitFor(t, func() bool { return reports(t, d) >= 2 }, "the second report")
-	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return ok }, "the assignment")
+	wait.For(t, "the second report", func() bool { return reports(t, d) >= 2 })
+	wait.For(t, "the assignment", func() bool { _, _, _, _, ok := b.Assignment(); return ok })
 	p.cut()
 	if _, _, _, _, ok := b.Assignment(); !ok {
 		t.Fatal("the assignment was dropped as the stream broke")
@@ -222,7 +212,7 @@ func TestStreamBreaks(t *testing.T) {
 	if !b.Allow(ctx) {
 		t.Fatal("denied right after the stream broke, with the last assignment in force")
 	}
-	waitFor(t, func() bool { _, _, _, _, ok := b.Assignment(); return !ok }, "the assignment to expire")
+	wait.For(t, "the assignment to expire", func() bool { _, _, _, _, ok := b.Assignment(); return !ok })
 	if b.Allow(ctx) {
 		t.Fatal("allowed after the assignment expired, with the fallback deny all")
 	}
@@ -283,7 +273,7 @@ descriptors:
 			defer q.Close()
 			warm := q.Bucket("route", "warmup")
 			warm.Allow(context.Background())
-			waitFor(t, func() bool { _, _, _, _, ok := warm.Assignment(); return ok }, "the first assignment")
+			wait.For(t, "the first assignment", func() bool { _, _, _, _, ok := warm.Assignment(); return ok })
 			if got := q.Bucket("route", "checkout").Allow(context.Background()); got != tc.want {
 				t.Fatalf("a bucket without an assignment, quota_fallback %s: allowed %v, want %v", tc.fallback, got, tc.want)
 			}

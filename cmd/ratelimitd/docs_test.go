@@ -81,13 +81,13 @@ var varying = []struct {
 	page, sample string
 	rules        map[string]docsnippets.Rule
 }{
-	// "retryAfter is the 0.1s that one token takes ... less the milliseconds
-	// between the two calls": (0, 0.1s]; "and so do resetAfter's: the 80 s
+	// "retryAfter is the 5 s that 50 tokens take ... less the milliseconds
+	// between the two calls": (0, 5s]; "and so do resetAfter's: the 80 s
 	// the emptied bucket takes to fill, less the same".
-	{"README.md", `"retryAfter": "0.093424707s",`, map[string]docsnippets.Rule{
-		"retryAfter":            docsnippets.DurationWithin(1, 100*time.Millisecond),
-		"statuses.1.retryAfter": docsnippets.DurationWithin(1, 100*time.Millisecond),
-		"statuses.1.resetAfter": docsnippets.DurationWithin(79*time.Second, 80*time.Second),
+	{"README.md", `"retryAfter": "4.993424707s",`, map[string]docsnippets.Rule{
+		"retryAfter":            docsnippets.DurationWithin(1, 5*time.Second),
+		"statuses.1.retryAfter": docsnippets.DurationWithin(1, 5*time.Second),
+		"statuses.1.resetAfter": docsnippets.DurationWithin(75*time.Second, 80*time.Second),
 	}},
 	// "login_attempts counts per clock hour (a fixed window), so its
 	// durationUntilReset and the headers' seconds are the time left in the

@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
@@ -169,18 +170,15 @@ func TestAsEnvoyGatewayDeploysIt(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for code, _ := probe(); code != 200; code, _ = probe() {
+	wait.For(t, "/healthcheck to answer 200", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("ratelimit exited:\n%s", logs)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthcheck not 200 within 30s:\n%s", logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		code, _ := probe()
+		return code == 200
+	})
 	if code, body := probe(); code != 200 || body != "OK" {
 		t.Errorf("/healthcheck: %d %q, want 200 OK", code, body)
 	}

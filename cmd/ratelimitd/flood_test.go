@@ -4,33 +4,35 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics/metricstest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/keyflood"
 )
 
 // floodRSSBound is the resident memory a daemon with default flags must
 // stay under, whatever its callers send.
 const floodRSSBound = 512 << 20
 
-// floodValues is how many distinct descriptor values each flood
-// sends.
+// floodValues is how many distinct descriptor values each flood sends
+// (rounded down to whole requests): twice the buckets the store holds with
+// default flags (memory.DefaultMaxBuckets), so that a flood of a bucket
+// per value fills the store to one of its bounds (the number of buckets,
+// or their bytes for 64-byte keys) and then evicts as many again.
 const floodValues = 2_000_000
 
 // TestKeyFlood floods a daemon started with default flags (the built
@@ -53,13 +55,16 @@ const floodValues = 2_000_000
 //     as a digest): the costliest buckets, so the bound in bytes binds
 //     before the bound on their number.
 //
-// The requests are encoded by hand into reused buffers (and checked
-// against the generated types), so that the client, which runs under the
-// race detector in CI, costs little beside the daemon. Its cost, about
-// 2.5 GB sent per variant over loopback: measured with -race, 15 s of the
-// daemon's CPU and 15 s of this process's for v1 and for Envoy v3, 6 s and
-// 9 s for v1 inline, 13 s and 8 s for 64-byte keys; about 60 s on two
-// idle cores in all.
+// The client is internal/testkit/keyflood's floodclient, built without
+// the race detector, its requests encoded by hand into reused buffers
+// (one of each checked here against the generated types), so that it
+// costs little beside the daemon: about 2.5 GB sent per variant over
+// loopback; at a load of 21, the daemon's CPU 12 s for v1 and for Envoy
+// v3, 4 s for v1 inline and 9 s for 64-byte keys, the client's a fifth of
+// it (under the race detector, in the test's process, it was as much as
+// the daemon's). The variants run one after another, before the
+// package's parallel tests (some of whose samples, such as README's
+// denial, need a daemon that answers within a tenth of a second).
 func TestKeyFlood(t *testing.T) {
 	inlineLimit, err := proto.Marshal(&rl.Limit{Algorithm: rl.Algorithm_ALGORITHM_FIXED_WINDOW, Requests: 1, Period: durationpb.New(24 * time.Hour), Name: "flood"})
 	if err != nil {
@@ -67,33 +72,33 @@ func TestKeyFlood(t *testing.T) {
 	}
 	variants := []struct {
 		name string
-		req  floodRequest
+		req  keyflood.Request
 		// check decodes one request with the generated types and fails if
 		// it is not what req means to send.
 		check func(t *testing.T, b []byte)
 	}{
-		{"v1", floodRequest{method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", entries: 1, hits: 4000}, func(t *testing.T, b []byte) {
+		{"v1", keyflood.Request{Method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", Entries: 1, Hits: 4000}, func(t *testing.T, b []byte) {
 			var m rl.ShouldRateLimitRequest
 			if err := proto.Unmarshal(b, &m); err != nil || m.Domain != "default" || m.Hits != 4000 || len(m.Descriptors) != 64 ||
 				len(m.Descriptors[0].Entries) != 1 || m.Descriptors[0].Entries[0].Key != "path" || len(m.Descriptors[0].Entries[0].Value) != 1024 {
 				t.Fatalf("v1 request decodes as %v, %v", &m, err)
 			}
 		}},
-		{"v1 inline", floodRequest{method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", entries: 16, limit: inlineLimit}, func(t *testing.T, b []byte) {
+		{"v1 inline", keyflood.Request{Method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", Entries: 16, Limit: inlineLimit}, func(t *testing.T, b []byte) {
 			var m rl.ShouldRateLimitRequest
 			if err := proto.Unmarshal(b, &m); err != nil || len(m.Descriptors) != 64 || len(m.Descriptors[63].Entries) != 16 ||
 				len(m.Descriptors[63].Entries[15].Key) != 256 || len(m.Descriptors[63].Entries[15].Value) != 1024 || m.Descriptors[63].Limit.GetRequests() != 1 {
 				t.Fatalf("v1 inline request decodes as %v, %v", &m, err)
 			}
 		}},
-		{"Envoy v3", floodRequest{method: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", entries: 1, hits: 4000}, func(t *testing.T, b []byte) {
+		{"Envoy v3", keyflood.Request{Method: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", Entries: 1, Hits: 4000}, func(t *testing.T, b []byte) {
 			var m rlsv3.RateLimitRequest
 			if err := proto.Unmarshal(b, &m); err != nil || m.Domain != "default" || m.HitsAddend != 4000 || len(m.Descriptors) != 64 ||
 				len(m.Descriptors[0].Entries) != 1 || len(m.Descriptors[0].Entries[0].Value) != 1024 {
 				t.Fatalf("Envoy v3 request decodes as %v, %v", &m, err)
 			}
 		}},
-		{"v1 64-byte keys", floodRequest{method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", entries: 1, hits: 4000, valueLen: 22}, func(t *testing.T, b []byte) {
+		{"v1 64-byte keys", keyflood.Request{Method: "/ratelimit.v1.RateLimitService/ShouldRateLimit", Entries: 1, Hits: 4000, ValueLen: 22}, func(t *testing.T, b []byte) {
 			var m rl.ShouldRateLimitRequest
 			if err := proto.Unmarshal(b, &m); err != nil || len(m.Descriptors) != 64 || len(m.Descriptors[0].Entries[0].Value) != 22 {
 				t.Fatalf("v1 request decodes as %v, %v", &m, err)
@@ -102,29 +107,19 @@ func TestKeyFlood(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			if v.req.valueLen == 0 {
-				v.req.valueLen = 1024
+			if v.req.ValueLen == 0 {
+				v.req.ValueLen = keyflood.MaxValueLen
 			}
-			v.check(t, v.req.encode(nil, nil, 0))
+			v.check(t, v.req.Encode(nil, nil, 0))
 			p := startProcess(t)
 			rss := watchRSS(t, p.cmd.Process.Pid)
-			conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
 			start := time.Now()
-			if err := flood(ctx, conn, v.req, rss); err != nil {
-				t.Fatalf("flood: %v (after %v, peak RSS %d MiB)", err, time.Since(start).Round(time.Millisecond), rss.peak()>>20)
-			}
+			client := flood(t, p, v.req, rss)
 			during := rss.peak()
 			time.Sleep(2 * time.Second)
 			after := rss.now()
-			t.Logf("%d values in %v (daemon CPU %v, this process's %v): peak RSS %d MiB during, %d MiB 2s after",
-				floodValues, time.Since(start).Round(time.Millisecond), processCPU(t, p.cmd.Process.Pid), processCPU(t, os.Getpid()), during>>20, after>>20)
+			t.Logf("%d values in %v (daemon CPU %v, the client's %v): peak RSS %d MiB during, %d MiB 2s after",
+				floodValues, time.Since(start).Round(time.Millisecond), processCPU(t, p.cmd.Process.Pid), client.Round(10*time.Millisecond), during>>20, after>>20)
 			if peak := rss.peak(); peak > floodRSSBound {
 				t.Errorf("RSS peaked at %d MiB, over the %d MiB bound", peak>>20, floodRSSBound>>20)
 			}
@@ -134,158 +129,52 @@ func TestKeyFlood(t *testing.T) {
 			if m["ratelimitd_bucket_bytes"] > m["ratelimitd_bucket_bytes_max"] {
 				t.Errorf("store holds %v bytes, over its bound of %v", m["ratelimitd_bucket_bytes"], m["ratelimitd_bucket_bytes_max"])
 			}
-			if v.req.entries == 1 && m["ratelimitd_bucket_evictions_total"] == 0 {
-				t.Error("2,000,000 busy buckets and no eviction: the store is unbounded")
+			if v.req.Entries == 1 && m["ratelimitd_bucket_evictions_total"] == 0 {
+				t.Errorf("%d busy buckets and no eviction: the store is unbounded", floodValues)
 			}
 		})
 	}
 }
 
-// floodPerRequest is how many descriptors a flood request carries.
-const floodPerRequest = 64
-
-// floodRequest encodes flood requests. The two APIs' requests share their
-// field numbers: domain 1, descriptors 2 (entries 1 (key 1, value 2)), and
-// the request's hits (hits_addend) 3; a v1 descriptor's limit is its
-// field 3.
-type floodRequest struct {
-	method  string
-	entries int    // values per descriptor
-	hits    uint32 // the request's hits, when not 0
-	limit   []byte // each descriptor's encoded v1 limit, when not nil
-	// valueLen is the length of a value (0: 1024), up to 1024.
-	valueLen int
-}
-
-// encode appends to b the request whose values are numbered from first,
-// using scratch for the descriptors, and returns it.
-func (r floodRequest) encode(b, scratch []byte, first int64) []byte {
-	var value [1024]byte
-	for i := range value {
-		value[i] = 'a' + byte(i%26)
+// flood runs floodclient (not under the race detector) against p with
+// the flood r describes, 4 requests in flight, and returns its CPU time.
+// It kills the client, and fails, when the daemon's RSS passes four times
+// the bound, to spare the machine.
+func flood(t *testing.T, p *process, r keyflood.Request, rss *rssWatch) time.Duration {
+	t.Helper()
+	bin, err := floodClient()
+	if err != nil {
+		t.Fatal(err)
 	}
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, "default")
-	if r.hits != 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(r.hits))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-addr", p.grpc, "-method", r.Method, "-values", strconv.Itoa(floodValues),
+		"-entries", strconv.Itoa(r.Entries), "-hits", strconv.FormatUint(uint64(r.Hits), 10),
+		"-value-len", strconv.Itoa(r.ValueLen), "-limit", hex.EncodeToString(r.Limit))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	n := first
-	for range floodPerRequest {
-		d := scratch[:0]
-		for e := range r.entries {
-			key := "path"
-			if r.entries > 1 {
-				key = floodKeys[e]
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("floodclient: %v (peak RSS %d MiB)\n%s", err, rss.peak()>>20, stderr.Bytes())
 			}
-			strconv.AppendInt(value[:0], n, 10) // the number, then filler
-			n++
-			d = protowire.AppendTag(d, 1, protowire.BytesType)
-			d = protowire.AppendVarint(d, uint64(protowire.SizeTag(1)+protowire.SizeBytes(len(key))+protowire.SizeTag(2)+protowire.SizeBytes(r.valueLen)))
-			d = protowire.AppendTag(d, 1, protowire.BytesType)
-			d = protowire.AppendString(d, key)
-			d = protowire.AppendTag(d, 2, protowire.BytesType)
-			d = protowire.AppendBytes(d, value[:r.valueLen])
-		}
-		if r.limit != nil {
-			d = protowire.AppendTag(d, 3, protowire.BytesType)
-			d = protowire.AppendBytes(d, r.limit)
-		}
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, d)
-		scratch = d
-	}
-	return b
-}
-
-// floodKeys are the entry keys of the v1 inline flood: 256 bytes each.
-var floodKeys = func() []string {
-	keys := make([]string, 16)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%0256d", i)
-	}
-	return keys
-}()
-
-// flood sends floodValues distinct values in requests r encodes,
-// from 4 goroutines; every request must be admitted (every bucket is new).
-// It stops early when the daemon's RSS passes four times the bound, to
-// spare the machine.
-func flood(ctx context.Context, conn *grpc.ClientConn, r floodRequest, rss *rssWatch) error {
-	const senders = 4
-	requests := floodValues / r.entries / floodPerRequest
-	var next atomic.Int64
-	errs := make(chan error, senders)
-	for range senders {
-		go func() {
-			var req, scratch []byte
-			var resp rawMessage
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(requests) {
-					errs <- nil
-					return
-				}
-				if rss.peak() > 4*floodRSSBound {
-					errs <- fmt.Errorf("RSS %d MiB: stopped", rss.peak()>>20)
-					return
-				}
-				req = r.encode(req[:0], scratch, i*int64(floodPerRequest*r.entries))
-				msg := rawMessage(req)
-				if err := conn.Invoke(ctx, r.method, &msg, &resp, grpc.ForceCodec(rawCodec{})); err != nil {
-					errs <- fmt.Errorf("request %d: %w", i, err)
-					return
-				}
-				// overall_code is field 1 in both APIs; 1 is OK in both.
-				if code, err := varintField(resp, 1); err != nil || code != 1 {
-					errs <- fmt.Errorf("request %d: overall code %d (%v), want OK: every bucket is new", i, code, err)
-					return
-				}
+			return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		case <-tick.C:
+			if rss.peak() > 4*floodRSSBound {
+				cmd.Process.Kill()
+				<-exited
+				t.Fatalf("RSS %d MiB: flood stopped", rss.peak()>>20)
 			}
-		}()
-	}
-	var first error
-	for range senders {
-		if err := <-errs; err != nil && first == nil {
-			first = err
 		}
 	}
-	return first
-}
-
-// rawMessage is an encoded protobuf message, sent and received as it is.
-type rawMessage []byte
-
-// rawCodec passes rawMessages through gRPC unchanged.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*rawMessage), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*v.(*rawMessage) = append((*v.(*rawMessage))[:0], data...)
-	return nil
-}
-func (rawCodec) Name() string { return "proto" }
-
-// varintField returns the varint field num of the encoded message b (0
-// when absent, as proto3 leaves a zero value out).
-func varintField(b []byte, num protowire.Number) (uint64, error) {
-	for len(b) > 0 {
-		n, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return 0, protowire.ParseError(l)
-		}
-		b = b[l:]
-		if n == num && typ == protowire.VarintType {
-			v, l := protowire.ConsumeVarint(b)
-			return v, protowire.ParseError(min(l, 0))
-		}
-		l = protowire.ConsumeFieldValue(n, typ, b)
-		if l < 0 {
-			return 0, protowire.ParseError(l)
-		}
-		b = b[l:]
-	}
-	return 0, nil
 }
 
 // rssWatch samples a process's VmRSS every 50 ms until the test ends.

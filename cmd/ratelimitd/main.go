@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,11 +52,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return bench(args[1:], stdout, stderr)
 		}
 	}
-
 	if err := refuseSecretArgs(args); err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
 		return 2
 	}
+	cfg, code, ok := serveConfig(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	return serve(cfg, stderr)
+}
+
+// serveFlags are the daemon's flags: those daemon.Config holds as they
+// are parsed, in cfg, and the others, which serveFlags.config turns into
+// cfg's fields.
+type serveFlags struct {
+	cfg       daemon.Config
+	bounds    engine.Bounds
+	maxMemory byteSize
+	console   *bool
+	surface   *surfaceFlags
+	redis     *redisFlags
+	xds       *xdsFlags
+	logLevel  *string
+	logFormat *string
+	version   *bool
+}
+
+// newServeFlags returns the daemon's flag set, with its --help, and the
+// flags it parses into.
+func newServeFlags(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -71,30 +97,62 @@ Flags, by topic (docs/operations.md has the manual):
 `)
 		printGroupedFlags(stderr, fs, flagGroups)
 	}
-	var cfg daemon.Config
-	b := engine.DefaultBounds
+	f := &serveFlags{bounds: engine.DefaultBounds}
+	cfg := &f.cfg
 	fs.StringVar(&cfg.ConfigPath, "config", "", "policy `path`: a YAML file or a directory of *.yaml (default: the embedded policy); reloaded when it changes and on SIGHUP")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("RATELIMITD_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen `address`; 0.0.0.0:8081 or :8081 for every interface ($RATELIMITD_GRPC_ADDR, when set, is the default: the container image sets :8081)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("RATELIMITD_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen `address` (/healthz, /readyz, the decision APIs as JSON: docs/http.md; and, without --admin-addr, /metrics, /policies, /console, /debug/pprof/ with --pprof); 0.0.0.0:8080 or :8080 for every interface ($RATELIMITD_HTTP_ADDR, when set, is the default: the container image sets :8080)")
-	surface := addSurfaceFlags(fs, &cfg)
-	maxMemory := byteSize(memory.DefaultMaxBytes)
-	fs.Var(&maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (a number with KiB, MiB, GiB, or KB, MB, GB); shared fairly between domains: past it, idle buckets are reclaimed, then buckets of domains holding more than their share (the bound over the domains holding buckets) evicted, never another domain's within its share. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
-	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory, shared between domains as it is")
-	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
-	fs.StringVar(&cfg.StateFile, "state-file", "", "keep the memory store's buckets across restarts in this `file`: loaded before serving, written every --snapshot-interval and on SIGTERM/SIGINT (default: off; give a path on a volume that outlives the process, one file per daemon)")
-	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", daemon.DefaultSnapshotInterval, "how often the buckets are written to --state-file; a crash loses at most the charges of about this long")
+	f.surface = addSurfaceFlags(fs, cfg)
+	f.addMemoryFlags(fs)
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may finish on SIGTERM/SIGINT")
 	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long to go on deciding with health NOT_SERVING before refusing new calls")
-	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
-	console := fs.Bool("console", true, "serve the web console at /console on --admin-addr, or --http-addr without it (--console=false to disable)")
-	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
-	fs.IntVar(&cfg.MaxDetailedSeries, "max-detailed-series", metrics.DefaultMaxDetailedSeries, "most metric series of one detailed_metric rule; the hits of further values count on its descriptor=\"_overflow_\" series")
+	f.addObserveFlags(fs)
 	addPolicyBoundFlags(fs, &cfg.PolicyBounds)
-	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --admin-addr, or --http-addr without it (never /debug/pprof/cmdline); only where operators alone reach that address")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate `file` for the gRPC port (with --tls-key: serve TLS); reloaded when it changes")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key `file` of --tls-cert; reloaded when it changes")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA certificates `file`: require client certificates signed by them (mutual TLS); reloaded when it changes")
 	fs.StringVar(&cfg.AuthzPolicy, "authz-policy", "", "authorization policy `file` (docs/authz.md): which callers, by client certificate or bearer token, may check, charge or refund in which domains; reloaded with its token files when they change and on SIGHUP (default: none, any caller may call every domain)")
+	f.addDecisionFlags(fs)
+	f.redis = addRedisFlags(fs, cfg)
+	f.xds = addXDSFlags(fs, cfg)
+	addTracingFlags(fs, &cfg.Tracing)
+	fs.BoolVar(&cfg.HealthcheckNeedsPolicy, "healthcheck-needs-policy", false, "GET /healthcheck (envoyproxy/ratelimit's probe) fails until a policy is in force, not only while the daemon starts or stops")
+	f.logLevel = fs.String("log-level", "info", "least `level` logged: debug, info, warn or error")
+	f.logFormat = fs.String("log-format", "text", "log `format`: text or json")
+	fs.Bool("upstream-env", false, "read envoyproxy/ratelimit's environment variables (as when started as ratelimit; docs/envoy-gateway.md); flags win over them")
+	f.version = fs.Bool("version", false, "print the version, commit and commit time of this build, and exit")
+	return fs, f
+}
+
+// addMemoryFlags adds the flags of the memory store: its bounds, sweeps
+// and state file.
+func (f *serveFlags) addMemoryFlags(fs *flag.FlagSet) {
+	cfg := &f.cfg
+	f.maxMemory = byteSize(memory.DefaultMaxBytes)
+	fs.Var(&f.maxMemory, "max-memory", "most `bytes` of bucket state held in memory, keys included (a number with KiB, MiB, GiB, or KB, MB, GB); shared fairly between domains: past it, idle buckets are reclaimed, then buckets of domains holding more than their share (the bound over the domains holding buckets) evicted, never another domain's within its share. Unless $GOMEMLIMIT is set, Go's soft memory limit is set to this plus 192MiB (see docs/operations.md)")
+	fs.IntVar(&cfg.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most buckets held in memory, a second bound beside --max-memory, shared between domains as it is")
+	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", 10*time.Second, "how often buckets back at rest are reclaimed")
+	fs.StringVar(&cfg.StateFile, "state-file", "", "keep the memory store's buckets across restarts in this `file`: loaded before serving, written every --snapshot-interval and on SIGTERM/SIGINT (default: off; give a path on a volume that outlives the process, one file per daemon)")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", daemon.DefaultSnapshotInterval, "how often the buckets are written to --state-file; a crash loses at most the charges of about this long")
+}
+
+// addObserveFlags adds the flags of metrics, the console and profiles.
+func (f *serveFlags) addObserveFlags(fs *flag.FlagSet) {
+	cfg := &f.cfg
+	fs.Float64Var(&cfg.NearLimitRatio, "near-limit-ratio", metrics.DefaultNearLimitRatio, "hits beyond this fraction of a limit's capacity count as near_limit in metrics, in (0, 1]")
+	f.console = fs.Bool("console", true, "serve the web console at /console on --admin-addr, or --http-addr without it (--console=false to disable)")
+	fs.Var(&cfg.ConsoleValues, "console-values", "how the console's most-denied list keeps descriptor `values`: plain, hash (a keyed hash that tells values apart without showing them) or hide (default plain)")
+	fs.IntVar(&cfg.MaxDetailedSeries, "max-detailed-series", metrics.DefaultMaxDetailedSeries, "most metric series of one detailed_metric rule; the hits of further values count on its descriptor=\"_overflow_\" series")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on --admin-addr, or --http-addr without it (never /debug/pprof/cmdline); only where operators alone reach that address")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve the metrics on this listen `address` (as envoyproxy/ratelimit's PROMETHEUS_ADDR), besides --http-addr's /metrics")
+	fs.StringVar(&cfg.MetricsPath, "metrics-path", "/metrics", "`path` of the metrics on --metrics-addr")
+	fs.BoolVar(&cfg.UpstreamMetricNames, "upstream-metric-names", false, "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_total_hits{domain,key1,key2}, ...), which its dashboards read (docs/envoy-gateway.md)")
+}
+
+// addDecisionFlags adds the flags of how requests are decided and
+// answered: their bounds, shadow mode, overdraft, quotas and responses.
+func (f *serveFlags) addDecisionFlags(fs *flag.FlagSet) {
+	cfg, b := &f.cfg, &f.bounds
 	fs.IntVar(&b.MaxDescriptors, "max-descriptors", b.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&b.MaxEntries, "max-entries", b.MaxEntries, "most entries in one descriptor")
 	fs.IntVar(&b.MaxKeyBytes, "max-key-bytes", b.MaxKeyBytes, "longest domain or entry key, in bytes")
@@ -104,17 +162,14 @@ Flags, by topic (docs/operations.md has the manual):
 	fs.IntVar(&cfg.QuotaDaemons, "quota-daemons", 1, "how many daemons without a shared Redis serve quota (RLQS) streams for the same limits: each hands out shares of limit / N; daemons on one Redis share by demand instead (docs/quota.md)")
 	fs.BoolVar(&cfg.ResponseDynamicMetadata, "response-dynamic-metadata", false, "Envoy v3 responses carry dynamic_metadata: upstream's fields (domain, descriptors, hitsAddend, the merged metadata of the descriptors that passed), each descriptor's answer, and the quota scopes with room (docs/envoy.md)")
 	fs.Var(&cfg.ResponseHeaders, "response-headers", "`style` of the headers in Envoy v3 responses: off (default), legacy (RateLimit-Limit/-Remaining/-Reset, as envoyproxy/ratelimit; a bare flag means this) or draft (RateLimit-Policy and RateLimit); Retry-After with both")
-	redisFlags := addRedisFlags(fs, &cfg)
-	xdsFlags := addXDSFlags(fs, &cfg)
-	addTracingFlags(fs, &cfg.Tracing)
-	fs.BoolVar(&cfg.HealthcheckNeedsPolicy, "healthcheck-needs-policy", false, "GET /healthcheck (envoyproxy/ratelimit's probe) fails until a policy is in force, not only while the daemon starts or stops")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve the metrics on this listen `address` (as envoyproxy/ratelimit's PROMETHEUS_ADDR), besides --http-addr's /metrics")
-	fs.StringVar(&cfg.MetricsPath, "metrics-path", "/metrics", "`path` of the metrics on --metrics-addr")
-	fs.BoolVar(&cfg.UpstreamMetricNames, "upstream-metric-names", false, "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_total_hits{domain,key1,key2}, ...), which its dashboards read (docs/envoy-gateway.md)")
-	logLevel := fs.String("log-level", "info", "least `level` logged: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log `format`: text or json")
-	fs.Bool("upstream-env", false, "read envoyproxy/ratelimit's environment variables (as when started as ratelimit; docs/envoy-gateway.md); flags win over them")
-	version := fs.Bool("version", false, "print the version, commit and commit time of this build, and exit")
+}
+
+// serveConfig parses the daemon's flags (and envoyproxy/ratelimit's
+// environment, when asked for) into the daemon's configuration. When it
+// returns !ok, the process exits with code: 0 after --help or --version,
+// 2 after a usage error, said on stderr.
+func serveConfig(args []string, stdout, stderr io.Writer) (cfg daemon.Config, code int, ok bool) {
+	fs, f := newServeFlags(stderr)
 	var (
 		upstream    upstreamenv.Translation
 		upstreamErr error
@@ -127,79 +182,87 @@ Flags, by topic (docs/operations.md has the manual):
 		args, ignoredArgs = upstreamArgs(fs, args)
 	}
 	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
+		return cfg, code, false
 	}
-	if *version {
+	if *f.version {
 		fmt.Fprintln(stdout, buildinfo.Read())
-		return 0
+		return cfg, 0, false
 	}
 	if upstreamErr == nil {
 		upstreamErr = missingPolicyDir(fs, upstream)
 	}
-	if upstreamErr != nil { // reported once --help and --version are answered
-		fmt.Fprintf(stderr, "ratelimitd: %v\n", upstreamErr)
-		return 2
+	err := upstreamErr // reported once --help and --version are answered
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "ratelimitd: unexpected argument %q (see --help)\n", fs.Arg(0))
-		return 2
+	if err == nil {
+		err = f.config(upstream, stderr)
 	}
-	cfg.Bounds = b
-	cfg.NoConsole = !*console
-	if cfg.MaxDetailedSeries < 1 { // the daemon would read 0 as "the default"
-		fmt.Fprintf(stderr, "ratelimitd: --max-detailed-series %d: want at least 1\n", cfg.MaxDetailedSeries)
-		return 2
-	}
-	if err := checkPolicyBounds(cfg.PolicyBounds); err != nil { // a zero limit would be read as "the default"
-		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
-		return 2
-	}
-	if cfg.NearLimitRatio == 0 { // the daemon would read 0 as "the default"
-		fmt.Fprintln(stderr, "ratelimitd: --near-limit-ratio 0: want a number in (0, 1]")
-		return 2
-	}
-	if cfg.SnapshotInterval <= 0 { // the daemon would read 0 as "the default"
-		fmt.Fprintf(stderr, "ratelimitd: --snapshot-interval %v: want a positive duration\n", cfg.SnapshotInterval)
-		return 2
-	}
-	if err := surface.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
-		return 2
-	}
-	redisFlags.fallbackPassword = upstream.RedisPassword
-	redisFlags.fallbackSentinelPassword = upstream.RedisSentinelPassword
-	if err := redisFlags.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
-		return 2
-	}
-	cfg.MaxMemory = int64(maxMemory)
-	if cfg.Store == "memory" && os.Getenv("GOMEMLIMIT") == "" {
-		// Go's garbage collector then collects harder as the process nears
-		// the bound and the headroom above it (the transport, the runtime),
-		// instead of letting the heap grow to twice what is live.
-		debug.SetMemoryLimit(cfg.MaxMemory + memoryHeadroom)
-	}
-	if err := xdsFlags.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
-		return 2
-	}
-	logger, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
-		return 2
+		return cfg, 2, false
 	}
-	if err := cfg.Check(); err != nil { // flags that contradict each other: a usage error, before any log line
-		fmt.Fprintf(stderr, "ratelimitd: %v\n", err)
-		return 2
-	}
-	cfg.Logger = logger
+	cfg = f.cfg
 	for _, w := range upstream.Warnings {
 		cfg.Logger.Warn("envoyproxy/ratelimit setting ignored: " + w)
 	}
 	if len(ignoredArgs) > 0 {
 		cfg.Logger.Warn(ignoredArgsWarning(ignoredArgs))
 	}
+	return cfg, 0, true
+}
 
+// config sets f.cfg's fields that the flags do not set as they are parsed
+// (upstream's Redis passwords the fallback of the flags', the logger
+// writing to logs), and says which flag is out of range (the daemon would
+// read a zero as "the default") or contradicts another (daemon.Config.Check).
+// It sets Go's soft memory limit from --max-memory, for the memory store,
+// unless $GOMEMLIMIT is set.
+func (f *serveFlags) config(upstream upstreamenv.Translation, logs io.Writer) error {
+	cfg := &f.cfg
+	cfg.Bounds = f.bounds
+	cfg.NoConsole = !*f.console
+	if cfg.MaxDetailedSeries < 1 {
+		return fmt.Errorf("--max-detailed-series %d: want at least 1", cfg.MaxDetailedSeries)
+	}
+	if err := checkPolicyBounds(cfg.PolicyBounds); err != nil {
+		return err
+	}
+	if cfg.NearLimitRatio == 0 {
+		return errors.New("--near-limit-ratio 0: want a number in (0, 1]")
+	}
+	if cfg.SnapshotInterval <= 0 {
+		return fmt.Errorf("--snapshot-interval %v: want a positive duration", cfg.SnapshotInterval)
+	}
+	if err := f.surface.apply(cfg); err != nil {
+		return err
+	}
+	f.redis.fallbackPassword = upstream.RedisPassword
+	f.redis.fallbackSentinelPassword = upstream.RedisSentinelPassword
+	if err := f.redis.apply(cfg); err != nil {
+		return err
+	}
+	cfg.MaxMemory = int64(f.maxMemory)
+	if cfg.Store == "memory" && os.Getenv("GOMEMLIMIT") == "" {
+		// Go's garbage collector then collects harder as the process nears
+		// the bound and the headroom above it (the transport, the runtime),
+		// instead of letting the heap grow to twice what is live.
+		debug.SetMemoryLimit(cfg.MaxMemory + memoryHeadroom)
+	}
+	if err := f.xds.apply(cfg); err != nil {
+		return err
+	}
+	logger, err := newLogger(logs, *f.logLevel, *f.logFormat)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger
+	return cfg.Check() // before any log line
+}
+
+// serve runs the daemon until SIGTERM or SIGINT (then drains it and
+// returns 0) or until it fails (1); SIGHUP reloads its policies.
+func serve(cfg daemon.Config, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1)

@@ -26,26 +26,39 @@ import (
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
-// binary builds ratelimitd once into a temporary directory.
-var binary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "ratelimitd-test-")
+// buildDir holds the programs the tests build, removed by TestMain.
+var buildDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "ratelimitd-test-") })
+
+// build builds the package pkg (without the race detector, whatever the
+// tests run under) into buildDir as name, and returns its path.
+func build(name, pkg string) (string, error) {
+	dir, err := buildDir()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "ratelimitd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	bin := filepath.Join(dir, name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
-		return "", errors.New("go build: " + err.Error() + "\n" + string(out))
+		return "", errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(out))
 	}
 	return bin, nil
+}
+
+// binary builds ratelimitd once.
+var binary = sync.OnceValues(func() (string, error) { return build("ratelimitd", ".") })
+
+// floodClient builds internal/testkit/keyflood's floodclient once.
+var floodClient = sync.OnceValues(func() (string, error) {
+	return build("floodclient", "github.com/ratelimitd/ratelimitd/internal/testkit/keyflood/floodclient")
 })
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bin, err := binary(); err == nil {
-		os.RemoveAll(filepath.Dir(bin))
+	if dir, err := buildDir(); err == nil {
+		os.RemoveAll(dir)
 	}
 	os.Exit(code)
 }
@@ -218,13 +231,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.logs.String(), `msg="policy reloaded"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload logged after SIGHUP:\n%s", p.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "a reload logged after SIGHUP", func() bool { return strings.Contains(p.logs.String(), `msg="policy reloaded"`) })
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -326,13 +333,7 @@ func TestSecondSignalCutsDrainShort(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.logs.String(), "draining") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no drain logged after SIGTERM:\n%s", p.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "a drain logged after SIGTERM", func() bool { return strings.Contains(p.logs.String(), "draining") })
 	select {
 	case <-p.exited:
 		t.Fatal("exited during the hour of --shutdown-delay after one signal")

@@ -64,6 +64,38 @@ func addRedisFlags(fs *flag.FlagSet, cfg *daemon.Config) *redisFlags {
 
 // apply fills cfg.Redis from the flags that need work.
 func (f *redisFlags) apply(cfg *daemon.Config) error {
+	if err := f.applyLayout(cfg); err != nil {
+		return err
+	}
+	if cfg.Store != "redis" {
+		return nil
+	}
+	if cfg.RedisGuard.BreakerFailures < 1 {
+		return errors.New("--redis-breaker-failures: must be at least 1")
+	}
+	if cfg.RedisGuard.BreakerCooloff <= 0 {
+		return errors.New("--redis-breaker-cooloff: must be positive")
+	}
+	if err := f.applyPasswords(cfg); err != nil {
+		return err
+	}
+	if err := f.applyTopology(cfg); err != nil {
+		return err
+	}
+	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" {
+		c, err := daemon.RedisTLS(f.tlsCA, f.tlsCert, f.tlsKey)
+		if err != nil {
+			return err
+		}
+		cfg.Redis.TLS = c
+	}
+	return nil
+}
+
+// applyLayout applies --redis-key-layout: upstream's keeps fixed windows'
+// counters as envoyproxy/ratelimit does, with no key prefix unless
+// --redis-key-prefix is given.
+func (f *redisFlags) applyLayout(cfg *daemon.Config) error {
 	switch f.layout {
 	case "ratelimitd":
 	case "upstream":
@@ -79,15 +111,12 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 	default:
 		return fmt.Errorf("--redis-key-layout: %q is neither ratelimitd nor upstream", f.layout)
 	}
-	if cfg.Store != "redis" {
-		return nil
-	}
-	if cfg.RedisGuard.BreakerFailures < 1 {
-		return errors.New("--redis-breaker-failures: must be at least 1")
-	}
-	if cfg.RedisGuard.BreakerCooloff <= 0 {
-		return errors.New("--redis-breaker-cooloff: must be positive")
-	}
+	return nil
+}
+
+// applyPasswords reads the Redis and sentinel passwords from their files
+// or environment variables, else takes the fallbacks.
+func (f *redisFlags) applyPasswords(cfg *daemon.Config) error {
 	password, err := secret("redis-password-file", f.passwordFile, "RATELIMITD_REDIS_PASSWORD")
 	if err != nil {
 		return err
@@ -102,6 +131,12 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 	if cfg.Redis.SentinelPassword == "" {
 		cfg.Redis.SentinelPassword = f.fallbackSentinelPassword
 	}
+	return nil
+}
+
+// applyTopology applies --redis-sentinel (--redis-addr then lists the
+// sentinels) or --redis-cluster, never both.
+func (f *redisFlags) applyTopology(cfg *daemon.Config) error {
 	if f.sentinel != "" {
 		if f.cluster != "" {
 			return errors.New("--redis-sentinel and --redis-cluster: choose one")
@@ -119,13 +154,6 @@ func (f *redisFlags) apply(cfg *daemon.Config) error {
 			return errors.New("--redis-cluster: no address")
 		}
 		cfg.Redis.Addr = ""
-	}
-	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" {
-		c, err := daemon.RedisTLS(f.tlsCA, f.tlsCert, f.tlsKey)
-		if err != nil {
-			return err
-		}
-		cfg.Redis.TLS = c
 	}
 	return nil
 }

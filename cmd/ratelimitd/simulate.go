@@ -9,17 +9,87 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/operator/simulate"
 )
 
 // simulateCmd runs `ratelimitd simulate`: traffic against limits on a
 // simulated clock, written as CSV and an SVG chart.
 func simulateCmd(args []string, stdout, stderr io.Writer) int {
+	fs, f := newSimulateFlags(stderr)
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ratelimitd simulate: unexpected argument %q (see --help)\n", fs.Arg(0))
+		return 2
+	}
+	res, err := f.run()
+	if err != nil {
+		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
+		return 2
+	}
+	if err := writeOutput(f.csvPath, stdout, res.WriteCSV); err != nil {
+		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
+		return 1
+	}
+	if f.svgPath != "" {
+		if err := os.WriteFile(f.svgPath, []byte(res.SVG()), 0o644); err != nil {
+			fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
+			return 1
+		}
+	}
+	for _, l := range res.Lanes {
+		fmt.Fprintf(stderr, "%-20s admitted %6d  denied %6d  most admitted within %s: %d\n", l.Name, l.Admitted, l.Denied, f.period, l.MaxAdmittedIn)
+	}
+	return 0
+}
+
+// simulateFlags are simulate's flags: the traffic, in t, and the limits.
+type simulateFlags struct {
+	t         simulate.Traffic
+	algs      string
+	requests  int64
+	period    time.Duration
+	burst     int64
+	times     string
+	bin       time.Duration
+	csvPath   string
+	svgPath   string
+	pattern   string
+	overdraft bool
+}
+
+// newSimulateFlags returns simulate's flag set, with its --help, and the
+// flags it parses into.
+func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs := flag.NewFlagSet("ratelimitd simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `ratelimitd simulate: replay traffic against limits with the daemon's own algorithms.
+		fmt.Fprint(stderr, simulateUsage)
+		fs.PrintDefaults()
+	}
+	f := &simulateFlags{}
+	t := &f.t
+	fs.StringVar(&f.algs, "algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare")
+	fs.Int64Var(&f.requests, "requests", 10, "requests per period")
+	fs.DurationVar(&f.period, "period", time.Minute, "the limit's period")
+	fs.Int64Var(&f.burst, "burst", 0, "capacity of the bucket algorithms (0: --requests)")
+	fs.StringVar(&f.times, "times", "", "for --pattern recorded: arrival `times` from 0, comma-separated durations (1s,1.5s,…)")
+	fs.DurationVar(&f.bin, "bin", 0, "width of one interval of the CSV and chart (0: a hundredth of --duration)")
+	fs.StringVar(&f.csvPath, "csv", "-", "CSV output `file` (- for standard output)")
+	fs.StringVar(&f.svgPath, "svg", "", "SVG chart output `file`")
+	fs.StringVar(&f.pattern, "pattern", string(simulate.Boundary), "traffic: steady, bursts, boundary, poisson or recorded")
+	fs.BoolVar(&f.overdraft, "overdraft", false, "the limits take overdraft charges (a token budget charged after the fact): each request is checked, then charged its whole --cost, into debt if need be")
+	fs.Int64Var(&t.Cost, "cost", 1, "what each request uses (tokens, for a token budget)")
+	fs.DurationVar(&t.Duration, "duration", 2*time.Minute, "how long to simulate")
+	fs.Float64Var(&t.Rate, "rate", 1, "requests a second, for steady and poisson")
+	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
+	fs.DurationVar(&t.Every, "every", 30*time.Second, "time between bursts, for bursts")
+	fs.Uint64Var(&t.Seed, "seed", 1, "random seed, for poisson")
+	return fs, f
+}
+
+const simulateUsage = `ratelimitd simulate: replay traffic against limits with the daemon's own algorithms.
 
 Usage:
   ratelimitd simulate [flags]
@@ -34,84 +104,31 @@ output), and the chart to --svg when given. Prints each algorithm's totals to
 standard error.
 
 Flags:
-`)
-		fs.PrintDefaults()
-	}
-	var (
-		algs      = fs.String("algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare")
-		requests  = fs.Int64("requests", 10, "requests per period")
-		period    = fs.Duration("period", time.Minute, "the limit's period")
-		burst     = fs.Int64("burst", 0, "capacity of the bucket algorithms (0: --requests)")
-		t         simulate.Traffic
-		times     = fs.String("times", "", "for --pattern recorded: arrival `times` from 0, comma-separated durations (1s,1.5s,…)")
-		bin       = fs.Duration("bin", 0, "width of one interval of the CSV and chart (0: a hundredth of --duration)")
-		csvPath   = fs.String("csv", "-", "CSV output `file` (- for standard output)")
-		svgPath   = fs.String("svg", "", "SVG chart output `file`")
-		pattern   = fs.String("pattern", string(simulate.Boundary), "traffic: steady, bursts, boundary, poisson or recorded")
-		overdraft = fs.Bool("overdraft", false, "the limits take overdraft charges (a token budget charged after the fact): each request is checked, then charged its whole --cost, into debt if need be")
-	)
-	fs.Int64Var(&t.Cost, "cost", 1, "what each request uses (tokens, for a token budget)")
-	fs.DurationVar(&t.Duration, "duration", 2*time.Minute, "how long to simulate")
-	fs.Float64Var(&t.Rate, "rate", 1, "requests a second, for steady and poisson")
-	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
-	fs.DurationVar(&t.Every, "every", 30*time.Second, "time between bursts, for bursts")
-	fs.Uint64Var(&t.Seed, "seed", 1, "random seed, for poisson")
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "ratelimitd simulate: unexpected argument %q (see --help)\n", fs.Arg(0))
-		return 2
-	}
-	t.Pattern, t.Period = simulate.Pattern(*pattern), *period
-	if *times != "" {
-		for _, f := range strings.Split(*times, ",") {
-			d, err := time.ParseDuration(strings.TrimSpace(f))
+`
+
+// run simulates the traffic against a lane per algorithm; its error is a
+// usage error, naming the flag when it is one flag's.
+func (f *simulateFlags) run() (*simulate.Result, error) {
+	t := f.t
+	t.Pattern, t.Period = simulate.Pattern(f.pattern), f.period
+	if f.times != "" {
+		for _, s := range strings.Split(f.times, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
 			if err != nil {
-				fmt.Fprintf(stderr, "ratelimitd simulate: --times: %q is not a duration\n", f)
-				return 2
+				return nil, fmt.Errorf("--times: %q is not a duration", s)
 			}
 			t.Times = append(t.Times, d)
 		}
 	}
-	var lanes []simulate.Lane
-	for _, name := range strings.Split(*algs, ",") {
-		alg, err := algorithms.ParseAlgorithm(strings.TrimSpace(name))
-		if err != nil {
-			fmt.Fprintf(stderr, "ratelimitd simulate: --algorithms: %v\n", err)
-			return 2
-		}
-		b := *burst
-		if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
-			b = 0
-		}
-		lane, err := simulate.NewLane(alg, *requests, *period, b)
-		if err != nil {
-			fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
-			return 2
-		}
-		lane.Overdraft = *overdraft
-		lanes = append(lanes, lane)
-	}
-	res, err := simulate.Run(context.Background(), t, lanes, *bin, *period)
+	algs, err := simulate.ParseAlgorithms(f.algs)
 	if err != nil {
-		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
-		return 2
+		return nil, fmt.Errorf("--algorithms: %v", err)
 	}
-	if err := writeOutput(*csvPath, stdout, res.WriteCSV); err != nil {
-		fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
-		return 1
+	lanes, err := simulate.CompareLanes(algs, f.requests, f.period, f.burst, f.overdraft)
+	if err != nil {
+		return nil, err
 	}
-	if *svgPath != "" {
-		if err := os.WriteFile(*svgPath, []byte(res.SVG()), 0o644); err != nil {
-			fmt.Fprintf(stderr, "ratelimitd simulate: %v\n", err)
-			return 1
-		}
-	}
-	for _, l := range res.Lanes {
-		fmt.Fprintf(stderr, "%-20s admitted %6d  denied %6d  most admitted within %s: %d\n", l.Name, l.Admitted, l.Denied, *period, l.MaxAdmittedIn)
-	}
-	return 0
+	return simulate.Run(context.Background(), t, lanes, f.bin, f.period)
 }
 
 // writeOutput writes with write to the file at path, or to stdout for "-".

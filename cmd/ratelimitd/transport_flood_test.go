@@ -60,17 +60,22 @@ const transportRSSBound = memory.DefaultMaxBytes + memoryHeadroom
 // the well-behaved client's 127.0.0.1. Each asserts its bound (RSS under
 // --max-memory + 192 MiB; streams refused; connections closed or paced) and
 // logs the well-behaved client's latency percentiles and errors; the p99
-// is quoted in docs/operations.md, not asserted.
+// is quoted in docs/operations.md, not asserted. The floods run side by
+// side (as many at once as -parallel allows), each against a daemon of
+// its own, before the package's parallel tests; run one alone (-run
+// 'TestTransportFlood/churn$' -parallel 1) for a latency to quote.
 func TestTransportFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods take a minute")
 	}
 	t.Run("none", func(t *testing.T) { // the well-behaved client's latency on this machine, for comparison
+		t.Parallel()
 		_, rss, probe := floodTarget(t)
 		time.Sleep(3 * time.Second)
 		probe.report(t, rss, "no flood")
 	})
 	t.Run("streams", func(t *testing.T) {
+		t.Parallel()
 		p, rss, probe := floodTarget(t)
 		c, err := h2raw.Dial(p.grpc, 5*time.Second)
 		if err != nil {
@@ -109,6 +114,7 @@ func TestTransportFlood(t *testing.T) {
 		}
 	})
 	t.Run("messages", func(t *testing.T) {
+		t.Parallel()
 		p, rss, probe := floodTarget(t)
 		size := daemon.MaxMessageBytes(engine.DefaultBounds)
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -145,6 +151,7 @@ func TestTransportFlood(t *testing.T) {
 		}
 	})
 	t.Run("churn", func(t *testing.T) {
+		t.Parallel()
 		p, rss, probe := floodTarget(t)
 		size := daemon.MaxMessageBytes(engine.DefaultBounds)
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -191,6 +198,7 @@ func TestTransportFlood(t *testing.T) {
 		{"long-lived streams: RLQS", "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas", rlqsReport(t), false},
 	} {
 		t.Run(long.name, func(t *testing.T) {
+			t.Parallel()
 			p, rss, probe := floodTarget(t)
 			const conns, each, sources = 1030, 30, 40
 			var held []*h2raw.Conn
@@ -254,6 +262,7 @@ func TestTransportFlood(t *testing.T) {
 		})
 	}
 	t.Run("connections", func(t *testing.T) {
+		t.Parallel()
 		p, rss, probe := floodTarget(t)
 		var conns []net.Conn
 		defer func() {

@@ -58,6 +58,7 @@ func TestXDSMemory(t *testing.T) {
 		{"100,000 descriptors", flatConfig(100_000), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := xdstest.Start(t, nil)
 			p := startProcess(t, "--xds-server", srv.Addr(), "--xds-node-id", "n")
 			srv.Set("n", "1", tc.c)

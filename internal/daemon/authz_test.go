@@ -21,6 +21,7 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
@@ -299,7 +300,7 @@ func TestAuthzReload(t *testing.T) {
 		"grants: [{domains: [shop], access: charge}]",
 		"grants: [{domains: [shop], access: charge}, {domains: [billing], access: peek}]", 1)
 	tlstest.WriteFile(t, tn.authz, []byte(granting))
-	eventually(t, "the new grant", func() bool {
+	wait.For(t, "the new grant", func() bool {
 		_, err := tn.v1(t, "shop", "", req("billing", peek(user("alice"))))
 		return err == nil
 	})
@@ -308,7 +309,7 @@ func TestAuthzReload(t *testing.T) {
 
 	// A bad policy: rejected, counted, logged; the last good one serves.
 	tlstest.WriteFile(t, tn.authz, []byte(tenantsAuthz+"  - name: shop\n    match: [{dns: x}]\n    grants: [{domains: [x], access: everything}]\n"))
-	eventually(t, "the failed reload", func() bool {
+	wait.For(t, "the failed reload", func() bool {
 		return scrape(t, tn.d)[`ratelimitd_authz_reloads_total{result="failure"}`] == 1
 	})
 	for _, want := range []string{
@@ -330,7 +331,7 @@ func TestAuthzReload(t *testing.T) {
 	tlstest.WriteFile(t, tn.authz, []byte(granting))
 	newToken := "batch-rotated-9876543210zyxw"
 	tlstest.WriteFile(t, filepath.Join(tn.dir, "batch.tokens"), []byte(newToken+"\n"))
-	eventually(t, "the rotated token", func() bool {
+	wait.For(t, "the rotated token", func() bool {
 		_, err := tn.v1(t, "stranger", newToken, req("billing", user("bob")))
 		return err == nil
 	})

@@ -288,17 +288,7 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d.engine = engine.New(d.loadedPolicy().Policy, d.tracedStore(),
-		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
-		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe),
-		engine.WithCounterKeys(cfg.Store == "redis" && cfg.Redis.Counters))
-	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout, recvlimit.WithEnded(d.pacer.Strike))
-	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
-	d.longStreams = d.newLongStreams()
-	d.metrics.Registry().MustRegister(d.limitCollectors()...)
-	d.quota, d.rlqs = d.newQuota()
-	d.grpc = d.grpcServer()
-	d.serversHTTP()
+	d.assemble()
 	// While the state file loads, the HTTP port answers: /readyz and the
 	// health service say NOT_SERVING and decision calls are refused. No
 	// decision is made on a store that has not got its buckets back.
@@ -310,12 +300,35 @@ func Start(cfg Config) (*Daemon, error) {
 		d.setServing(healthpb.HealthCheckResponse_SERVING)
 	}
 	d.serve()
+	d.logServing()
+	return d, nil
+}
+
+// assemble makes what serves on what Start opened: the engine, the bounds
+// on waiting calls and streams, the quota service, the servers.
+func (d *Daemon) assemble() {
+	cfg := &d.cfg
+	d.engine = engine.New(d.loadedPolicy().Policy, d.tracedStore(),
+		engine.WithBounds(cfg.Bounds), engine.WithShadowMode(cfg.ShadowMode),
+		engine.WithOverdraftByDefault(cfg.OverdraftByDefault), engine.WithObserver(d.observe),
+		engine.WithCounterKeys(cfg.Store == "redis" && cfg.Redis.Counters))
+	d.waiting = recvlimit.New(cfg.Limits.MaxWaitingStreams, cfg.Limits.MessageTimeout, recvlimit.WithEnded(d.pacer.Strike))
+	d.bodies = recvlimit.New(cfg.Limits.MaxWaitingBodies, cfg.Limits.MessageTimeout)
+	d.longStreams = d.newLongStreams()
+	d.metrics.Registry().MustRegister(d.limitCollectors()...)
+	d.quota, d.rlqs = d.newQuota()
+	d.grpc = d.grpcServer()
+	d.serversHTTP()
+}
+
+// logServing logs what the daemon serves, where, and how.
+func (d *Daemon) logServing() {
+	cfg := &d.cfg
 	d.log.Info("ratelimitd serving",
 		"grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(), "admin", d.AdminAddr(),
 		"policy", d.policySource(), "domains", len(d.loadedPolicy().Policy.Domains()),
 		"shadow_mode", cfg.ShadowMode, "overdraft_by_default", cfg.OverdraftByDefault, "response_headers", cfg.ResponseHeaders.String(), "response_dynamic_metadata", cfg.ResponseDynamicMetadata,
 		"tls", tlsMode(d.tls), "store", d.store.String(), "traces", d.tracingMode())
-	return d, nil
 }
 
 // topDeniedCapacity is how many descriptors the console's top-denied
@@ -350,6 +363,22 @@ func (cfg Config) Check() error {
 // withDefaults returns cfg with its zero values replaced by the defaults
 // its fields document, or an error naming the first invalid field.
 func (cfg Config) withDefaults() (_ Config, err error) {
+	cfg.setDefaults()
+	if err := cfg.checkSettings(); err != nil {
+		return cfg, err
+	}
+	if cfg.Limits, err = cfg.Limits.withDefaults(); err != nil {
+		return cfg, fmt.Errorf("limits: %w", err)
+	}
+	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
+		return cfg, errors.New("--tls-cert and --tls-key go together, and --tls-client-ca needs them (a client CA alone is not enough)")
+	}
+	return cfg, nil
+}
+
+// setDefaults replaces cfg's zero values by their defaults (but Limits',
+// which Limits.withDefaults checks too).
+func (cfg *Config) setDefaults() {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.NewMonotonic()
 	}
@@ -359,14 +388,8 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	if cfg.Bounds == (engine.Bounds{}) {
 		cfg.Bounds = engine.DefaultBounds
 	}
-	if err := cfg.Bounds.Check(); err != nil {
-		return cfg, fmt.Errorf("request bounds: %w", err)
-	}
 	if cfg.PolicyBounds == (config.PolicyBounds{}) {
 		cfg.PolicyBounds = config.DefaultPolicyBounds
-	}
-	if err := cfg.PolicyBounds.Check(); err != nil {
-		return cfg, err
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
@@ -374,42 +397,47 @@ func (cfg Config) withDefaults() (_ Config, err error) {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
-	if cfg.QuotaDaemons < 0 {
-		return cfg, fmt.Errorf("--quota-daemons %d: want 1 or more", cfg.QuotaDaemons)
-	}
-	if cfg.QuotaDaemons > 1 && cfg.Store == "redis" {
-		return cfg, fmt.Errorf("--quota-daemons %d with --store redis: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
-	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
-	}
-	if err := cfg.checkXDS(); err != nil {
-		return cfg, err
-	}
-	if cfg.StateFile != "" && cfg.Store == "redis" {
-		return cfg, errors.New("--state-file with --store redis: a state file keeps the memory store's buckets; Redis keeps its own")
-	}
-	if cfg.StateFile != "" {
-		if fi, err := os.Stat(filepath.Dir(cfg.StateFile)); err != nil || !fi.IsDir() {
-			return cfg, stateFileError(cfg.StateFile, fs.ErrNotExist)
-		}
 	}
 	if cfg.NearLimitRatio == 0 {
 		cfg.NearLimitRatio = metrics.DefaultNearLimitRatio
 	}
+}
+
+// checkSettings returns the first of cfg's settings (but Limits and TLS)
+// out of range or contradicting another, naming the flags at fault.
+func (cfg *Config) checkSettings() error {
+	if err := cfg.Bounds.Check(); err != nil {
+		return fmt.Errorf("request bounds: %w", err)
+	}
+	if err := cfg.PolicyBounds.Check(); err != nil {
+		return err
+	}
+	if cfg.QuotaDaemons < 0 {
+		return fmt.Errorf("--quota-daemons %d: want 1 or more", cfg.QuotaDaemons)
+	}
+	if cfg.QuotaDaemons > 1 && cfg.Store == "redis" {
+		return fmt.Errorf("--quota-daemons %d with --store redis: daemons on one Redis share quota limits through it, by demand; a static division is for daemons without a shared store", cfg.QuotaDaemons)
+	}
+	if err := cfg.checkXDS(); err != nil {
+		return err
+	}
+	if cfg.StateFile != "" && cfg.Store == "redis" {
+		return errors.New("--state-file with --store redis: a state file keeps the memory store's buckets; Redis keeps its own")
+	}
+	if cfg.StateFile != "" {
+		if fi, err := os.Stat(filepath.Dir(cfg.StateFile)); err != nil || !fi.IsDir() {
+			return stateFileError(cfg.StateFile, fs.ErrNotExist)
+		}
+	}
 	if !(cfg.NearLimitRatio > 0 && cfg.NearLimitRatio <= 1) {
-		return cfg, fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
+		return fmt.Errorf("near-limit ratio %v: want a number in (0, 1]", cfg.NearLimitRatio)
 	}
 	if cfg.AuthzPolicy != "" && cfg.AdminAddr == "" {
-		return cfg, errors.New("--authz-policy without --admin-addr: an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
+		return errors.New("--authz-policy without --admin-addr: an authorization policy covers the decision APIs, not the operator's surface (console, /policies, /metrics, pprof), which shows every tenant's buckets: serve it apart with an admin address (--admin-addr)")
 	}
-	if cfg.Limits, err = cfg.Limits.withDefaults(); err != nil {
-		return cfg, fmt.Errorf("limits: %w", err)
-	}
-	if cfg.TLS != (tlsconfig.Files{}) && (cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
-		return cfg, errors.New("--tls-cert and --tls-key go together, and --tls-client-ca needs them (a client CA alone is not enough)")
-	}
-	return cfg, nil
+	return nil
 }
 
 // watchFiles starts watching the policy files and the TLS files, when

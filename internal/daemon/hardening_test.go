@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/api/grpcdecode/grpcdecodetest"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
@@ -44,7 +45,7 @@ func TestCertificateExpiryWarning(t *testing.T) {
 
 	soon := ca.Server(t, "soon", time.Now().Add(72*time.Hour).Truncate(time.Second))
 	soon.Write(t, dir, "server")
-	eventually(t, "the reload to warn of the certificate expiring soon", func() bool {
+	wait.For(t, "the reload to warn of the certificate expiring soon", func() bool {
 		return strings.Contains(d.Logs(), `level=WARN msg="TLS certificate expires in 7`) // 71h59m or 72h0m
 	})
 	if got := scrape(t, d)[`ratelimitd_tls_certificate_expiry_timestamp_seconds`]; got != float64(soon.Leaf.NotAfter.Unix()) {

@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/h2raw"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const v1Method = "/ratelimit.v1.RateLimitService/ShouldRateLimit"
@@ -154,7 +155,7 @@ func TestWaitingStreamsBounded(t *testing.T) {
 	if m := scrape(t, d); m[`ratelimitd_waiting_requests{port="grpc"}`] != 2 || m[`ratelimitd_waiting_ended_total{port="grpc",reason="evicted"}`] != 1 {
 		t.Errorf("waiting %v, evicted %v; want 2 and 1", m[`ratelimitd_waiting_requests{port="grpc"}`], m[`ratelimitd_waiting_ended_total{port="grpc",reason="evicted"}`])
 	}
-	eventually(t, "the connection paced", func() bool { return scrape(t, d)[`ratelimitd_connections_paced{port="grpc"}`] == 1 })
+	wait.For(t, "the connection paced", func() bool { return scrape(t, d)[`ratelimitd_connections_paced{port="grpc"}`] == 1 })
 	client, _ := dial(t, d)
 	if _, err := client.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
 		t.Fatalf("a call on another connection: %v", err)
@@ -262,7 +263,7 @@ func TestGRPCConnectionsBounded(t *testing.T) {
 	}
 	a, _ := dial(t, d)
 	holdOn(a)
-	eventually(t, "a call held", func() bool { return scrape(t, d)[`ratelimitd_connections_busy{port="grpc"}`] == 1 })
+	wait.For(t, "a call held", func() bool { return scrape(t, d)[`ratelimitd_connections_busy{port="grpc"}`] == 1 })
 
 	b, _ := dial(t, d) // a third connection, with a call to make
 	if _, err := b.ShouldRateLimit(context.Background(), req("default", desc("path", "/orders"))); err != nil {
@@ -272,7 +273,7 @@ func TestGRPCConnectionsBounded(t *testing.T) {
 		t.Fatal("the connection whose call waits for its message is still open")
 	}
 	holdOn(b)
-	eventually(t, "both connections busy", func() bool { return scrape(t, d)[`ratelimitd_connections_busy{port="grpc"}`] == 2 })
+	wait.For(t, "both connections busy", func() bool { return scrape(t, d)[`ratelimitd_connections_busy{port="grpc"}`] == 2 })
 	if !closedByServer(dialTCP(t, d.GRPCAddr())) {
 		t.Fatal("a connection beyond the limit, every one busy, is open")
 	}
@@ -386,7 +387,7 @@ func TestHTTPBodiesBounded(t *testing.T) {
 		return conn
 	}
 	first := partBody()
-	eventually(t, "the first body waiting", func() bool { return scrape(t, d)[`ratelimitd_waiting_requests{port="http"}`] == 1 })
+	wait.For(t, "the first body waiting", func() bool { return scrape(t, d)[`ratelimitd_waiting_requests{port="http"}`] == 1 })
 	second := partBody()
 	if !closedWithin(first, 5*time.Second) { // (well within 10s, the body timeout before --message-timeout)
 		t.Fatal("the body read longest was not cut off")

@@ -17,6 +17,7 @@ import (
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // dialFrom returns a client of d's gRPC port whose connection comes from
@@ -113,7 +114,7 @@ func TestLongStreamsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	quotaStream(t, a1)
-	eventually(t, "two streams held", func() bool { return scrape(t, d)[`ratelimitd_long_streams{port="grpc"}`] == 2 })
+	wait.For(t, "two streams held", func() bool { return scrape(t, d)[`ratelimitd_long_streams{port="grpc"}`] == 2 })
 	_, err = watch(t, ctx, a1)
 	refused("a third long-lived stream on one connection", err, "this connection holds 2")
 	if _, err := watch(t, ctx, a2); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/observe/metrics/metricstest"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
 	"github.com/ratelimitd/ratelimitd/internal/store/memory"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
@@ -52,19 +53,6 @@ func scrape(t *testing.T, d *daemontest.Daemon) map[string]float64 {
 		t.Fatalf("/metrics: %d", code)
 	}
 	return metricstest.Samples(t, strings.NewReader(body))
-}
-
-// eventually polls cond until it holds, and fails the test if it has not
-// after a generous deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func writeFile(t *testing.T, path, data string) {
@@ -289,7 +277,7 @@ func TestHotReload(t *testing.T) {
 			// bucket keeps its state, and the changed rule's keeps what
 			// was used: 3 of its new 20.
 			change(policyV2)
-			eventually(t, "the valid policy to be reloaded", func() bool { return reloads("success") == 1 })
+			wait.For(t, "the valid policy to be reloaded", func() bool { return reloads("success") == 1 })
 			if st := call(peek(desc("kept", "k"))); st.Remaining != 2 {
 				t.Errorf("kept: remaining %d after the reload, want 2 (its bucket kept)", st.Remaining)
 			}
@@ -306,7 +294,7 @@ func TestHotReload(t *testing.T) {
 			// An invalid change: rejected, counted, logged with the reason,
 			// and the previous policy goes on serving.
 			change(policyInvalid)
-			eventually(t, "the invalid policy to be rejected", func() bool { return reloads("failure") == 1 })
+			wait.For(t, "the invalid policy to be rejected", func() bool { return reloads("failure") == 1 })
 			if st := call(peek(desc("added", "k"))); !st.Matched {
 				t.Error("the previous policy is no longer in force after an invalid reload")
 			}
@@ -561,7 +549,7 @@ func TestCertificateReload(t *testing.T) {
 	}
 	second := ca.Server(t, "second", time.Now().Add(2*time.Hour).Truncate(time.Second))
 	second.Write(t, dir, "server")
-	eventually(t, "new connections to get the new certificate", func() bool {
+	wait.For(t, "new connections to get the new certificate", func() bool {
 		name, err := tlsCall(t, d, clientTLS(ca.Pool(), &alice))
 		return err == nil && name == "second"
 	})

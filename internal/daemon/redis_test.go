@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const sharedPolicy = `
@@ -129,7 +130,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 			if r := call(); r.OverallCode != tt.wantCode {
 				t.Errorf("Redis down, failing %v: %v, want %v", tt.mode, r.OverallCode, tt.wantCode)
 			}
-			waitFor(t, func() bool { return redisHealth() == healthpb.HealthCheckResponse_NOT_SERVING })
+			wait.For(t, "gRPC health of redis NOT_SERVING", func() bool { return redisHealth() == healthpb.HealthCheckResponse_NOT_SERVING })
 			if code, body := d.Get(t, "/healthz/redis"); code != http.StatusServiceUnavailable {
 				t.Errorf("/healthz/redis with Redis down: %d %s", code, body)
 			}
@@ -142,7 +143,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 			}
 
 			srv.Restart() // empty: the tenant starts over
-			waitFor(t, func() bool { return redisHealth() == healthpb.HealthCheckResponse_SERVING })
+			wait.For(t, "gRPC health of redis SERVING", func() bool { return redisHealth() == healthpb.HealthCheckResponse_SERVING })
 			if r := call(); r.OverallCode != rl.Code_CODE_OK || r.Statuses[0].Remaining != 24 {
 				t.Errorf("after Redis came back: %v with %d remaining, want OK with 24", r.OverallCode, r.Statuses[0].Remaining)
 			}
@@ -161,17 +162,6 @@ func grep(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // TestShutdownWhileRedisHangs: with a call in flight to a Redis that holds
@@ -200,7 +190,7 @@ func TestShutdownWhileRedisHangs(t *testing.T) {
 		_, err := client.ShouldRateLimit(context.Background(), req("shared", desc("api", "v1")))
 		ended <- err
 	}()
-	waitFor(t, func() bool {
+	wait.For(t, "two Redis requests counted", func() bool {
 		_, body := d.Get(t, "/metrics")
 		return strings.Contains(body, "ratelimitd_redis_requests_total 2")
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // aclUser makes the Redis user ratelimitd have the ACL docs/redis.md
@@ -143,18 +144,18 @@ func TestRedisACLChangedAtRuntime(t *testing.T) {
 			if code != http.StatusServiceUnavailable || !strings.Contains(body, "NOPERM") && !strings.Contains(body, "can't run this command") {
 				t.Errorf("/readyz with Redis refusing SETRANGE: %d %q; want 503 saying why", code, body)
 			}
-			waitFor(t, func() bool {
+			wait.For(t, "the error line saying Redis refuses the daemon", func() bool {
 				return strings.Contains(d.Logs(), "level=ERROR") && strings.Contains(d.Logs(), "refuses the daemon")
 			})
 			// gRPC health says what /readyz says (the daemon looks every second).
-			waitFor(t, func() bool { return health() == healthpb.HealthCheckResponse_NOT_SERVING })
+			wait.For(t, "gRPC health NOT_SERVING", func() bool { return health() == healthpb.HealthCheckResponse_NOT_SERVING })
 
 			if reply, err := srv.Command("ACL", "SETUSER", "ratelimitd", "+setrange"); err != nil || reply != "+OK" {
 				t.Fatal(reply, err)
 			}
 			// The daemon checks every second while Redis refuses it.
-			waitFor(t, func() bool { code, _ := d.Get(t, "/readyz"); return code == http.StatusOK })
-			waitFor(t, func() bool { return health() == healthpb.HealthCheckResponse_SERVING })
+			wait.For(t, "/readyz 200 after the ACL is mended", func() bool { code, _ := d.Get(t, "/readyz"); return code == http.StatusOK })
+			wait.For(t, "gRPC health SERVING after the ACL is mended", func() bool { return health() == healthpb.HealthCheckResponse_SERVING })
 			if got := call(); got != rl.Code_CODE_OK {
 				t.Errorf("after the ACL is mended, the 25th: %v, want OK from Redis (the refused request charged nothing)", got)
 			}

@@ -62,7 +62,9 @@ func TestSentinelFailover(t *testing.T) {
 	sn.Master.Stop()
 	killed := time.Now()
 
-	var switched, recovered time.Time
+	// lastFailed is when the last call decided by the failure mode was
+	// sent: the daemon had not yet charged the new master then.
+	var switched, recovered, lastFailed time.Time
 	failureMode := 0
 	for deadline := killed.Add(30 * time.Second); recovered.IsZero(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -71,6 +73,7 @@ func TestSentinelFailover(t *testing.T) {
 		if switched.IsZero() && sn.MasterAddr(t) != oldMaster {
 			switched = time.Now()
 		}
+		sent := time.Now()
 		r, err := call(1)
 		switch {
 		case err != nil:
@@ -80,6 +83,7 @@ func TestSentinelFailover(t *testing.T) {
 			admitted++
 		default:
 			failureMode++
+			lastFailed = sent
 		}
 	}
 	for switched.IsZero() {
@@ -92,8 +96,11 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	t.Logf("master killed; sentinels switched after %v; the daemon charged the new master %v after that; %d requests decided by the failure mode meanwhile",
 		switched.Sub(killed).Round(time.Millisecond), recovered.Sub(switched).Round(time.Millisecond), failureMode)
-	if lag := recovered.Sub(switched); lag > time.Second+100*time.Millisecond { // +the 20ms polling and a sentinel call
-		t.Errorf("the daemon charged the new master %v after the sentinels named it, want within a second", lag)
+	// Measured from the call's sending, not from its answer or the next
+	// poll: the test's own pauses (redis-cli, a loaded machine) are not
+	// the daemon's lag.
+	if lag := lastFailed.Sub(switched); lag > time.Second {
+		t.Errorf("a call sent %v after the sentinels named the new master was still decided by the failure mode, want the daemon on the new master within a second", lag)
 	}
 	for range 10 {
 		r, err := call(1)

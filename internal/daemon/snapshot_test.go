@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // statePolicy has a token bucket per user (2 at once, then one every
@@ -254,7 +255,7 @@ func TestStateFileWrittenEveryInterval(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "buckets.snap")
 	d := stateDaemon(t, statePolicy, stateFile, func(c *daemon.Config) { c.SnapshotInterval = 20 * time.Millisecond })
 	drainAll(t, d, desc("user", "dave"), desc("api_key", "k2"))
-	eventually(t, "a snapshot of both buckets", func() bool {
+	wait.For(t, "a snapshot of both buckets", func() bool {
 		m := scrape(t, d)
 		return m[`ratelimitd_snapshot_last_write_buckets`] == 2 && m[`ratelimitd_snapshot_writes_total{result="ok"}`] >= 1
 	})

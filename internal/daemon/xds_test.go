@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
 	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const xdsNode = "envoy-ratelimit"
@@ -37,20 +39,16 @@ func startXDS(t *testing.T, srv *xdstest.Server, withoutPolicy bool) *harness {
 	return &harness{d: d, clock: d.Clock, client: rl.NewRateLimitServiceClient(conn), conn: conn}
 }
 
-// waitHTTP polls path until it answers code, for up to 10 s.
+// waitHTTP polls path until it answers code, and returns the body.
 func waitHTTP(t *testing.T, d *daemontest.Daemon, path string, code int) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, body := d.Get(t, path)
-		if got == code {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %q, want %d within 10s", path, got, body, code)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var body string
+	wait.For(t, fmt.Sprintf("GET %s to answer %d", path, code), func() bool {
+		var got int
+		got, body = d.Get(t, path)
+		return got == code
+	})
+	return body
 }
 
 func codes3(t *testing.T, h *harness, user string, n int) []rl.Code {

@@ -317,27 +317,40 @@ func (w *work) release() {
 // charge is a shadow charge (global shadow mode); overdraftByDefault is
 // WithOverdraftByDefault.
 func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefault bool) error {
-	dom := p.Domain(req.Domain)
+	if err := w.match(p.Domain(req.Domain), req); err != nil {
+		return err
+	}
+	denied := false
 	for i := range req.Descriptors {
-		d := &req.Descriptors[i]
-		var rule *config.Rule
-		var limits []*config.Limit
-		switch {
-		case d.Limit != nil:
-			l, err := config.NewInlineLimit(d.Limit.Name, d.Limit.Algorithm, d.Limit.Requests, d.Limit.Period, d.Limit.Burst)
-			if err != nil {
-				return invalid(fmt.Sprintf("descriptors[%d].limit", i), "%v", err)
-			}
-			if dom != nil || !req.InlineNeedsDomain {
-				limits = []*config.Limit{l}
-			}
-		case dom != nil:
-			if rule = dom.Match(d.Entries); rule != nil {
-				limits = rule.Limits
-			}
-			if rule != nil && rule.NoRefunds && d.Op == OpRefund {
-				return &RefusedError{Field: fmt.Sprintf("descriptors[%d]", i), Problem: fmt.Sprintf("asks a refund of rule %s, which takes no refunds (refunds: false in its policy)", rule.StatKey)}
-			}
+		if j := w.sameQuota(req, i); j >= 0 {
+			w.repeatUses(j, i)
+			continue
+		}
+		outright, err := w.useLimits(req, i, shadowAll, overdraftByDefault)
+		if err != nil {
+			return err
+		}
+		denied = denied || outright
+	}
+	if w.quotas > 0 && w.quotasOutright == w.quotas {
+		denied = true // no quota can admit the request
+	}
+	if w.quotaOpen {
+		w.unquota(-1) // the quotas cannot deny the request
+	}
+	w.finishCharges(denied)
+	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
+	return nil
+}
+
+// match finds each descriptor's rule (in dom, nil when the policy has no
+// such domain) and limits, decides its role, and notes the limit names
+// the matched limits replace.
+func (w *work) match(dom *config.Domain, req *Request) error {
+	for i := range req.Descriptors {
+		rule, limits, err := matchDescriptor(dom, req, i)
+		if err != nil {
+			return err
 		}
 		w.rules = append(w.rules, rule)
 		w.roles = append(w.roles, roleOf(rule))
@@ -351,66 +364,95 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 			}
 		}
 	}
+	return nil
+}
 
-	denied := false
-	for i := range req.Descriptors {
-		d := &req.Descriptors[i]
-		cost := costOf(req, d)
-		r := w.roles[i]
-		if j := w.sameQuota(req, i); j >= 0 {
-			w.repeatUses(j, i)
-			continue
+// matchDescriptor returns descriptor i's rule in dom and its limits: the
+// limit it carries (none when the policy has no such domain and
+// req.InlineNeedsDomain), or its rule's. A refund of a rule that takes no
+// refunds is refused.
+func matchDescriptor(dom *config.Domain, req *Request, i int) (*config.Rule, []*config.Limit, error) {
+	d := &req.Descriptors[i]
+	if d.Limit != nil {
+		l, err := config.NewInlineLimit(d.Limit.Name, d.Limit.Algorithm, d.Limit.Requests, d.Limit.Period, d.Limit.Burst)
+		if err != nil {
+			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].limit", i), "%v", err)
 		}
-		shadowCharge := shadowAll || r == shadow
-		// Each quota is a store quota of its own (store.Charge.Quota),
-		// numbered by its descriptor.
-		var quotaID uint32
-		if r == quota && !shadowAll {
-			quotaID = uint32(i) + 1
+		if dom == nil && req.InlineNeedsDomain {
+			return nil, nil, nil
 		}
-		outright, charged := false, false
-		for _, l := range w.limits[i] {
-			u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, d.Overdraft, cost, l, overdraftByDefault), charge: -1, probe: -1}
-			u.replaced = l.Name != "" && w.replaced[l.Name]
-			if u.deniedOutright() && !shadowCharge {
-				if quotaID != 0 {
-					outright = true
-				} else {
-					denied = true
-				}
+		return nil, []*config.Limit{l}, nil
+	}
+	if dom == nil {
+		return nil, nil, nil
+	}
+	rule := dom.Match(d.Entries)
+	if rule == nil {
+		return nil, nil, nil
+	}
+	if rule.NoRefunds && d.Op == OpRefund {
+		return nil, nil, &RefusedError{Field: fmt.Sprintf("descriptors[%d]", i), Problem: fmt.Sprintf("asks a refund of rule %s, which takes no refunds (refunds: false in its policy)", rule.StatKey)}
+	}
+	return rule, rule.Limits, nil
+}
+
+// useLimits adds a use of each of descriptor i's limits and the charges
+// they need, and reports whether a requests_per_unit: 0 limit denies the
+// request outright. A quota's descriptor counts in w.quotas; one denied
+// outright is spent (w.quotasOutright), one with room without a bucket
+// opens them all (w.quotaOpen).
+func (w *work) useLimits(req *Request, i int, shadowAll, overdraftByDefault bool) (denied bool, err error) {
+	d := &req.Descriptors[i]
+	cost := costOf(req, d)
+	r := w.roles[i]
+	shadowCharge := shadowAll || r == shadow
+	// Each quota is a store quota of its own (store.Charge.Quota),
+	// numbered by its descriptor.
+	var quotaID uint32
+	if r == quota && !shadowAll {
+		quotaID = uint32(i) + 1
+	}
+	outright, charged := false, false
+	for _, l := range w.limits[i] {
+		u := use{descriptor: i, limit: l, cost: cost, kind: kindOf(d.Op, d.Overdraft, cost, l, overdraftByDefault), charge: -1, probe: -1}
+		u.replaced = l.Name != "" && w.replaced[l.Name]
+		if u.deniedOutright() && !shadowCharge {
+			if quotaID != 0 {
+				outright = true
+			} else {
+				denied = true
 			}
-			if !u.replaced && !l.Unlimited && !l.DenyAll {
-				c, err := w.charge(req.Domain, d.Entries, w.rules[i], &u, shadowCharge, quotaID)
-				if err != nil {
-					return err
-				}
-				u.charge, charged = c, true
-			}
-			w.uses = append(w.uses, u)
 		}
-		if r == quota {
-			w.quotas++
-		}
-		if quotaID != 0 {
-			switch {
-			case outright:
-				w.quotasOutright++
-				w.unquota(i) // spent whatever its buckets say
-			case !charged:
-				w.quotaOpen = true // room without a bucket
+		if !u.replaced && !l.Unlimited && !l.DenyAll {
+			c, err := w.charge(req.Domain, d.Entries, w.rules[i], &u, shadowCharge, quotaID)
+			if err != nil {
+				return false, err
 			}
+			u.charge, charged = c, true
+		}
+		w.uses = append(w.uses, u)
+	}
+	if r == quota {
+		w.quotas++
+	}
+	if quotaID != 0 {
+		switch {
+		case outright:
+			w.quotasOutright++
+			w.unquota(i) // spent whatever its buckets say
+		case !charged:
+			w.quotaOpen = true // room without a bucket
 		}
 	}
-	if w.quotas > 0 && w.quotasOutright == w.quotas {
-		denied = true // no quota can admit the request
-	}
-	if w.quotaOpen {
-		w.unquota(-1) // the quotas cannot deny the request
-	}
-	// Keys are final only now: appending may have moved w.keys. A request
-	// that a deny-all limit denies outright admits nothing: its other
-	// admissions are only peeked, for their statuses (overdraft charges and
-	// refunds are applied all the same).
+	return denied, nil
+}
+
+// finishCharges sets the charges' keys, final only now (appending may
+// have moved w.keys), their counters, and the probes of buckets named
+// twice. When a deny-all limit denies the request outright (denied), the
+// request admits nothing: its other admissions are only peeked, for their
+// statuses (overdraft charges and refunds are applied all the same).
+func (w *work) finishCharges(denied bool) {
 	start := 0
 	for i := range w.charges {
 		w.charges[i].Key = w.keys[start:w.keyEnds[i]]
@@ -425,8 +467,6 @@ func (w *work) plan(p *config.Policy, req *Request, shadowAll, overdraftByDefaul
 	if w.repeats {
 		w.probeRepeats()
 	}
-	w.decisions = slices.Grow(w.decisions[:0], len(w.charges))[:len(w.charges)]
-	return nil
 }
 
 // probeRepeats decides each descriptor that names a bucket a later
@@ -683,34 +723,8 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 			Shadow:  w.roles[i] == shadow,
 		})
 	}
-	for _, u := range w.uses {
-		st := &resp.Statuses[u.descriptor]
-		var d algorithms.Decision
-		switch {
-		case u.replaced:
-			continue
-		case u.limit.Unlimited:
-			d = algorithms.Decision{Remaining: UnlimitedRemaining}
-		case u.limit.DenyAll:
-			if u.deniedOutright() {
-				d.Code = algorithms.OverCapacity
-			}
-		default:
-			d = w.decision(&u)
-			if u.kind == algorithms.Overdraft && d.Code == algorithms.Denied {
-				st.Overdrew = true // taken in full into debt (see Status.Overdrew)
-			}
-			if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
-				d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
-			}
-		}
-		if st.Limit == nil || moreRestrictive(d, st) {
-			st.Code, st.Limit, st.Kind = d.Code, u.limit, u.kind
-			st.Remaining, st.ResetAfter, st.RetryAfter = d.Remaining, d.ResetAfter, d.RetryAfter
-		}
-		if !st.Shadow && !e.shadow { // a shadow rule observes; it never holds a request back
-			st.Delay = max(st.Delay, d.Delay)
-		}
+	for i := range w.uses {
+		e.applyUse(w, &w.uses[i], &resp.Statuses[w.uses[i].descriptor])
 	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -731,6 +745,38 @@ func (e *Engine) respond(w *work, req *Request, resp *Response) {
 	}
 	if e.shadow && resp.Code != algorithms.Allowed {
 		resp.Code, resp.RetryAfter, resp.Never, resp.Shadowed = algorithms.Allowed, 0, false, true
+	}
+}
+
+// applyUse sets st, its descriptor's status, to u's decision when it is
+// the first or the most restrictive of the descriptor's limits, and adds
+// its delay; a replaced limit decides nothing.
+func (e *Engine) applyUse(w *work, u *use, st *Status) {
+	var d algorithms.Decision
+	switch {
+	case u.replaced:
+		return
+	case u.limit.Unlimited:
+		d = algorithms.Decision{Remaining: UnlimitedRemaining}
+	case u.limit.DenyAll:
+		if u.deniedOutright() {
+			d.Code = algorithms.OverCapacity
+		}
+	default:
+		d = w.decision(u)
+		if u.kind == algorithms.Overdraft && d.Code == algorithms.Denied {
+			st.Overdrew = true // taken in full into debt (see Status.Overdrew)
+		}
+		if d.Code == algorithms.Denied && u.limit.RetryJitter > 0 {
+			d.RetryAfter = min(d.RetryAfter, math.MaxInt64-u.limit.RetryJitter) + e.jitter(u.limit.RetryJitter)
+		}
+	}
+	if st.Limit == nil || moreRestrictive(d, st) {
+		st.Code, st.Limit, st.Kind = d.Code, u.limit, u.kind
+		st.Remaining, st.ResetAfter, st.RetryAfter = d.Remaining, d.ResetAfter, d.RetryAfter
+	}
+	if !st.Shadow && !e.shadow { // a shadow rule observes; it never holds a request back
+		st.Delay = max(st.Delay, d.Delay)
 	}
 }
 

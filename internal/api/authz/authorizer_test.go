@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // counter returns the value of a's counter (reloads or denied) with the
@@ -36,17 +37,6 @@ func counter(t *testing.T, a *Authorizer, which, label string) float64 {
 	}
 	t.Fatalf("no %s counter labelled %q", which, label)
 	return 0
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func replace(t *testing.T, path, data string) {
@@ -93,16 +83,16 @@ clients:
     match: [{tokens: `+otherTokens+`}]
     grants: [{domains: [reports], access: charge}]
 `)
-	waitUntil(t, "the failed reload", func() bool { return counter(t, a, "reloads", "failure") >= 1 })
+	wait.For(t, "the failed reload", func() bool { return counter(t, a, "reloads", "failure") >= 1 })
 	if !allowed(shopToken, "shop") || allowed(reportsToken, "reports") {
 		t.Fatal("a rejected policy changed the decisions")
 	}
 	// Its arrival is seen, though no other file changes.
 	replace(t, otherTokens, reportsToken+"\n")
-	waitUntil(t, "the reports token", func() bool { return allowed(reportsToken, "reports") })
+	wait.For(t, "the reports token", func() bool { return allowed(reportsToken, "reports") })
 	// And from then on, changes to it.
 	replace(t, otherTokens, bothToken+"\n")
-	waitUntil(t, "the rotated reports token", func() bool { return allowed(bothToken, "reports") && !allowed(reportsToken, "reports") })
+	wait.For(t, "the rotated reports token", func() bool { return allowed(bothToken, "reports") && !allowed(reportsToken, "reports") })
 
 	if got := counter(t, a, "reloads", "success"); got != 2 {
 		t.Errorf("successful reloads %v, want 2", got)

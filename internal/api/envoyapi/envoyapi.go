@@ -47,8 +47,9 @@
 // overall_code is OVER_LIMIT when the engine denies the request — when any
 // descriptor that is not in a shadow_mode rule is over its limit — and OK
 // otherwise, also when global shadow mode (engine.WithShadowMode) admitted a
-// request it would have denied. What an OVER_LIMIT request charged is the
-// settle rule's. statuses has one entry per descriptor, in request order:
+// request it would have denied. What an OVER_LIMIT request charged follows
+// the store's settle rule. statuses has one entry per descriptor, in
+// request order:
 //
 //   - unmatched (no rule, unknown domain, or every limit of its rule
 //     replaced by another matched rule's replaces): code OK and nothing

@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const year = 365 * 24 * time.Hour
@@ -42,7 +43,7 @@ func TestElapsedBounded(t *testing.T) {
 	if err := a.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { v := d.Quota().View(); return len(v) == 1 && !v[0].Clients[0].Live }, "a's stream gone")
+	wait.For(t, "a's stream gone", func() bool { v := d.Quota().View(); return len(v) == 1 && !v[0].Clients[0].Live })
 	b := open(t, d)
 	d.Clock.Set(daemontest.T0.UnixNano() + int64(104*time.Second))
 	b.report("shop", usage(1000, time.Second, "plan", "gold"))
@@ -182,7 +183,7 @@ func TestLedgerKeyBounded(t *testing.T) {
 	})
 	e := open(t, d)
 	e.report("shop", usage(1<<40, year, "plan", "gold"))
-	waitFor(t, func() bool { return len(d.Quota().View()) == 1 }, "the report")
+	wait.For(t, "the report", func() bool { return len(d.Quota().View()) == 1 })
 	d.Quota().Tick() // publishes the report's demand
 	d.Quota().Tick() // claims
 	e.recv(1)
@@ -216,7 +217,7 @@ func TestUnmatchedHoldNoOne(t *testing.T) {
 	flood := open(t, d)
 	flood.report("shop", unmatched(30_000)...) // and never reads
 	flood.report("shop", unmatched(30_000)...)
-	waitFor(t, func() bool { return metric(t, d, `ratelimitd_quota_reports_total{domain="shop"}`) > 0 }, "the flood's report")
+	wait.For(t, "the flood's report", func() bool { return metric(t, d, `ratelimitd_quota_reports_total{domain="shop"}`) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the flood takes minutes where it holds the lock
 	defer cancel()
 	s, err := rlqsv3.NewRateLimitQuotaServiceClient(d.Dial(t)).StreamRateLimitQuotas(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	redisstore "github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // onRedis makes a daemon keep its buckets and its quota ledger in the
@@ -50,7 +51,7 @@ func TestSharedWithAnotherDaemon(t *testing.T) {
 	ea.report("shop", usage(1<<20, time.Second, "plan", "gold"))
 	eb.report("shop", usage(1<<20, time.Second, "plan", "gold"))
 	for _, d := range []*daemontest.Daemon{a, b} {
-		waitFor(t, func() bool { v := d.Quota().View(); return len(v) == 1 && len(v[0].Clients) == 1 }, "the report")
+		wait.For(t, "the report", func() bool { v := d.Quota().View(); return len(v) == 1 && len(v[0].Clients) == 1 })
 	}
 	// Whatever came first, both settle at half within the assignments'
 	// life: the clock moves a report interval at a time.
@@ -97,7 +98,7 @@ func TestLedgerUnreachable(t *testing.T) {
 	report := func() {
 		reported := metric(t, d, `ratelimitd_quota_reports_total{domain="shop"}`)
 		e.report("shop", usage(1<<20, time.Second, "plan", "gold"))
-		waitFor(t, func() bool { return metric(t, d, `ratelimitd_quota_reports_total{domain="shop"}`) > reported }, "the report")
+		wait.For(t, "the report", func() bool { return metric(t, d, `ratelimitd_quota_reports_total{domain="shop"}`) > reported })
 		d.Quota().Tick() // publishes the report's demand
 		d.Quota().Tick() // claims, and answers
 	}

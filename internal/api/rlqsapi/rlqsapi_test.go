@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/engine/quotaservice"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const policy = `
@@ -284,10 +285,10 @@ func TestPushedAndReclaimed(t *testing.T) {
 	if err := a.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	wait.For(t, "a's stream gone", func() bool {
 		v := d.Quota().View()
 		return len(v) == 1 && len(v[0].Clients) == 2 && (!v[0].Clients[0].Live || !v[0].Clients[1].Live)
-	}, "a's stream gone")
+	})
 	d.Clock.Set(t0 + int64(3250*time.Millisecond) - 1)
 	b.report("shop", usage(1000, time.Second, "plan", "gold"))
 	if g := share(t, b.recv(1)["plan=gold"]); g != "token_bucket max=1 fill=300/1m0s ttl=2s" {
@@ -308,17 +309,6 @@ func TestPushedAndReclaimed(t *testing.T) {
 		if code != 200 || !strings.Contains(body, w) {
 			t.Errorf("/metrics lacks %s", w)
 		}
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

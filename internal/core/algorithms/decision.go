@@ -127,6 +127,10 @@ func (l *Limit) Decide(s State, now int64, cost int64) (State, Decision) {
 	return s, Decision{}
 }
 
+// Check, Overdraft and Refund decide usage that is known only after the
+// fact (see "Checks, overdraft and refunds" in the package doc). Each
+// algorithm's arithmetic for them is in its own file, beside its decision.
+
 // Check reports how a charge of cost 1 would be decided at now, without
 // charging it: Denied (with RetryAfter for cost 1) when it would be denied,
 // else Allowed with Remaining and ResetAfter as a peek reports them (the

@@ -103,7 +103,9 @@
 // # Checks, overdraft and refunds
 //
 // Usage that is known only after the fact (the tokens an LLM call used)
-// is charged with three more decisions beside Decide:
+// is charged with three more decisions beside Decide; a charge's Kind
+// (Admit, Check, Overdraft, Refund) names the one that decides it
+// (Limit.Apply):
 //
 //   - Check decides a cost of 1 without charging it: Denied, with the
 //     RetryAfter of a cost of 1, exactly when Decide would deny it; else

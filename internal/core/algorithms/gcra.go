@@ -129,6 +129,22 @@ func (l *Limit) backlog(s State, now int64) (dNs, dFrac int64) {
 	return s.t - now, min(int64(s.n), l.requests-1)
 }
 
+// TimesSaturated is Times for any n ≥ 0, saturating: n·Period/Requests as
+// whole nanoseconds and a remainder over Requests, or (MaxSpan, 0) when
+// that is more than MaxSpan. The buckets' Overdraft and Refund take n·P/R
+// so for their cost.
+func (l *Limit) TimesSaturated(n int64) (ns, frac int64) {
+	hi, lo := bits.Mul64(uint64(n), uint64(l.period))
+	if hi >= uint64(l.requests) {
+		return int64(MaxSpan), 0
+	}
+	q, r := bits.Div64(hi, lo, uint64(l.requests))
+	if q >= uint64(MaxSpan) {
+		return int64(MaxSpan), 0
+	}
+	return int64(q), int64(r)
+}
+
 // gcraCheck is gcra for a cost of 1, charging nothing: denied iff the
 // backlog d is beyond C - I, with RetryAfter ceil(d - (C - I)), as gcra
 // decides; else reporting the bucket uncharged.

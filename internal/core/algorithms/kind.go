@@ -2,28 +2,23 @@ package algorithms
 
 import "fmt"
 
-// Kind says how a charge is applied to its bucket: which of Limit's
-// decisions (Decide, Check, Overdraft, Refund) decides it. How the charges
-// of one request combine is the store's rule (internal/store, Settle).
+// Kind says how a charge is applied to its bucket: which of Limit's four
+// decisions decides it (see "Checks, overdraft and refunds" in the package
+// doc). How the charges of one request combine is the store's settle rule
+// (package internal/store).
 type Kind uint8
 
 const (
-	// Admit is the default: Decide. The cost is admitted iff it fits now;
+	// Admit, the default, is Decide: the cost is admitted iff it fits now;
 	// cost 0 is a peek.
 	Admit Kind = iota
-	// Check is Check: decided as a charge of cost 1 would be right now,
-	// charging nothing (the cost is ignored). Allowed, it reports the
-	// bucket as a peek does; denied, with the RetryAfter of a cost of 1.
+	// Check is Check: a cost of 1 decided, nothing charged (the cost is
+	// ignored).
 	Check
-	// Overdraft is Overdraft: the cost is taken in full whatever is left,
-	// and the bucket may go into debt (bounded; see the package doc). Its
-	// decision reports the bucket after the charge, Denied when that leaves
-	// the bucket in debt (as envoyproxy/ratelimit answers OVER_LIMIT once
-	// its counter passes the limit), Allowed otherwise.
+	// Overdraft is Overdraft: the cost taken in full, the bucket going
+	// into debt if need be.
 	Overdraft
-	// Refund is Refund: the cost is given back, never past the bucket's
-	// rest state. Always Allowed; its decision reports the bucket after
-	// the refund.
+	// Refund is Refund: the cost given back, never past rest.
 	Refund
 )
 

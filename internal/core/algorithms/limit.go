@@ -206,22 +206,6 @@ func (l *Limit) times(n int64) (ns, frac int64) {
 // arithmetic uses it for the capacity span and a charge's cost.
 func (l *Limit) Times(n int64) (ns, frac int64) { return l.times(n) }
 
-// TimesSaturated is Times for any n ≥ 0, saturating: n·Period/Requests as
-// whole nanoseconds and a remainder over Requests, or (MaxSpan, 0) when
-// that is more than MaxSpan. The buckets' Overdraft and Refund take n·P/R
-// so for their cost.
-func (l *Limit) TimesSaturated(n int64) (ns, frac int64) {
-	hi, lo := bits.Mul64(uint64(n), uint64(l.period))
-	if hi >= uint64(l.requests) {
-		return int64(MaxSpan), 0
-	}
-	q, r := bits.Div64(hi, lo, uint64(l.requests))
-	if q >= uint64(MaxSpan) {
-		return int64(MaxSpan), 0
-	}
-	return int64(q), int64(r)
-}
-
 // Algorithm returns the limit's algorithm.
 func (l *Limit) Algorithm() Algorithm { return l.alg }
 

@@ -359,6 +359,25 @@ func (r *reader) store() {
 	if s := strings.ToLower(r.str("REDIS_SOCKET_TYPE")); s != "tcp" {
 		r.fail(fmt.Errorf("REDIS_SOCKET_TYPE=%q (upstream's default is unix): ratelimitd reaches Redis over TCP; set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port", r.str("REDIS_SOCKET_TYPE")))
 	}
+	r.redisTopology()
+	if auth := r.str("REDIS_AUTH"); auth != "" {
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			r.flag("redis-username", user, "REDIS_AUTH")
+			auth = pass
+		}
+		r.t.RedisPassword = auth
+	}
+	r.redisTLS()
+	r.durationFlag("redis-timeout", "REDIS_TIMEOUT")
+	if p := r.str("CACHE_KEY_PREFIX"); p != "" {
+		r.flag("redis-key-prefix", p, "CACHE_KEY_PREFIX")
+	}
+	r.redisIgnored()
+}
+
+// redisTopology maps REDIS_TYPE and REDIS_URL: one server, a cluster's
+// seeds, or a sentinel master's name and its sentinels.
+func (r *reader) redisTopology() {
 	url := r.str("REDIS_URL")
 	switch t := strings.ToUpper(r.str("REDIS_TYPE")); t {
 	case "SINGLE":
@@ -376,13 +395,11 @@ func (r *reader) store() {
 	default:
 		r.fail(fmt.Errorf("REDIS_TYPE=%q: want SINGLE, CLUSTER or SENTINEL", r.str("REDIS_TYPE")))
 	}
-	if auth := r.str("REDIS_AUTH"); auth != "" {
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			r.flag("redis-username", user, "REDIS_AUTH")
-			auth = pass
-		}
-		r.t.RedisPassword = auth
-	}
+}
+
+// redisTLS maps REDIS_TLS and its files; their variables without it are
+// ignored.
+func (r *reader) redisTLS() {
 	if r.boolean("REDIS_TLS") {
 		r.flag("redis-tls", "true", "REDIS_TLS")
 		for _, m := range []struct{ v, f string }{
@@ -400,10 +417,11 @@ func (r *reader) store() {
 			r.ignoreIfSet(v, "REDIS_TLS is not true")
 		}
 	}
-	r.durationFlag("redis-timeout", "REDIS_TIMEOUT")
-	if p := r.str("CACHE_KEY_PREFIX"); p != "" {
-		r.flag("redis-key-prefix", p, "CACHE_KEY_PREFIX")
-	}
+}
+
+// redisIgnored refuses or ignores, each with its reason, the Redis
+// settings ratelimitd has no use for.
+func (r *reader) redisIgnored() {
 	r.refuseIfTrue("REDIS_PERSECOND", "ratelimitd keeps every bucket in one Redis (or cluster)")
 	for _, v := range perSecondVariables {
 		r.ignoreIfSet(v, "REDIS_PERSECOND is not true")

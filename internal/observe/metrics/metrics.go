@@ -176,6 +176,28 @@ func New(opts ...Option) *Metrics {
 	}
 	m.rules.Store(new(sync.Map))
 
+	m.newRuleCounters()
+	decisions := m.newDecisionMetrics()
+	m.newPolicyMetrics()
+	m.newTLSMetrics()
+
+	m.grpc = grpcprom.NewServerMetrics(
+		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace(namespace)),
+		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace), grpcprom.WithHistogramBuckets(GRPCBuckets)),
+	)
+
+	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver, m.latency, decisions,
+		m.reloads, m.lastReload, m.lastReloadOK, m.grpc, buildInfo(buildinfo.Read()),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if m.upstreamNames {
+		m.reg.MustRegister(newUpstreamCollector(m))
+	}
+	return m
+}
+
+// newRuleCounters makes the counters of each rule's hits, by domain,
+// rule and descriptor.
+func (m *Metrics) newRuleCounters() {
 	ruleLabels := []string{"domain", "rule", "descriptor"}
 	ruleCounter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "rule", Name: name, Help: help}, ruleLabels)
@@ -189,7 +211,11 @@ func New(opts ...Option) *Metrics {
 	m.refunded = ruleCounter("refunded_hits_total", "Hits given back by refunds (not counted in hits_total).")
 	m.checks = ruleCounter("checks_total", "Checks: would a charge of 1 be admitted? (not counted in hits_total).")
 	m.checksOver = ruleCounter("over_limit_checks_total", "Checks denied: the limit was spent or in debt.")
+}
 
+// newDecisionMetrics makes the decisions' latency and their counts, by
+// code, and returns the counts' vector.
+func (m *Metrics) newDecisionMetrics() *prometheus.CounterVec {
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "decision_duration_seconds",
 		Help:    "Time the engine took to decide a request: validation, matching, the store and the response.",
@@ -200,7 +226,12 @@ func New(opts ...Option) *Metrics {
 		Help: `Requests decided, by overall code: "ok" or "over_limit".`,
 	}, []string{"code"})
 	m.allowed, m.denied = decisions.WithLabelValues("ok"), decisions.WithLabelValues("over_limit")
+	return decisions
+}
 
+// newPolicyMetrics makes the policy's reloads, by result, and when the
+// one in force was loaded.
+func (m *Metrics) newPolicyMetrics() {
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "policy", Name: "reloads_total",
 		Help: `Policy reloads after the first load, by result: "success" or "failure" (the previous policy kept serving).`,
@@ -215,6 +246,11 @@ func New(opts ...Option) *Metrics {
 		Namespace: namespace, Subsystem: "policy", Name: "last_reload_successful",
 		Help: "1 when the last load or reload of the policy succeeded, 0 when it failed.",
 	})
+}
+
+// newTLSMetrics makes the gRPC certificate's reloads, by result, and its
+// expiry.
+func (m *Metrics) newTLSMetrics() {
 	m.tlsReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "tls", Name: "reloads_total",
 		Help: `Reloads of the gRPC server's certificate, key and client CAs after the first load, by result: "success" or "failure" (the previous ones kept serving).`,
@@ -223,19 +259,6 @@ func New(opts ...Option) *Metrics {
 		Namespace: namespace, Subsystem: "tls", Name: "certificate_expiry_timestamp_seconds",
 		Help: "When the gRPC server's certificate in use expires (its NotAfter), in seconds since the Unix epoch.",
 	})
-
-	m.grpc = grpcprom.NewServerMetrics(
-		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace(namespace)),
-		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace), grpcprom.WithHistogramBuckets(GRPCBuckets)),
-	)
-
-	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver, m.latency, decisions,
-		m.reloads, m.lastReload, m.lastReloadOK, m.grpc, buildInfo(buildinfo.Read()),
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if m.upstreamNames {
-		m.reg.MustRegister(newUpstreamCollector(m))
-	}
-	return m
 }
 
 // Handler serves the metrics in the Prometheus exposition formats.

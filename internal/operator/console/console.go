@@ -402,26 +402,16 @@ func (c *Console) lanes(get func(string) string) ([]simulate.Lane, time.Duration
 			return nil, 0, errors.New("burst: want a whole number ≥ 0 (0: the requests)")
 		}
 	}
-	var lanes []simulate.Lane
-	algs := strings.Split(get("alg"), ",")
-	if len(algs) > simulate.MaxLanes {
-		return nil, 0, fmt.Errorf("alg: %d algorithms; at most %d", len(algs), simulate.MaxLanes)
+	if n := strings.Count(get("alg"), ",") + 1; n > simulate.MaxLanes {
+		return nil, 0, fmt.Errorf("alg: %d algorithms; at most %d", n, simulate.MaxLanes)
 	}
-	for _, name := range algs {
-		alg, err := algorithms.ParseAlgorithm(strings.TrimSpace(name))
-		if err != nil {
-			return nil, 0, fmt.Errorf("alg: %v", err)
-		}
-		b := burst
-		if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
-			b = 0 // windows have no burst of their own
-		}
-		lane, err := simulate.NewLane(alg, requests, period, b)
-		if err != nil {
-			return nil, 0, err
-		}
-		lane.Overdraft = get("overdraft") == "true"
-		lanes = append(lanes, lane)
+	algs, err := simulate.ParseAlgorithms(get("alg"))
+	if err != nil {
+		return nil, 0, fmt.Errorf("alg: %v", err)
+	}
+	lanes, err := simulate.CompareLanes(algs, requests, period, burst, get("overdraft") == "true")
+	if err != nil {
+		return nil, 0, err
 	}
 	return lanes, period, nil
 }

@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/observe/topdenied"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const policy = `
@@ -304,10 +304,10 @@ func TestLive(t *testing.T) {
 	}
 	// The live view samples at most once every 0.9s (longer when sampling
 	// is slow): ask until the second sample is there.
-	for deadline := time.Now().Add(10 * time.Second); len(view.Total) == 0 && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
+	wait.For(t, "the live view's second sample", func() bool {
 		getJSON(t, d, "/console/api/live", &view)
-	}
+		return len(view.Total) > 0
+	})
 	if len(view.Total) != 1 || view.Total[0].Admitted <= 0 || view.Total[0].Denied <= 0 {
 		t.Fatalf("live total after 5 calls (3 admitted, 2 denied by per-user): %+v", view.Total)
 	}

@@ -281,8 +281,18 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	r.start = time.Now()
 	r.measureStart = r.start.Add(r.cfg.Warmup)
 	r.end = r.measureStart.Add(r.cfg.Duration)
-	// The loops stop by themselves at the window's end (an open loop once
-	// it has sent every request due in it), or when ctx is done.
+	loopsDone := r.startLoops(ctx)
+	beforeSelf := r.watch(ctx, loopsDone)
+	<-loopsDone
+	return r.finish(time.Now(), beforeSelf)
+}
+
+// startLoops starts the open or the closed loop, and returns a channel
+// closed once it has stopped and every request it sent has its answer (or
+// its deadline). The loops stop by themselves at the window's end (an
+// open loop once it has sent every request due in it), or when ctx is
+// done.
+func (r *runner) startLoops(ctx context.Context) <-chan struct{} {
 	var schedule sync.WaitGroup
 	schedule.Add(1)
 	if r.cfg.Rate > 0 {
@@ -290,9 +300,20 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	} else {
 		go func() { defer schedule.Done(); r.closed(ctx) }()
 	}
+	loopsDone := make(chan struct{})
+	go func() {
+		schedule.Wait()
+		r.wg.Wait()
+		close(loopsDone)
+	}()
+	return loopsDone
+}
 
-	// Sample at the window's start, report progress until its end.
-	var beforeSelf time.Duration
+// watch samples the processes at the window's start and reports progress
+// once a second until the window ends, the loops are done (MaxRequests
+// sent and answered) or ctx is done; it returns this process's CPU time
+// at the window's start.
+func (r *runner) watch(ctx context.Context, loopsDone <-chan struct{}) (beforeSelf time.Duration) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	startTimer := time.NewTimer(r.cfg.Warmup)
@@ -306,12 +327,6 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		beforeSelf = selfCPU()
 		r.procs.start()
 	}
-	loopsDone := make(chan struct{})
-	go func() {
-		schedule.Wait()
-		r.wg.Wait() // every request sent has its answer (or its deadline)
-		close(loopsDone)
-	}()
 wait:
 	for {
 		select {
@@ -322,7 +337,7 @@ wait:
 			n := r.sent.Load()
 			r.progress(n - lastSent)
 			lastSent = n
-		case <-loopsDone: // MaxRequests sent and answered
+		case <-loopsDone:
 			break wait
 		case <-endTimer.C:
 			break wait
@@ -333,10 +348,14 @@ wait:
 	if !windowStarted && !time.Now().Before(r.measureStart) {
 		startWindow()
 	}
-	<-loopsDone
-	finished := time.Now()
+	return beforeSelf
+}
 
-	stopped := finished // the window ends at r.end, or earlier when the loops stopped sooner
+// finish reports the window, which ends at r.end or earlier, when the
+// loops finished sooner; beforeSelf is this process's CPU time at its
+// start.
+func (r *runner) finish(finished time.Time, beforeSelf time.Duration) (*Report, error) {
+	stopped := finished
 	if stopped.After(r.end) {
 		stopped = r.end
 	}

@@ -21,6 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
@@ -88,71 +89,105 @@ func (t Traffic) Arrivals() ([]time.Duration, error) {
 	if t.Cost < 0 {
 		return nil, errors.New("cost: must not be negative (0 means 1)")
 	}
-	var out []time.Duration
-	add := func(at time.Duration) error {
-		if len(out) >= MaxArrivals {
-			return fmt.Errorf("traffic: more than %d requests; shorten the duration or lower the rate", MaxArrivals)
-		}
-		out = append(out, at)
-		return nil
-	}
+	var a arrivals
+	var err error
 	switch t.Pattern {
 	case Steady, Poisson:
-		if !(t.Rate > 0) || math.IsInf(t.Rate, 0) {
-			return nil, errors.New("rate: must be a positive number of requests a second")
-		}
-		if t.Rate*t.Duration.Seconds() > MaxArrivals {
-			return nil, fmt.Errorf("traffic: rate × duration is more than %d requests", MaxArrivals)
-		}
-		rng := rand.New(rand.NewPCG(t.Seed, t.Seed^0x5eed))
-		gap := float64(time.Second) / t.Rate
-		for at := 0.0; at < float64(t.Duration); {
-			if err := add(time.Duration(at)); err != nil {
-				return nil, err
-			}
-			if t.Pattern == Steady {
-				at += gap
-			} else {
-				at += rng.ExpFloat64() * gap
-			}
-		}
+		err = t.atRate(&a)
 	case Bursts:
-		if t.Burst <= 0 || t.Every <= 0 {
-			return nil, errors.New("burst and every: bursts need a positive size and interval")
-		}
-		for at := time.Duration(0); at < t.Duration; at += t.Every {
-			for range t.Burst {
-				if err := add(at); err != nil {
-					return nil, err
-				}
-			}
-		}
+		err = t.inBursts(&a)
 	case Boundary:
-		if t.Burst <= 0 || t.Period <= 0 {
-			return nil, errors.New("burst and period: a boundary burst needs a positive size and the window period")
-		}
-		for _, at := range []time.Duration{t.Period - t.Period/100, t.Period} {
-			for range t.Burst {
-				if at < t.Duration {
-					if err := add(at); err != nil {
-						return nil, err
-					}
-				}
-			}
-		}
+		err = t.atBoundary(&a)
 	case Recorded:
-		for _, at := range t.Times {
-			if at >= 0 && at < t.Duration {
-				if err := add(at); err != nil {
-					return nil, err
+		err = t.recorded(&a)
+	default:
+		err = fmt.Errorf("pattern %q: want one of steady, bursts, boundary, poisson, recorded", t.Pattern)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// arrivals collects arrival times, at most MaxArrivals.
+type arrivals []time.Duration
+
+func (a *arrivals) add(at time.Duration) error {
+	if len(*a) >= MaxArrivals {
+		return fmt.Errorf("traffic: more than %d requests; shorten the duration or lower the rate", MaxArrivals)
+	}
+	*a = append(*a, at)
+	return nil
+}
+
+// atRate adds Rate arrivals a second: evenly spaced (Steady) or at
+// exponentially distributed gaps of that mean (Poisson).
+func (t Traffic) atRate(a *arrivals) error {
+	if !(t.Rate > 0) || math.IsInf(t.Rate, 0) {
+		return errors.New("rate: must be a positive number of requests a second")
+	}
+	if t.Rate*t.Duration.Seconds() > MaxArrivals {
+		return fmt.Errorf("traffic: rate × duration is more than %d requests", MaxArrivals)
+	}
+	rng := rand.New(rand.NewPCG(t.Seed, t.Seed^0x5eed))
+	gap := float64(time.Second) / t.Rate
+	for at := 0.0; at < float64(t.Duration); {
+		if err := a.add(time.Duration(at)); err != nil {
+			return err
+		}
+		if t.Pattern == Steady {
+			at += gap
+		} else {
+			at += rng.ExpFloat64() * gap
+		}
+	}
+	return nil
+}
+
+// inBursts adds Burst arrivals at once, Every apart from 0.
+func (t Traffic) inBursts(a *arrivals) error {
+	if t.Burst <= 0 || t.Every <= 0 {
+		return errors.New("burst and every: bursts need a positive size and interval")
+	}
+	for at := time.Duration(0); at < t.Duration; at += t.Every {
+		for range t.Burst {
+			if err := a.add(at); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// atBoundary adds Burst arrivals just before the first window boundary
+// (a hundredth of Period before it) and Burst at it.
+func (t Traffic) atBoundary(a *arrivals) error {
+	if t.Burst <= 0 || t.Period <= 0 {
+		return errors.New("burst and period: a boundary burst needs a positive size and the window period")
+	}
+	for _, at := range []time.Duration{t.Period - t.Period/100, t.Period} {
+		for range t.Burst {
+			if at < t.Duration {
+				if err := a.add(at); err != nil {
+					return err
 				}
 			}
 		}
-		slices.Sort(out)
-	default:
-		return nil, fmt.Errorf("pattern %q: want one of steady, bursts, boundary, poisson, recorded", t.Pattern)
 	}
-	return out, nil
+	return nil
+}
+
+// recorded adds Times within [0, Duration), sorted.
+func (t Traffic) recorded(a *arrivals) error {
+	for _, at := range t.Times {
+		if at >= 0 && at < t.Duration {
+			if err := a.add(at); err != nil {
+				return err
+			}
+		}
+	}
+	slices.Sort(*a)
+	return nil
 }
 
 // Lane is one limit to simulate.
@@ -178,6 +213,42 @@ func NewLane(alg algorithms.Algorithm, requests int64, period time.Duration, bur
 		return Lane{}, fmt.Errorf("%s: %w", alg, err)
 	}
 	return Lane{Name: alg.String(), Limit: l, Capacity: l.Capacity()}, nil
+}
+
+// ParseAlgorithms returns the algorithms of list, their names separated
+// by commas (spaces around a name ignored), in its order; an unknown name
+// is an error.
+func ParseAlgorithms(list string) ([]algorithms.Algorithm, error) {
+	var algs []algorithms.Algorithm
+	for _, name := range strings.Split(list, ",") {
+		alg, err := algorithms.ParseAlgorithm(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		algs = append(algs, alg)
+	}
+	return algs, nil
+}
+
+// CompareLanes returns a lane for each of algs, each a limit of requests
+// per period, taking overdraft charges when overdraft is set (see
+// Lane.Overdraft). Burst is the capacity of the algorithms that have one
+// (0: requests); a window has none of its own and ignores it.
+func CompareLanes(algs []algorithms.Algorithm, requests int64, period time.Duration, burst int64, overdraft bool) ([]Lane, error) {
+	lanes := make([]Lane, 0, len(algs))
+	for _, alg := range algs {
+		b := burst
+		if alg == algorithms.FixedWindow || alg == algorithms.SlidingWindow {
+			b = 0
+		}
+		lane, err := NewLane(alg, requests, period, b)
+		if err != nil {
+			return nil, err
+		}
+		lane.Overdraft = overdraft
+		lanes = append(lanes, lane)
+	}
+	return lanes, nil
 }
 
 // Bin is what one lane did in one interval of the simulation.

@@ -86,26 +86,13 @@ func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 			return nil, err
 		}
 	}
+	if errs := checkSizes(path, files, l.MaxBytes); len(errs) > 0 {
+		return nil, errs
+	}
 	var (
 		domains domainList
 		errs    Errors
-		total   int64
 	)
-	for _, file := range files {
-		if info, err := os.Stat(file); err == nil {
-			if info.Size() > l.MaxBytes {
-				errs = append(errs, tooLarge(file, info.Size(), l.MaxBytes))
-			}
-			total += info.Size()
-		}
-	}
-	if len(errs) == 0 && total > l.MaxBytes {
-		errs = append(errs, &FieldError{File: path,
-			Problem: fmt.Sprintf("the policy files are %d bytes together, more than the limit of %d (--max-policy-bytes)", total, l.MaxBytes)})
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
 	budget := l
 	for _, file := range files {
 		data, err := readLimited(file, budget.MaxBytes)
@@ -136,6 +123,29 @@ func LoadWithin(path string, l PolicyBounds) (*Policy, error) {
 		return nil, errs
 	}
 	return newPolicy(domains.list), nil
+}
+
+// checkSizes returns the problems of files (the policy at path) larger
+// than maxBytes, or else of their being larger together, before any is
+// read. A file it cannot stat is left to the reading, to report.
+func checkSizes(path string, files []string, maxBytes int64) Errors {
+	var (
+		errs  Errors
+		total int64
+	)
+	for _, file := range files {
+		if info, err := os.Stat(file); err == nil {
+			if info.Size() > maxBytes {
+				errs = append(errs, tooLarge(file, info.Size(), maxBytes))
+			}
+			total += info.Size()
+		}
+	}
+	if len(errs) == 0 && total > maxBytes {
+		errs = append(errs, &FieldError{File: path,
+			Problem: fmt.Sprintf("the policy files are %d bytes together, more than the limit of %d (--max-policy-bytes)", total, maxBytes)})
+	}
+	return errs
 }
 
 // domainList collects a policy's domains in order, refusing a name defined
@@ -726,14 +736,7 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	l.RetryJitter = p.retryJitter(m["retry_jitter"], yamlnode.Join(path, "retry_jitter"))
 	l.Overdraft = p.overdraft(m["overdraft"], yamlnode.Join(path, "overdraft"))
 	if l.DenyAll {
-		// An algorithm may be named (a policy's rules often all name one):
-		// with nothing to admit, it decides nothing.
-		for _, f := range []string{"burst", "overdraft"} {
-			if m[f] != nil {
-				p.errorf(y, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; burst and overdraft do not apply")
-				break
-			}
-		}
+		p.checkDenyAll(m, y, path)
 	}
 	if p.problems() > nerrs {
 		return nil
@@ -751,6 +754,19 @@ func (p *parser) limit(y *yaml.Node, path string) *Limit {
 	}
 	l.Key = limitKey("", &l.Rate)
 	return l
+}
+
+// checkDenyAll reports burst or overdraft in a rate_limit block (m, at
+// path) of requests_per_unit: 0, which admits nothing for them to apply
+// to. An algorithm may be named (a policy's rules often all name one):
+// with nothing to admit, it decides nothing.
+func (p *parser) checkDenyAll(m map[string]*yaml.Node, block *yaml.Node, path string) {
+	for _, f := range []string{"burst", "overdraft"} {
+		if m[f] != nil {
+			p.errorf(block, yamlnode.Join(path, "requests_per_unit"), "0 denies every request; burst and overdraft do not apply")
+			return
+		}
+	}
 }
 
 // concurrencyLimit checks the rest of a rate_limit block of algorithm:

@@ -2,12 +2,15 @@ package reload
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // recorder runs a Watcher and records, at each call, what read() returns.
@@ -26,13 +29,7 @@ func (r *recorder) checked() int {
 // waitForCheck polls until the Watcher has made a check after the first n.
 func waitForCheck(t *testing.T, r *recorder, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.checked() <= n {
-		if time.Now().After(deadline) {
-			t.Fatal("the Watcher made no check")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "a check of the Watcher", func() bool { return r.checked() > n })
 }
 
 func (r *recorder) get() []string {
@@ -69,21 +66,17 @@ func watch(t *testing.T, read func() string, paths ...string) *recorder {
 	return r
 }
 
-// waitFor polls until the recorder has seen want, and fails if it sees
-// anything else.
+// waitFor waits until the recorder has seen want, and fails at once if it
+// sees anything else.
 func waitFor(t *testing.T, r *recorder, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, fmt.Sprintf("calls to see %q", want), func() bool {
 		got := r.get()
-		if slices.Equal(got, want) {
-			return
-		}
-		if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) || time.Now().After(deadline) {
+		if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
 			t.Fatalf("calls saw %q, want %q", got, want)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(got) == len(want)
+	})
 }
 
 func write(t *testing.T, path, data string) {

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy"
 	"github.com/ratelimitd/ratelimitd/internal/policy/xdspolicy/xdstest"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"github.com/ratelimitd/ratelimitd/internal/transport/tlsconfig/tlstest"
 )
 
@@ -168,10 +169,7 @@ func TestMutualTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := run(t, xdspolicy.Config{Server: srv.Addr(), TLS: creds}, newInForce().apply)
-		deadline := time.Now().Add(10 * time.Second)
-		for c.Status().LastError == "" && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		wait.For(t, "a connection error in the status", func() bool { return c.Status().LastError != "" })
 		if s := c.Status(); s.Version != "" || s.LastError == "" {
 			t.Errorf("status %+v, want no version and a connection error", s)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // setUser runs ACL SETUSER with args (the ACL keyword first).
@@ -184,7 +185,7 @@ func TestACLChangedAtRuntime(t *testing.T) {
 				t.Error("a ping ended the misconfiguration while Redis still refuses SETRANGE")
 			}
 			var errorLine string
-			waitFor(t, func() bool {
+			wait.For(t, "the error line saying Redis refuses the daemon", func() bool {
 				i := slices.IndexFunc(strings.Split(logs.String(), "\n"), func(l string) bool {
 					return strings.Contains(l, "level=ERROR") && strings.Contains(l, "refuses the daemon")
 				})

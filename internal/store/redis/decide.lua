@@ -448,6 +448,17 @@ local function gcraRefund(l, s, now, units)
   return next, d
 end
 
+-- timesSat mirrors Limit.TimesSaturated for n·P/m: whole ns (a bignum)
+-- and a remainder over m, or MaxSpan and 0 when that is more than
+-- MaxSpan. n·P is below 2^94.
+local function timesSat(n, p, m)
+  local q, r = divmod(mul(small(n), p), small(m))
+  if cmp(q, MAXSPAN) >= 0 then
+    return MAXSPAN, 0
+  end
+  return q, num(r)
+end
+
 -- =========================================================================
 -- change.go: a bucket's state written at another rate
 -- =========================================================================
@@ -458,17 +469,6 @@ end
 -- rateChanged mirrors Limit.rateChanged.
 local function rateChanged(l, s)
   return l.alg >= TOKEN and l.alg <= QUEUE and s.m ~= 0 and s.m ~= l.r
-end
-
--- timesSat mirrors Limit.TimesSaturated for n·P/m: whole ns (a bignum)
--- and a remainder over m, or MaxSpan and 0 when that is more than
--- MaxSpan. n·P is below 2^94.
-local function timesSat(n, p, m)
-  local q, r = divmod(mul(small(n), p), small(m))
-  if cmp(q, MAXSPAN) >= 0 then
-    return MAXSPAN, 0
-  end
-  return q, num(r)
 end
 
 -- minus returns aNs + aFrac/r - (bNs + bFrac/r), which is not negative.
@@ -559,7 +559,7 @@ local function decide(l, s, now, cost)
   return nil, d
 end
 
--- apply mirrors store.Charge.Decide: the charge of kind and cost on the
+-- apply mirrors Limit.Apply (and store.Charge.Decide): the charge of kind and cost on the
 -- state s (for a check the limit's k and a are for a cost of 1).
 local function apply(l, s, now, kind, cost)
   if rateChanged(l, s) then

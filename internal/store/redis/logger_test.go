@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/testkit/logtest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 // logLines returns the JSON log records written to buf so far.
@@ -110,7 +111,7 @@ func TestRedisDownWarnsOnce(t *testing.T) {
 	if got := s.Breaker(); got != guard.BreakerOpen {
 		t.Fatalf("breaker %v after 130 failed probes, want open", got)
 	}
-	waitFor(t, func() bool { return strings.Contains(buf.String(), "redis failed") })
+	wait.For(t, "the store's log line \"redis failed\"", func() bool { return strings.Contains(buf.String(), "redis failed") })
 
 	var opened, reminders, failed, other []map[string]any
 	for _, m := range logLines(t, &buf) {

@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/store/redis"
 	"github.com/ratelimitd/ratelimitd/internal/store/redis/redistest"
 	"github.com/ratelimitd/ratelimitd/internal/store/storetest"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 )
 
 const t0 = int64(1_767_225_600_000_000_000)
@@ -169,7 +170,7 @@ func TestFailureModes(t *testing.T) {
 			}
 
 			srv.Restart()
-			waitFor(t, func() bool { return s.Ping(context.Background()) == nil })
+			wait.For(t, "a ping to answer after the restart", func() bool { return s.Ping(context.Background()) == nil })
 			// Redis restarted empty: the bucket starts over, from Redis.
 			if d := apply(t, s, store.Charge{Domain: "shop", Key: key, Limit: l, Cost: 3}); d[0].Code != algorithms.Allowed || d[0].Remaining != 0 {
 				t.Errorf("after restart: %+v, want allowed with 0 remaining", d[0])
@@ -180,7 +181,7 @@ func TestFailureModes(t *testing.T) {
 			if up, _ := s.Healthy(); !up {
 				t.Error("Healthy() false after Redis came back")
 			}
-			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) == 2 })
+			wait.For(t, "OnHealth to report down, then up", func() bool { mu.Lock(); defer mu.Unlock(); return len(changes) == 2 })
 			if changes[0] || !changes[1] {
 				t.Errorf("OnHealth saw %v, want [false true]", changes)
 			}
@@ -345,17 +346,6 @@ func TestDenyCacheCountsFromSend(t *testing.T) {
 	apply(t, s, charge)
 	if s.RoundTrips() == before {
 		t.Errorf("RetryAfter (%v) after the request was sent the cache still denied it, without asking Redis", denial.RetryAfter)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

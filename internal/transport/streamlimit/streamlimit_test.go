@@ -6,8 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -120,7 +120,7 @@ func TestFullMakesRoomForTheSmallerCaller(t *testing.T) {
 	}
 	// A stream that ends frees its place.
 	newcomer.end()
-	waitFor(t, func() bool { return l.Held() == 2 })
+	wait.For(t, "the ended stream's place freed", func() bool { return l.Held() == 2 })
 	mustOpen(t, l, conn("203.0.113.1", 1))
 }
 
@@ -132,13 +132,13 @@ func TestEndedStreamsFreeTheirPlace(t *testing.T) {
 	for range 100 {
 		s := mustOpen(t, l, c)
 		s.end()
-		waitFor(t, func() bool { return l.Held() == 0 })
+		wait.For(t, "the ended stream's place freed", func() bool { return l.Held() == 0 })
 	}
 	old := mustOpen(t, l, c)
 	mustOpen(t, l, c)
 	mustOpen(t, l, conn("192.0.2.2", 1)) // evicts old
 	old.end()
-	waitFor(t, func() bool { return old.ctx.Err() != nil })
+	wait.For(t, "the evicted stream's context to end", func() bool { return old.ctx.Err() != nil })
 	if l.Held() != 2 {
 		t.Fatalf("held %d after an evicted stream ended, want 2", l.Held())
 	}
@@ -164,14 +164,3 @@ type serverStream struct {
 }
 
 func (s serverStream) Context() context.Context { return s.ctx }
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

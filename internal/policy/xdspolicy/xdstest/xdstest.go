@@ -18,6 +18,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/ratelimitd/ratelimitd/internal/testkit/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -147,12 +148,13 @@ func (s *Server) Requests() []*discoveryv3.DiscoveryRequest {
 	return append([]*discoveryv3.DiscoveryRequest(nil), s.requests...)
 }
 
-// WaitRequest waits up to 10 seconds for a request, among those received so
-// far or to come, that match says is the one, and returns it; it fails the
-// test when none comes.
+// WaitRequest waits up to wait.Timeout (30 s, a bound on a hang: a daemon
+// parsing the largest policy on a loaded machine can take more than 10 s)
+// for a request, among those received so far or to come, that match says
+// is the one, and returns it; it fails the test when none comes.
 func (s *Server) WaitRequest(match func(*discoveryv3.DiscoveryRequest) bool) *discoveryv3.DiscoveryRequest {
 	s.t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(wait.Timeout)
 	for seen := 0; ; {
 		s.mu.Lock()
 		reqs, changed := s.requests[seen:], s.changed
@@ -166,7 +168,7 @@ func (s *Server) WaitRequest(match func(*discoveryv3.DiscoveryRequest) bool) *di
 		select {
 		case <-changed:
 		case <-deadline:
-			s.t.Fatal("xdstest: the awaited discovery request did not come within 10s")
+			s.t.Fatalf("xdstest: the awaited discovery request did not come within %v", wait.Timeout)
 			return nil
 		}
 	}
