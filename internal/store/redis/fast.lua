@@ -689,7 +689,7 @@ local function concPack(i)
     concLane(i + 3) + concLane(i + 4) * TWO16, concLane(i + 5) + concLane(i + 6) * TWO16
 end
 
--- concSum mirrors gens.inFlight.
+-- concSum returns the units in flight, the sum of cg (gens' inFlight).
 local function concSum()
   return cg[1] + cg[2] + cg[3] + cg[4] + cg[5] + cg[6] + cg[7]
 end
@@ -836,7 +836,7 @@ local function fastConcOverdraft(l, t, n, m, x, cost)
   local e = concAt(l, t, n, m, x)
   local nn, nm, nx, nr
   if cost > 0 then
-    cg[1] = math.min(cg[1] + math.min(cost, 65535), 65535)
+    cg[1] = math.min(cg[1] + math.min(cost, MAXINFLIGHT), MAXINFLIGHT)
     nn, nm, nx, nr = concState(l, e)
   end
   local code, rem, reset, retry = concReport(l, concSum(), e, 0)
