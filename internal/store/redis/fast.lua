@@ -16,7 +16,9 @@
 --   - for the windows, P is a whole number of milliseconds or below 9·10^9
 --     ns, so that now mod P is exact (sinceWindow);
 --   - for sliding_window and the buckets, Capacity·P is below 2^52, so the
---     products prev·(P-e), k·P and (C-d)·R/P are exact.
+--     products prev·(P-e), k·P and (C-d)·R/P are exact;
+--   - a concurrency always (its lease is at most MaxLease, below 2^49 ns;
+--     see its section).
 --
 -- And the script takes a state down this path only when its t is at most
 -- 2^51 ns after now (relTime); a t more than 2^51 ns before now is

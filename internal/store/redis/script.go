@@ -245,9 +245,10 @@ func appendBucketTimes(b []byte, c *store.Charge, kind algorithms.Kind, cost int
 // (fast.lua), as its header says: a period below 2^49 ns; for the windows,
 // a period of whole milliseconds or below 9·10^9 ns; for sliding_window and
 // the buckets, Capacity·Period below 2^52. The script still takes the
-// bignum path for a state that does not fit. A concurrency takes this path
-// whenever its lease is below 2^49 ns, and every state of it (fast.lua's
-// concurrency.go section); a longer lease is an error (MaxLease).
+// bignum path for a state that does not fit. A concurrency always takes
+// this path, every state of it included (fast.lua's concurrency.go
+// section): NewLimit bounds its lease by algorithms.MaxLease, below 2^49
+// ns, and the bignum path does not decide it.
 func fastPath(l *algorithms.Limit) bool {
 	p := int64(l.Period())
 	if p >= 1<<49 {
