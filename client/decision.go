@@ -48,7 +48,9 @@ type Decision struct {
 	// RetryAfter, for a denial, is the shortest wait after which the same
 	// request would be admitted if nothing else arrived: the service's
 	// retry_after, what is left of it for a local denial, or the
-	// fail-closed wait. 0 when allowed and when Never.
+	// fail-closed wait. 0 when allowed and when Never. For a concurrency
+	// limit (ALGORITHM_CONCURRENCY) it is when enough units expire by their
+	// lease if none is released; a release admits sooner.
 	RetryAfter time.Duration
 	// Never reports a denial that no wait can turn into an admission: a
 	// descriptor costs more than its limit's capacity (its status is

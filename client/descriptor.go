@@ -147,14 +147,18 @@ func (d Descriptor) proto() *ratelimitv1.Descriptor {
 // a descriptor that the service's policy does not cover. The service
 // validates it (InvalidArgument when malformed).
 type Limit struct {
-	// Algorithm; unset means fixed window.
+	// Algorithm; unset means fixed window. For ALGORITHM_CONCURRENCY,
+	// Requests is the most units in flight at once (at most 65535) and
+	// Period the lease after which a unit never released expires; Burst
+	// must be 0. Its units are given back by Lease.Release (Acquire) or a
+	// descriptor WithOperation(OPERATION_REFUND).
 	Algorithm ratelimitv1.Algorithm
 	// Requests admitted per Period; at least 1.
 	Requests uint32
 	// Period; positive.
 	Period time.Duration
 	// Burst is the capacity of the bucket algorithms (0: Requests); it must
-	// be 0 for the window algorithms.
+	// be 0 for the window algorithms and a concurrency.
 	Burst uint32
 	// Name is reported back as the policy that decided.
 	Name string

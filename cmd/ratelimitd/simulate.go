@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/operator/simulate"
 )
 
@@ -39,7 +40,11 @@ func simulateCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, l := range res.Lanes {
-		fmt.Fprintf(stderr, "%-20s admitted %6d  denied %6d  most admitted within %s: %d\n", l.Name, l.Admitted, l.Denied, f.period, l.MaxAdmittedIn)
+		fmt.Fprintf(stderr, "%-20s admitted %6d  denied %6d  most admitted within %s: %d", l.Name, l.Admitted, l.Denied, f.period, l.MaxAdmittedIn)
+		if l.Name == algorithms.Concurrency.String() {
+			fmt.Fprintf(stderr, "  released %d", l.Released)
+		}
+		fmt.Fprintln(stderr)
 	}
 	return 0
 }
@@ -70,9 +75,9 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	}
 	f := &simulateFlags{}
 	t := &f.t
-	fs.StringVar(&f.algs, "algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare")
-	fs.Int64Var(&f.requests, "requests", 10, "requests per period")
-	fs.DurationVar(&f.period, "period", time.Minute, "the limit's period")
+	fs.StringVar(&f.algs, "algorithms", "fixed_window,sliding_window,token_bucket,leaky_bucket,leaky_bucket_queue", "comma-separated `algorithms` to compare (also concurrency)")
+	fs.Int64Var(&f.requests, "requests", 10, "requests per period (a concurrency's max_in_flight)")
+	fs.DurationVar(&f.period, "period", time.Minute, "the limit's period (a concurrency's lease)")
 	fs.Int64Var(&f.burst, "burst", 0, "capacity of the bucket algorithms (0: --requests)")
 	fs.StringVar(&f.times, "times", "", "for --pattern recorded: arrival `times` from 0, comma-separated durations (1s,1.5s,…)")
 	fs.DurationVar(&f.bin, "bin", 0, "width of one interval of the CSV and chart (0: a hundredth of --duration)")
@@ -86,6 +91,8 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs.IntVar(&t.Burst, "size", 10, "requests in one burst, for bursts and boundary")
 	fs.DurationVar(&t.Every, "every", 30*time.Second, "time between bursts, for bursts")
 	fs.Uint64Var(&t.Seed, "seed", 1, "random seed, for poisson")
+	fs.DurationVar(&t.Hold, "hold", 0, "for a concurrency: how long each admitted request holds its units before it releases them (0: never released)")
+	fs.Float64Var(&t.Unreleased, "unreleased", 0, "for a concurrency: the `fraction` (0 to 1) of admitted requests that never release, left to the lease")
 	return fs, f
 }
 
@@ -98,6 +105,17 @@ Every algorithm named by --algorithms sees the same traffic. The defaults
 reproduce the window-boundary comparison: 10 requests a minute, 10 sent just
 before the first boundary and 10 at it — a fixed window admits 20 within a
 second, the others 10.
+
+A concurrency (--algorithms concurrency) counts requests in flight: --requests
+is its max_in_flight and --period its lease. Each request it admits holds its
+--cost for --hold, then releases it (as Envoy's stream-done call would), but
+for the --unreleased fraction, which never does, as callers that crashed:
+only the lease frees their units. --hold 0 releases nothing. The other
+algorithms ignore --hold. For example, 2 in flight with a 1m lease, a request
+a second holding 1.5s, one in four never released:
+
+  ratelimitd simulate --algorithms concurrency --requests 2 --period 1m \
+    --pattern steady --rate 1 --hold 1.5s --unreleased 0.25 --duration 5m
 
 Writes one CSV row per algorithm and interval to --csv (default: standard
 output), and the chart to --svg when given. Prints each algorithm's totals to

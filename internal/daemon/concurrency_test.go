@@ -2,12 +2,17 @@ package daemon_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/api/envoyapi"
 	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -158,4 +163,105 @@ func leaseEnd(t time.Time, lease time.Duration) time.Time {
 	g := (int64(lease) + 5) / 6
 	ns := t.UnixNano()
 	return time.Unix(0, ns-ns%g+g-1+int64(lease))
+}
+
+// TestConcurrencyOverV1: the ratelimit.v1 API names a concurrency
+// (ALGORITHM_CONCURRENCY) both ways. A policy's concurrency rule is
+// described as one, with max_in_flight as requests and the lease as
+// period, not as the fixed window an unset algorithm means; and an inline
+// ALGORITHM_CONCURRENCY limit counts units in flight, released by
+// OPERATION_REFUND. A burst on it is InvalidArgument naming the field.
+func TestConcurrencyOverV1(t *testing.T) {
+	h := start(t, concurrencyDomain)
+	r := h.call(t, req("llm", desc("tenant", "acme")))
+	rule := r.GetStatuses()[0].GetRule()
+	if r.GetOverallCode() != rl.Code_CODE_OK || rule.GetAlgorithm() != rl.Algorithm_ALGORITHM_CONCURRENCY ||
+		rule.GetRequests() != 2 || rule.GetPeriod().AsDuration() != 10*time.Minute || rule.GetBurst() != 0 {
+		t.Fatalf("the policy's concurrency over v1: %v", r)
+	}
+
+	inline := func(op rl.Operation) *rl.Descriptor {
+		d := desc("job", "build")
+		d.Limit = &rl.Limit{Algorithm: rl.Algorithm_ALGORITHM_CONCURRENCY, Requests: 2, Period: durationpb.New(time.Minute), Name: "builds"}
+		d.Operation = op
+		return d
+	}
+	for i, step := range []struct {
+		op        rl.Operation
+		code      rl.Code
+		remaining uint64
+	}{
+		{rl.Operation_OPERATION_CHARGE, rl.Code_CODE_OK, 1},
+		{rl.Operation_OPERATION_CHARGE, rl.Code_CODE_OK, 0},
+		{rl.Operation_OPERATION_CHARGE, rl.Code_CODE_OVER_LIMIT, 0}, // a third at once
+		{rl.Operation_OPERATION_REFUND, rl.Code_CODE_OK, 1},
+		{rl.Operation_OPERATION_CHARGE, rl.Code_CODE_OK, 0}, // the released unit's place
+		{rl.Operation_OPERATION_CHARGE, rl.Code_CODE_OVER_LIMIT, 0},
+	} {
+		r := h.call(t, req("no-policy", inline(step.op)))
+		st := r.GetStatuses()[0]
+		if st.GetCode() != step.code || st.GetRemaining() != step.remaining ||
+			st.GetRule().GetAlgorithm() != rl.Algorithm_ALGORITHM_CONCURRENCY || st.GetRule().GetName() != "builds" {
+			t.Fatalf("step %d (%v): %v, want %v with %d remaining", i, step.op, st, step.code, step.remaining)
+		}
+	}
+	// Nothing released, the units heal at their lease's end.
+	h.clock.Set(leaseEnd(daemontest.T0, time.Minute).UnixNano())
+	if st := h.call(t, req("no-policy", inline(rl.Operation_OPERATION_CHARGE))).GetStatuses()[0]; st.GetCode() != rl.Code_CODE_OK || st.GetRemaining() != 1 {
+		t.Fatalf("after the lease: %v", st)
+	}
+
+	bad := inline(rl.Operation_OPERATION_CHARGE)
+	bad.Limit.Burst = 3
+	_, err := h.client.ShouldRateLimit(context.Background(), req("no-policy", bad))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors[0].limit") || !strings.Contains(err.Error(), "burst") {
+		t.Fatalf("a concurrency with a burst: %v, want InvalidArgument naming descriptors[0].limit and burst", err)
+	}
+}
+
+// TestConcurrencyMetrics reads a concurrency rule's in-flight gauges from
+// a running daemon's /metrics: the units its last decision left in
+// flight, and its max_in_flight. A charge the request's other descriptor
+// denied took no unit and leaves the gauge alone; a check after the
+// lease shows the units healed.
+func TestConcurrencyMetrics(t *testing.T) {
+	h := start(t, concurrencyDomain)
+	const series = `{descriptor="",domain="llm",rule="tenant"}`
+	want := func(what string, inFlight float64) {
+		t.Helper()
+		m := scrape(t, h.d)
+		if m["ratelimitd_rule_in_flight"+series] != inFlight || m["ratelimitd_rule_in_flight_limit"+series] != 2 {
+			t.Fatalf("%s: in_flight %v, in_flight_limit %v; want %v and 2", what, m["ratelimitd_rule_in_flight"+series], m["ratelimitd_rule_in_flight_limit"+series], inFlight)
+		}
+		if _, ok := m[`ratelimitd_rule_in_flight{descriptor="",domain="llm",rule="tenant_rate"}`]; ok {
+			t.Fatalf("%s: a rate rule has an in_flight series", what)
+		}
+	}
+	if _, ok := scrape(t, h.d)["ratelimitd_rule_in_flight"+series]; ok {
+		t.Fatal("an in_flight series before the rule's first decision")
+	}
+	acme := func(op rl.Operation) *rl.Descriptor { d := desc("tenant", "acme"); d.Operation = op; return d }
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE)))
+	want("one charged", 1)
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE)))
+	want("two charged", 2)
+	if r := h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE))); r.GetOverallCode() != rl.Code_CODE_OVER_LIMIT {
+		t.Fatalf("a third at once: %v", r)
+	}
+	want("a third denied", 2)
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_REFUND)))
+	want("one released", 1)
+	for range 5 {
+		h.call(t, req("llm", desc("tenant_rate", "acme")))
+	}
+	if r := h.call(t, req("llm", acme(rl.Operation_OPERATION_CHARGE), desc("tenant_rate", "acme"))); r.GetOverallCode() != rl.Code_CODE_OVER_LIMIT ||
+		r.GetStatuses()[0].GetCode() != rl.Code_CODE_OK {
+		t.Fatalf("a charge the rate beside it denies: %v", r)
+	}
+	want("a charge the rate denied took no unit", 1)
+	h.call(t, req("llm", peek(acme(rl.Operation_OPERATION_CHARGE))))
+	want("a peek sets nothing", 1)
+	h.clock.Set(leaseEnd(daemontest.T0, 10*time.Minute).UnixNano())
+	h.call(t, req("llm", acme(rl.Operation_OPERATION_CHECK)))
+	want("a check after the lease", 0)
 }

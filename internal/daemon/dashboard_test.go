@@ -80,7 +80,7 @@ var targetLabels = map[string]bool{"instance": true, "job": true}
 
 // TestDashboardMetricsExist: every metric the Grafana dashboard queries is
 // on the /metrics page of a running daemon — the memory store's with an
-// authorization policy, or the Redis store's — and every label it selects
+// authorization policy or with a concurrency, or the Redis store's — and every label it selects
 // or groups by is on one of the metrics of that query.
 func TestDashboardMetricsExist(t *testing.T) {
 	memory := startBillingWithAuthz(t)
@@ -90,8 +90,14 @@ func TestDashboardMetricsExist(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A concurrency rule's gauges appear at its first decision.
+	concurrency := daemontest.Start(t, concurrencyDomain)
+	if _, err := rl.NewRateLimitServiceClient(concurrency.Dial(t)).ShouldRateLimit(context.Background(), req("llm", desc("tenant", "acme"))); err != nil {
+		t.Fatal(err)
+	}
+
 	exposed := map[string]map[string]bool{}
-	for _, d := range []*daemontest.Daemon{memory, redis} {
+	for _, d := range []*daemontest.Daemon{memory, redis, concurrency} {
 		code, page := d.Get(t, "/metrics")
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)

@@ -176,6 +176,16 @@ const (
 	Algorithm_ALGORITHM_LEAKY_BUCKET Algorithm = 4
 	// A queue leaving at the rate: admitted requests are told how long to wait.
 	Algorithm_ALGORITHM_LEAKY_BUCKET_QUEUE Algorithm = 5
+	// Units in flight, not a rate: requests is the most units in flight at
+	// once (max_in_flight, at most 65535) and period the lease, after which a
+	// unit never given back expires by itself (no sooner, and less than
+	// period/6 later); burst must be 0. A charge is admitted while the units
+	// in flight plus its cost are at most requests; a refund (OPERATION_REFUND)
+	// releases units, the oldest first, never below zero. remaining is the
+	// room left; retry_after, for a denial, is when enough units expire by
+	// their lease (a release admits sooner). The lease must exceed the
+	// longest request.
+	Algorithm_ALGORITHM_CONCURRENCY Algorithm = 6
 )
 
 // Enum value maps for Algorithm.
@@ -187,6 +197,7 @@ var (
 		3: "ALGORITHM_TOKEN_BUCKET",
 		4: "ALGORITHM_LEAKY_BUCKET",
 		5: "ALGORITHM_LEAKY_BUCKET_QUEUE",
+		6: "ALGORITHM_CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"ALGORITHM_UNSPECIFIED":        0,
@@ -195,6 +206,7 @@ var (
 		"ALGORITHM_TOKEN_BUCKET":       3,
 		"ALGORITHM_LEAKY_BUCKET":       4,
 		"ALGORITHM_LEAKY_BUCKET_QUEUE": 5,
+		"ALGORITHM_CONCURRENCY":        6,
 	}
 )
 
@@ -1106,14 +1118,15 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x15OVERDRAFT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OVERDRAFT_POLICY\x10\x01\x12\x13\n" +
 	"\x0fOVERDRAFT_NEVER\x10\x02\x12\x14\n" +
-	"\x10OVERDRAFT_ALWAYS\x10\x03*\xba\x01\n" +
+	"\x10OVERDRAFT_ALWAYS\x10\x03*\xd5\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_LEAKY_BUCKET\x10\x04\x12 \n" +
-	"\x1cALGORITHM_LEAKY_BUCKET_QUEUE\x10\x05*V\n" +
+	"\x1cALGORITHM_LEAKY_BUCKET_QUEUE\x10\x05\x12\x19\n" +
+	"\x15ALGORITHM_CONCURRENCY\x10\x06*V\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aCODE_OK\x10\x01\x12\x13\n" +

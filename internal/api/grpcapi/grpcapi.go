@@ -49,6 +49,7 @@ var algorithmOf = map[ratelimitv1.Algorithm]algorithms.Algorithm{
 	ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET:       algorithms.TokenBucket,
 	ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET:       algorithms.LeakyBucket,
 	ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET_QUEUE: algorithms.LeakyBucketQueue,
+	ratelimitv1.Algorithm_ALGORITHM_CONCURRENCY:        algorithms.Concurrency,
 }
 
 var algorithmTo = func() map[algorithms.Algorithm]ratelimitv1.Algorithm {

@@ -51,4 +51,22 @@ func BenchmarkObserve(b *testing.B) {
 			})
 		})
 	}
+	// A concurrency rule also sets its in-flight gauges.
+	pc, err := config.Parse("c.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: concurrency, max_in_flight: 10, lease: 1m}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("concurrency rule", func(b *testing.B) {
+		m := metrics.New()
+		entries := []config.Entry{{Key: "k", Value: "a"}}
+		r := pc.Domain("d").Match(entries)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{{Entries: entries}}}
+				resp := &engine.Response{Code: algorithms.Allowed, Statuses: []engine.Status{{Code: algorithms.Allowed, Matched: true, Rule: r, Limit: r.Limits[0], Remaining: 5, Cost: 1}}}
+				m.Observe(context.Background(), req, resp, time.Microsecond)
+			}
+		})
+	})
 }

@@ -35,6 +35,29 @@
 //	ratelimitd_rule_checks_total             checks (hits_addend 0 on Envoy's API, OPERATION_CHECK); not hits
 //	ratelimitd_rule_over_limit_checks_total  of those, the checks denied: the budget spent or in debt
 //
+// # Units in flight
+//
+// A rule whose deciding limit is a concurrency (algorithm: concurrency)
+// has two gauges beside its counters, with the same labels:
+//
+//	ratelimitd_rule_in_flight        units in flight in the bucket of the rule's last decision, as that decision left them
+//	ratelimitd_rule_in_flight_limit  that decision's max_in_flight
+//
+// in_flight is max_in_flight − remaining of the rule's last status (not a
+// peek) whose deciding limit is the concurrency: a charge, a check, a
+// refund or an overdraft. Its remaining is the bucket as the request left
+// it (a charge its rule admitted in a request another descriptor denied
+// took nothing, and reports the bucket uncharged: internal/store). It is a
+// value as of that decision: units released or expired by their lease
+// since then show at the next one. A limit in debt (an overdraft beyond
+// max_in_flight) shows as full, in_flight = in_flight_limit. A rule
+// counts one bucket for all requests only when its descriptor names a
+// value (or the rule is reached through one); a key-only rule has a bucket
+// per value, and its in_flight is the last decided value's — per value
+// with detailed_metric: true, whose series are capped as its counters are.
+// The gauges appear at a rule's first such decision, and a reload drops
+// them all (they come back at the next decision under the new policy).
+//
 // A status counts under the kind of charge its deciding limit made
 // (engine.Status.Kind). A descriptor whose rule's limits
 // were all replaced (rate_limit.replaces) by another matched rule's counts
@@ -128,6 +151,7 @@ type Metrics struct {
 
 	hits, within, near, over, shadow        *prometheus.CounterVec
 	overdraft, refunded, checks, checksOver *prometheus.CounterVec
+	inFlight, inFlightLimit                 *prometheus.GaugeVec
 	rules                                   atomic.Pointer[sync.Map] // *config.Rule -> *ruleCounters
 
 	// series holds the labels of every per-rule series there is, so that
@@ -186,7 +210,7 @@ func New(opts ...Option) *Metrics {
 		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace(namespace), grpcprom.WithHistogramBuckets(GRPCBuckets)),
 	)
 
-	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver, m.latency, decisions,
+	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.overdraft, m.refunded, m.checks, m.checksOver, m.inFlight, m.inFlightLimit, m.latency, decisions,
 		m.reloads, m.lastReload, m.lastReloadOK, m.grpc, buildInfo(buildinfo.Read()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if m.upstreamNames {
@@ -211,6 +235,10 @@ func (m *Metrics) newRuleCounters() {
 	m.refunded = ruleCounter("refunded_hits_total", "Hits given back by refunds (not counted in hits_total).")
 	m.checks = ruleCounter("checks_total", "Checks: would a charge of 1 be admitted? (not counted in hits_total).")
 	m.checksOver = ruleCounter("over_limit_checks_total", "Checks denied: the limit was spent or in debt.")
+	m.inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "rule", Name: "in_flight",
+		Help: "A concurrency rule's units in flight in the bucket of its last decision, as that decision left them (at most in_flight_limit)."}, ruleLabels)
+	m.inFlightLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "rule", Name: "in_flight_limit",
+		Help: "A concurrency rule's max_in_flight, as of its last decision."}, ruleLabels)
 }
 
 // newDecisionMetrics makes the decisions' latency and their counts, by
@@ -383,6 +411,8 @@ func (m *Metrics) PolicyReloaded(p *config.Policy, at time.Time, err error) {
 	keep := plainRules(p)
 	m.mu.Lock()
 	m.rules.Store(new(sync.Map))
+	m.inFlight.Reset()
+	m.inFlightLimit.Reset()
 	for l := range m.series {
 		if _, ok := keep[ruleLabels{l.domain, l.rule}]; ok && l.descriptor == "" {
 			continue
@@ -448,6 +478,9 @@ func (m *Metrics) Observe(_ context.Context, req *engine.Request, resp *engine.R
 		if st.Rule.DetailedMetric {
 			c = m.detailedCounters(c, req.Descriptors[i].Entries)
 		}
+		if st.Limit.Rate.Algorithm() == algorithms.Concurrency && !st.Limit.Unlimited && !st.Limit.DenyAll {
+			c.setInFlight(st)
+		}
 		cost := float64(st.Cost)
 		switch st.Kind {
 		case algorithms.Check:
@@ -493,10 +526,34 @@ func nearHits(st *engine.Status, charged bool, ratio float64) int64 {
 	return min(st.Cost, used-threshold)
 }
 
+// setInFlight sets the in-flight gauges of c's series from st, a status
+// decided by a concurrency: st reports its bucket as the request left it.
+func (c *ruleCounters) setInFlight(st *engine.Status) {
+	g := c.gauges.Load()
+	if g == nil {
+		g = &inFlightGauges{
+			inFlight: c.m.inFlight.WithLabelValues(c.domain, c.rule, c.descriptor),
+			limit:    c.m.inFlightLimit.WithLabelValues(c.domain, c.rule, c.descriptor),
+		}
+		c.gauges.Store(g)
+	}
+	limit := st.Limit.Rate.Capacity()
+	g.inFlight.Set(float64(limit - min(max(st.Remaining, 0), limit)))
+	g.limit.Set(float64(limit))
+}
+
+// inFlightGauges are a concurrency rule's in-flight series.
+type inFlightGauges struct{ inFlight, limit prometheus.Gauge }
+
 // ruleCounters are one series of each per-rule counter.
 type ruleCounters struct {
 	hits, within, near, over, shadow        prometheus.Counter
 	overdraft, refunded, checks, checksOver prometheus.Counter
+	// gauges, for a rule decided by a concurrency, are its in-flight
+	// series, created at its first such decision.
+	gauges     atomic.Pointer[inFlightGauges]
+	m          *Metrics
+	descriptor string
 
 	domain, rule string
 
@@ -525,7 +582,7 @@ func (m *Metrics) counters(domain, rule, descriptor string) *ruleCounters {
 		refunded:   m.refunded.WithLabelValues(domain, rule, descriptor),
 		checks:     m.checks.WithLabelValues(domain, rule, descriptor),
 		checksOver: m.checksOver.WithLabelValues(domain, rule, descriptor),
-		domain:     domain, rule: rule,
+		domain:     domain, rule: rule, descriptor: descriptor, m: m,
 	}
 }
 

@@ -245,6 +245,25 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "simulate")
 
+	// A concurrency alone, its requests holding a second, one in four never
+	// released: the totals say how many released.
+	do(t, ctx, "simulate a concurrency",
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const f = document.querySelector("#sim-form");
+			for (const c of f.querySelectorAll("input[name=alg]")) c.checked = c.value === "concurrency";
+			const set = {requests: "3", period: "1m", pattern: "steady", rate: "2", duration: "3m", hold: "1s", unreleased: "0.25"};
+			for (const [k, v] of Object.entries(set)) f.elements[k].value = v;
+		})()`),
+		chromedp.Click(`#sim-form button[type=submit]`),
+		chromedp.WaitVisible(`#sim-totals tr[data-lane=concurrency] td.released`))
+	if row := value(t, ctx, chromedp.Text(`#sim-totals tr[data-lane=concurrency]`)); strings.Join(strings.Fields(row), " ") != "concurrency 36 324 12 27" {
+		t.Errorf("the concurrency's totals: %q, want admitted 36, denied 324, 12 within the lease, 27 released", row)
+	}
+	if n := value(t, ctx, chromedp.Evaluate[float64](`document.querySelectorAll("#sim-chart svg g.lane").length`)); n != 1 {
+		t.Errorf("%v lanes drawn, want the concurrency's alone", n)
+	}
+	screenshot(t, ctx, "simulate-concurrency")
+
 	if p := problems(); len(p) > 0 {
 		t.Errorf("the page logged problems:\n%s", strings.Join(p, "\n"))
 	}

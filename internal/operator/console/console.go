@@ -328,8 +328,9 @@ func entriesText(entries []config.Entry) string {
 // burst and overdraft ("true": a token budget charged after the fact; a
 // rule's limits say it themselves, or the daemon's --overdraft-by-default
 // for those that do not); the traffic is pattern with its parameters
-// (rate, size, every, seed, times as durations separated by commas, cost)
-// over duration.
+// (rate, size, every, seed, times as durations separated by commas, cost;
+// for a concurrency, hold and unreleased: simulate.Traffic's Hold and
+// Unreleased) over duration.
 func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 	if t, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); t != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type: want application/json")
@@ -374,10 +375,16 @@ func (c *Console) simulate(w http.ResponseWriter, r *http.Request) {
 		Admitted      int    `json:"admitted"`
 		Denied        int    `json:"denied"`
 		MaxAdmittedIn int    `json:"max_admitted_in_period"`
+		// Released, for a concurrency lane only: its requests that
+		// released their units (hold).
+		Released *int `json:"released,omitempty"`
 	}
 	totals := make([]total, len(res.Lanes))
 	for i, l := range res.Lanes {
-		totals[i] = total{l.Name, l.Admitted, l.Denied, l.MaxAdmittedIn}
+		totals[i] = total{Lane: l.Name, Admitted: l.Admitted, Denied: l.Denied, MaxAdmittedIn: l.MaxAdmittedIn}
+		if lanes[i].Limit.Algorithm() == algorithms.Concurrency {
+			totals[i].Released = &res.Lanes[i].Released
+		}
 	}
 	writeJSON(w, map[string]any{"requests": res.Arrivals, "period": period.String(), "lanes": totals, "svg": res.SVG()})
 }
@@ -513,6 +520,14 @@ func trafficFrom(get func(string) string, period time.Duration) (simulate.Traffi
 	if s := get("cost"); s != "" {
 		if t.Cost, err = strconv.ParseInt(s, 10, 64); err != nil {
 			return t, errors.New("cost: want a whole number of units each request uses")
+		}
+	}
+	if t.Hold, err = durationOf("hold", 0); err != nil {
+		return t, err
+	}
+	if s := get("unreleased"); s != "" {
+		if t.Unreleased, err = strconv.ParseFloat(s, 64); err != nil {
+			return t, errors.New("unreleased: want a fraction from 0 to 1, such as 0.25")
 		}
 	}
 	if s := get("times"); s != "" {

@@ -253,7 +253,24 @@ func TestSimulate(t *testing.T) {
 	if len(body.Lanes) != 1 || body.Lanes[0].Lane != "per-user (token_bucket)" || body.Lanes[0].Admitted != 5 {
 		t.Errorf("rule per-user, 1/s for a minute: %+v; want 5 admitted (a burst of 3 at 0-2s, one token each at 20s and 40s)", body.Lanes)
 	}
+	// A concurrency lane beside a rate: 2 a second holding a second each,
+	// one in four never released, under 3 in flight and a minute's lease.
+	// Only the concurrency releases, and says how many did.
+	var held struct {
+		Lanes []struct {
+			Lane     string
+			Admitted int
+			Released *int
+		}
+	}
+	simulateJSON(t, d, "alg=concurrency,token_bucket&requests=3&period=1m&pattern=steady&rate=2&duration=3m&hold=1s&unreleased=0.25", &held)
+	if l := held.Lanes; len(l) != 2 || l[0].Lane != "concurrency" || l[0].Admitted != 36 || l[0].Released == nil || *l[0].Released != 27 || l[1].Released != nil {
+		t.Errorf("a concurrency holding 1s, a quarter unreleased: %+v; want 36 admitted and 27 released, and no released for the token bucket", held.Lanes)
+	}
 	for _, tc := range []struct{ query, want string }{
+		{"alg=concurrency&requests=2&period=1m&pattern=steady&rate=1&hold=soon", "hold:"},
+		{"alg=concurrency&requests=2&period=1m&pattern=steady&rate=1&hold=1s&unreleased=half", "unreleased:"},
+		{"alg=concurrency&requests=2&period=1m&pattern=steady&rate=1&hold=1s&unreleased=2", "unreleased: must be a fraction"},
 		{"alg=fixed_window&requests=0&period=1m&pattern=steady&rate=1", "requests:"},
 		{"alg=fixed_window&requests=1&period=soon&pattern=steady&rate=1", "period:"},
 		{"alg=gcra&requests=1&period=1m&pattern=steady&rate=1", "alg:"},

@@ -9,9 +9,13 @@
 // token budget charged after the fact (Lane.Overdraft): each request is
 // checked first and, admitted, charged its whole cost, so the budget can go
 // into debt and stay denied until its refill pays the debt back; Bin.InDebt
-// shows when. Time starts at 0 on the simulated clock, the
-// Unix epoch, where every window boundary of every period falls, so a
-// fixed window's first boundary is at exactly one period.
+// shows when. A concurrency lane counts requests in flight rather than a
+// rate: each admitted request holds its cost for Traffic.Hold and then
+// releases it, but for a Traffic.Unreleased fraction that never does, as
+// callers that crashed, whose units only their lease frees. Time starts at
+// 0 on the simulated clock, the Unix epoch, where every window boundary of
+// every period falls, so a fixed window's first boundary is at exactly one
+// period.
 package simulate
 
 import (
@@ -75,6 +79,24 @@ type Traffic struct {
 	// Cost is what each request uses (tokens, for a token budget); 0
 	// means 1.
 	Cost int64
+	// Hold is how long a request admitted by a concurrency lane holds its
+	// cost in flight: it releases it (a refund, as the daemon's, of the
+	// oldest units) at its arrival + Hold, before any arrival at that
+	// instant is decided. 0 means never: only the lease frees the units.
+	// Lanes of the other algorithms ignore it, as a refund there would
+	// give quota back.
+	Hold time.Duration
+	// Unreleased is the fraction, from 0 to 1, of the requests a
+	// concurrency lane admits that never release (with Hold > 0): the
+	// k-th admitted (from 1) is one when ⌊k·Unreleased⌋ > ⌊(k−1)·Unreleased⌋,
+	// so they are spread evenly and 0.25 leaves every 4th.
+	Unreleased float64
+}
+
+// unreleased reports whether the k-th request (from 1) a concurrency lane
+// admits never releases.
+func (t Traffic) unreleased(k int) bool {
+	return t.Hold == 0 || math.Floor(float64(k)*t.Unreleased) > math.Floor(float64(k-1)*t.Unreleased)
 }
 
 // cost returns what each request uses.
@@ -88,6 +110,12 @@ func (t Traffic) Arrivals() ([]time.Duration, error) {
 	}
 	if t.Cost < 0 {
 		return nil, errors.New("cost: must not be negative (0 means 1)")
+	}
+	if t.Hold < 0 {
+		return nil, errors.New("hold: must not be negative (0: never released)")
+	}
+	if !(t.Unreleased >= 0 && t.Unreleased <= 1) {
+		return nil, errors.New("unreleased: must be a fraction from 0 to 1")
 	}
 	var a arrivals
 	var err error
@@ -257,8 +285,9 @@ type Bin struct {
 	Start    time.Duration
 	Admitted int
 	Denied   int
-	// Remaining is what the bucket held at the end of the interval: the
-	// cost that would have been admitted then.
+	// Remaining is what the bucket held at the end of the interval (before
+	// anything at that instant): the cost that would have been admitted
+	// then. For a concurrency lane, the limit less the units in flight.
 	Remaining int64
 	// MaxDelay is the longest queue delay given to a request admitted in
 	// the interval (leaky_bucket_queue only).
@@ -276,6 +305,9 @@ type LaneResult struct {
 	Bins     []Bin
 	Admitted int
 	Denied   int
+	// Released, for a concurrency lane, is how many admitted requests
+	// released their units within the simulation (Traffic.Hold).
+	Released int
 	// MaxAdmittedIn is the most requests admitted within any interval of
 	// one period (the Traffic's Period, or the limit's capacity's worth
 	// otherwise): the burst a caller can get through.
@@ -321,38 +353,76 @@ func Run(ctx context.Context, t Traffic, lanes []Lane, binWidth, window time.Dur
 	}
 	res := &Result{Arrivals: len(arrivals), Duration: t.Duration, BinWidth: binWidth, Window: window}
 	for _, lane := range lanes {
-		lr := LaneResult{Name: lane.Name, Capacity: lane.Capacity, Bins: make([]Bin, nbins)}
-		var st algorithms.State
-		var admittedAt []time.Duration
-		next := 0
-		for b := range lr.Bins {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			bin := &lr.Bins[b]
-			bin.Start = time.Duration(b) * binWidth
-			end := bin.Start + binWidth
-			for ; next < len(arrivals) && arrivals[next] < end; next++ {
-				var d algorithms.Decision
-				st, d = lane.decide(st, int64(arrivals[next]), t.cost())
-				if d.Code == algorithms.Allowed {
-					bin.Admitted++
-					bin.MaxDelay = max(bin.MaxDelay, d.Delay)
-					admittedAt = append(admittedAt, arrivals[next])
-				} else {
-					bin.Denied++
-				}
-			}
-			_, peek := lane.Limit.Decide(st, int64(end), 0)
-			bin.Remaining = peek.Remaining
-			bin.InDebt = lane.Limit.InDebt(st, int64(end))
-			lr.Admitted += bin.Admitted
-			lr.Denied += bin.Denied
+		lr, err := runLane(ctx, t, lane, arrivals, nbins, binWidth, window)
+		if err != nil {
+			return nil, err
 		}
-		lr.MaxAdmittedIn = mostWithin(admittedAt, window)
 		res.Lanes = append(res.Lanes, lr)
 	}
 	return res, nil
+}
+
+// runLane decides every arrival in lane, summed into nbins bins of
+// binWidth, with the burst measured over window (as Run).
+func runLane(ctx context.Context, t Traffic, lane Lane, arrivals []time.Duration, nbins int, binWidth, window time.Duration) (LaneResult, error) {
+	lr := LaneResult{Name: lane.Name, Capacity: lane.Capacity, Bins: make([]Bin, nbins)}
+	var st algorithms.State
+	var admittedAt []time.Duration
+	held := releases{cost: t.cost()}
+	holds := lane.Limit.Algorithm() == algorithms.Concurrency
+	next := 0
+	for b := range lr.Bins {
+		if err := ctx.Err(); err != nil {
+			return lr, err
+		}
+		bin := &lr.Bins[b]
+		bin.Start = time.Duration(b) * binWidth
+		end := bin.Start + binWidth
+		for ; next < len(arrivals) && arrivals[next] < end; next++ {
+			at := arrivals[next]
+			st = held.until(&lane.Limit, st, at, true)
+			var d algorithms.Decision
+			st, d = lane.decide(st, int64(at), t.cost())
+			if d.Code != algorithms.Allowed {
+				bin.Denied++
+				continue
+			}
+			bin.Admitted++
+			bin.MaxDelay = max(bin.MaxDelay, d.Delay)
+			admittedAt = append(admittedAt, at)
+			if holds && !t.unreleased(lr.Admitted+bin.Admitted) {
+				held.at = append(held.at, at+t.Hold)
+			}
+		}
+		st = held.until(&lane.Limit, st, end, false)
+		_, peek := lane.Limit.Decide(st, int64(end), 0)
+		bin.Remaining = peek.Remaining
+		bin.InDebt = lane.Limit.InDebt(st, int64(end))
+		lr.Admitted += bin.Admitted
+		lr.Denied += bin.Denied
+	}
+	lr.Released = held.done
+	lr.MaxAdmittedIn = mostWithin(admittedAt, window)
+	return lr, nil
+}
+
+// releases are a concurrency lane's releases to come, in time order (every
+// request holds for the same Traffic.Hold), each of cost units.
+type releases struct {
+	at   []time.Duration
+	cost int64
+	done int // releases made
+}
+
+// until makes, on st under l, the releases due before t (and at t when
+// inclusive), and returns the state they leave.
+func (r *releases) until(l *algorithms.Limit, st algorithms.State, t time.Duration, inclusive bool) algorithms.State {
+	for len(r.at) > 0 && (r.at[0] < t || inclusive && r.at[0] == t) {
+		st, _ = l.Refund(st, int64(r.at[0]), r.cost)
+		r.at = r.at[1:]
+		r.done++
+	}
+	return st
 }
 
 // decide decides one request of cost at now: for an Overdraft lane, a

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +239,156 @@ func TestTokenBudgetInDebt(t *testing.T) {
 	}
 	if svg := res.SVG(); !strings.Contains(svg, `data-debt-bins="15"`) || !strings.Contains(svg, `class="debt"`) {
 		t.Errorf("the chart does not show the debt")
+	}
+}
+
+// concurrencyModel decides a concurrency lane's traffic by its definition,
+// unit by unit: a unit charged at c lives until it is released or until
+// its lease ends (lease after the last nanosecond of c's slot of
+// ceil(lease/6), slots aligned to 0); a charge of cost is admitted iff
+// the live units plus cost are at most limit; a release gives back the
+// live units that expire first, the oldest. It returns, per bin of width
+// bin, the admitted, the denied and what is left at the bin's end, and the
+// releases made.
+func concurrencyModel(arrivals []time.Duration, limit, cost int64, lease, hold time.Duration, unreleased float64, duration, bin time.Duration) (admitted, denied []int, remaining []int64, released int) {
+	g := (lease + 5) / 6
+	var units []time.Duration // expiries, in charge order (so ascending)
+	var releases []time.Duration
+	live := func(now time.Duration) {
+		for len(units) > 0 && units[0] <= now {
+			units = units[1:]
+		}
+	}
+	releaseUntil := func(now time.Duration, inclusive bool) {
+		for len(releases) > 0 && (releases[0] < now || inclusive && releases[0] == now) {
+			live(releases[0])
+			units = units[min(cost, int64(len(units))):]
+			releases = releases[1:]
+			released++
+		}
+	}
+	k, next := 0, 0
+	for end := bin; end-bin < duration; end += bin {
+		a, d := 0, 0
+		for ; next < len(arrivals) && arrivals[next] < end; next++ {
+			at := arrivals[next]
+			releaseUntil(at, true)
+			live(at)
+			if int64(len(units))+cost > limit {
+				d++
+				continue
+			}
+			a++
+			k++
+			for range cost {
+				units = append(units, at-at%g+g-1+lease)
+			}
+			if hold > 0 && !(math.Floor(float64(k)*unreleased) > math.Floor(float64(k-1)*unreleased)) {
+				releases = append(releases, at+hold)
+			}
+		}
+		releaseUntil(end, false)
+		live(end)
+		admitted, denied, remaining = append(admitted, a), append(denied, d), append(remaining, limit-int64(len(units)))
+	}
+	return admitted, denied, remaining, released
+}
+
+// TestConcurrencyHold: a concurrency lane holds each admitted request's
+// cost for Traffic.Hold and then releases it, but for the Unreleased
+// fraction, whose units only their lease frees — exactly as a model of
+// the definition says, bin by bin. Requests that all release keep the
+// lane admitting at the rate its holds allow; requests that never release
+// fill it until their lease heals it.
+func TestConcurrencyHold(t *testing.T) {
+	const lease = 10 * time.Second
+	for _, c := range []struct {
+		name      string
+		tr        simulate.Traffic
+		limit     int64
+		wantAdmit int
+		wantFreed int
+	}{
+		{"each releases before the next", simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: 30 * time.Second, Hold: 1500 * time.Millisecond}, 2, 30, 29},
+		{"holds longer than the limit allows", simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: 30 * time.Second, Hold: 2500 * time.Millisecond}, 2, -1, -1},
+		{"one in four never releases", simulate.Traffic{Pattern: simulate.Steady, Rate: 2, Duration: 2 * time.Minute, Hold: time.Second, Unreleased: 0.25}, 3, -1, -1},
+		{"none released: the lease heals", simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: time.Minute}, 2, -1, 0},
+		{"bursts of cost 2, half unreleased", simulate.Traffic{Pattern: simulate.Bursts, Burst: 4, Every: 3 * time.Second, Duration: time.Minute, Hold: 2 * time.Second, Unreleased: 0.5, Cost: 2}, 5, -1, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := simulate.NewLane(algorithms.Concurrency, c.limit, lease, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const bin = 500 * time.Millisecond
+			res, err := simulate.Run(context.Background(), c.tr, []simulate.Lane{l}, bin, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			arrivals, _ := c.tr.Arrivals()
+			admitted, denied, remaining, released := concurrencyModel(arrivals, c.limit, max(c.tr.Cost, 1), lease, c.tr.Hold, c.tr.Unreleased, c.tr.Duration, bin)
+			lr := res.Lanes[0]
+			for i, b := range lr.Bins {
+				if b.Admitted != admitted[i] || b.Denied != denied[i] || b.Remaining != remaining[i] {
+					t.Fatalf("bin %d (from %v): admitted %d, denied %d, remaining %d; the model: %d, %d, %d",
+						i, b.Start, b.Admitted, b.Denied, b.Remaining, admitted[i], denied[i], remaining[i])
+				}
+			}
+			if lr.Released != released {
+				t.Errorf("released %d, the model %d", lr.Released, released)
+			}
+			if c.wantAdmit >= 0 && lr.Admitted != c.wantAdmit {
+				t.Errorf("admitted %d, want %d", lr.Admitted, c.wantAdmit)
+			}
+			if c.wantFreed >= 0 && lr.Released != c.wantFreed {
+				t.Errorf("released %d, want %d", lr.Released, c.wantFreed)
+			}
+			if lr.Admitted == 0 || lr.Denied == 0 && c.wantAdmit < 0 {
+				t.Errorf("admitted %d, denied %d: the case shows nothing", lr.Admitted, lr.Denied)
+			}
+		})
+	}
+}
+
+// TestConcurrencyNoneReleasedHeals: requests that never release fill a
+// concurrency lane, which admits again only when their lease ends: a
+// request a second under a limit of 2 and a 6s lease (slots of 1s) admits
+// 2, then 2 more each time the lease of the last two has ended.
+func TestConcurrencyNoneReleasedHeals(t *testing.T) {
+	l, err := simulate.NewLane(algorithms.Concurrency, 2, 6*time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: 30 * time.Second}
+	res, err := simulate.Run(context.Background(), tr, []simulate.Lane{l}, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Slots of 1s: units charged at 0 and 1 expire at 6.999999999s and
+	// 7.999999999s, so the requests at 7 and 8 are admitted, and so on.
+	var got []time.Duration
+	for _, b := range res.Lanes[0].Bins {
+		if b.Admitted > 0 {
+			got = append(got, b.Start)
+		}
+	}
+	want := []time.Duration{0, time.Second, 7 * time.Second, 8 * time.Second, 14 * time.Second, 15 * time.Second, 21 * time.Second, 22 * time.Second, 28 * time.Second, 29 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("admitted at %v, want %v", got, want)
+	}
+}
+
+func TestHoldInvalid(t *testing.T) {
+	for _, c := range []struct {
+		tr   simulate.Traffic
+		want string
+	}{
+		{simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: time.Second, Hold: -1}, "hold:"},
+		{simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: time.Second, Hold: 1, Unreleased: 1.5}, "unreleased:"},
+		{simulate.Traffic{Pattern: simulate.Steady, Rate: 1, Duration: time.Second, Hold: 1, Unreleased: math.NaN()}, "unreleased:"},
+	} {
+		if _, err := c.tr.Arrivals(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c.tr, err, c.want)
+		}
 	}
 }

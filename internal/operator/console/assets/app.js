@@ -297,13 +297,19 @@ async function runSimulation(ev) {
     for (const k of ["requests", "period", "burst"]) q.set(k, f.get(k));
   }
   if (!f.get("rule") && f.get("overdraft")) q.set("overdraft", "true");
-  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times", "cost"]) if (f.get(k)) q.set(k, f.get(k));
+  for (const k of ["pattern", "rate", "size", "every", "seed", "duration", "times", "cost", "hold", "unreleased"]) if (f.get(k)) q.set(k, f.get(k));
   $("#sim-error").textContent = "";
   let v;
   try { v = await postJSON("/console/api/simulate", Object.fromEntries(q)); } catch (e) { $("#sim-error").textContent = e.message; return; }
+  // A concurrency lane's requests release their units (hold): the daemon
+  // reports how many did for those lanes only.
+  const holds = l => l.released !== undefined;
+  const released = v.lanes.some(holds);
   $("#sim-totals").replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, el("th", {}, "lane"), el("th", { class: "num" }, "admitted"), el("th", { class: "num" }, "denied"), el("th", { class: "num" }, `most admitted within ${v.period}`))),
-    el("tbody", {}, ...v.lanes.map(l => el("tr", { "data-lane": l.lane }, el("td", {}, l.lane), el("td", { class: "num" }, l.admitted), el("td", { class: "num" }, l.denied), el("td", { class: "num" }, l.max_admitted_in_period))))));
+    el("thead", {}, el("tr", {}, el("th", {}, "lane"), el("th", { class: "num" }, "admitted"), el("th", { class: "num" }, "denied"), el("th", { class: "num" }, `most admitted within ${v.period}`),
+      ...(released ? [el("th", { class: "num" }, "released")] : []))),
+    el("tbody", {}, ...v.lanes.map(l => el("tr", { "data-lane": l.lane }, el("td", {}, l.lane), el("td", { class: "num" }, l.admitted), el("td", { class: "num" }, l.denied), el("td", { class: "num" }, l.max_admitted_in_period),
+      ...(released ? [el("td", { class: "num released" }, holds(l) ? l.released : "")] : []))))));
   // The SVG is drawn by the daemon (internal/operator/simulate), which escapes every
   // name in it; it has no scripts.
   const doc = new DOMParser().parseFromString(v.svg, "image/svg+xml");
