@@ -766,7 +766,7 @@ end
 -- concReport mirrors Limit.leaseReport: code, remaining, reset, retry.
 local function concReport(l, inf, e, extra)
   local cap, g = l.cap, l.g
-  local rem, reset = math.max(cap - inf, 0), 0
+  local rem, reset = cap - inf, 0
   if inf > 0 then
     local i = 0
     while cg[i + 1] == 0 do
@@ -826,7 +826,7 @@ local function fastConcurrency(l, t, n, m, x, cost)
         end
         i, e = i - 1, e + g
       end
-      return DENIED, math.max(cap - inf, 0), t, retry, 0
+      return DENIED, cap - inf, t, retry, 0
     end
     if i == 6 and t - l.p + 1 > 0 then
       return ALLOWED, cap - inf - cost, t, 0, 0, n + cost, m, x, t
@@ -893,7 +893,7 @@ local function fastConcRefund(l, t, n, m, x, units)
     end
     concRelease(units)
     local nn, nm, nx = concPack(0)
-    return ALLOWED, math.max(l.cap - inf + units, 0), t, 0, 0, nn, nm, nx, t
+    return ALLOWED, l.cap - inf + units, t, 0, 0, nn, nm, nx, t
   end
   local e = concAt(l, t, n, m, x)
   local inf = concSum()

@@ -598,8 +598,8 @@ func Cases() []Case {
 		// A lease of 6ns: generations of 1ns. An overdraft goes into debt,
 		// releases never go below zero.
 		{Name: "overdraft and release below zero", Algorithms: conc, Requests: 2, Period: 6 * ns, Steps: []Step{
-			{At: 0, Kind: algorithms.Overdraft, Cost: 5, Want: denied(0, 6*ns, 6*ns)},
-			{At: 0, Kind: algorithms.Check, Want: denied(0, 6*ns, 6*ns)},
+			{At: 0, Kind: algorithms.Overdraft, Cost: 5, Want: owing(3, denied(0, 6*ns, 6*ns))},
+			{At: 0, Kind: algorithms.Check, Want: owing(3, denied(0, 6*ns, 6*ns))},
 			{At: 0, Kind: algorithms.Refund, Cost: 3, Want: allowed(0, 6*ns)},
 			{At: 0, Kind: algorithms.Refund, Cost: 100, Want: allowed(2, 0)},
 			{At: 0, Kind: algorithms.Refund, Cost: 1, Want: allowed(2, 0)},
@@ -607,7 +607,7 @@ func Cases() []Case {
 			{At: 8 * ns, Cost: 1, Want: denied(0, ns, ns)},
 			{At: 9 * ns, Cost: 1, Want: allowed(1, 6*ns)},
 			{At: 9 * ns, Cost: 3, Want: overCapacity(1, 6*ns)},
-			{At: 9 * ns, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: denied(0, 6*ns, 6*ns)},
+			{At: 9 * ns, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: owing(65533, denied(0, 6*ns, 6*ns))},
 		}},
 		// A now before the newest generation is charged into it: its unit
 		// expires with the newest, never sooner (at 100s-1ns both have).
