@@ -2,8 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	rl "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/api/envoyapi"
+	"github.com/ratelimitd/ratelimitd/internal/core/clock"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/daemon/daemontest"
 	"github.com/ratelimitd/ratelimitd/internal/store/guard"
@@ -39,9 +38,25 @@ descriptors:
 // path and, with apply_on_stream_done and is_negative_hits, gives it back
 // when it is done. Streams that end and streams that fail are released at
 // once; a stream that never ends (its Envoy crashed) holds its unit until
-// its lease, on the daemon's fake clock, and not a nanosecond less.
+// its lease, on the daemon's fake clock, and not a nanosecond less. The
+// same on the memory store and on Redis (whose scripts decide at the
+// daemon's clock).
 func TestConcurrencyOverEnvoy(t *testing.T) {
-	d := daemontest.Start(t, concurrencyDomain, func(c *daemon.Config) { c.ResponseHeaders = envoyapi.HeadersLegacy })
+	t.Run("memory", func(t *testing.T) { concurrencyOverEnvoy(t) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		fc := clock.NewFake(daemontest.T0.UnixNano())
+		concurrencyOverEnvoy(t, withRedis(srv.Addr(), guard.FailClosed), func(c *daemon.Config) {
+			c.Clock, c.Redis.Clock = fc, fc
+		})
+	})
+}
+
+// concurrencyOverEnvoy is TestConcurrencyOverEnvoy on a daemon configured
+// by opts.
+func concurrencyOverEnvoy(t *testing.T, opts ...func(*daemon.Config)) {
+	opts = append(opts, func(c *daemon.Config) { c.ResponseHeaders = envoyapi.HeadersLegacy })
+	d := daemontest.Start(t, concurrencyDomain, opts...)
 	c := rlsv3.NewRateLimitServiceClient(d.Dial(t))
 	ctx := context.Background()
 	call := func(release bool, keys ...string) *rlsv3.RateLimitResponse {
@@ -148,37 +163,6 @@ func leaseEnd(t time.Time, lease time.Duration) time.Time {
 	g := (int64(lease) + 5) / 6
 	ns := t.UnixNano()
 	return time.Unix(0, ns-ns%g+g-1+int64(lease))
-}
-
-// TestConcurrencyRefusedOnRedis: the redis store's scripts do not decide
-// concurrency yet, so a policy with one is refused there, naming the rule —
-// the daemon does not start with it, and a reload to it fails while the
-// policy in force goes on serving — rather than decided by the failure
-// mode.
-func TestConcurrencyRefusedOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	path := filepath.Join(t.TempDir(), "llm.yaml")
-	writeFile(t, path, concurrencyDomain)
-	cfg := daemon.Config{ConfigPath: path, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}
-	withRedis(srv.Addr(), guard.FailOpen)(&cfg)
-	const want = "rule llm.tenant: algorithm concurrency is not supported by --store redis yet"
-	if d, err := daemon.Start(cfg); err == nil || !strings.Contains(err.Error(), want) {
-		if d != nil {
-			d.Shutdown(context.Background())
-		}
-		t.Fatalf("starting on redis with a concurrency: %v, want %q", err, want)
-	}
-
-	writeFile(t, path, dailyDomain)
-	d := daemontest.Start(t, "", daemontest.Path(path), withRedis(srv.Addr(), guard.FailOpen))
-	writeFile(t, path, concurrencyDomain)
-	if err := d.Reload(); err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("reloading to a concurrency on redis: %v, want %q", err, want)
-	}
-	c := rl.NewRateLimitServiceClient(d.Dial(t))
-	if r, err := c.ShouldRateLimit(context.Background(), req("llm", desc("tenant", "acme"))); err != nil || r.GetOverallCode() != rl.Code_CODE_OK {
-		t.Fatalf("the policy in force after the refused reload: %v, %v", r, err)
-	}
 }
 
 // TestConcurrencyOverV1: the ratelimit.v1 API names a concurrency

@@ -474,9 +474,6 @@ func (d *Daemon) loadPolicy() error {
 			return err
 		}
 	}
-	if err := d.unsupportedLimit(policy); err != nil {
-		return err
-	}
 	d.warnPolicy(policy)
 	at := time.Now()
 	d.metrics.PolicyLoaded(policy, at)

@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/operator/admin"
 	"github.com/ratelimitd/ratelimitd/internal/operator/console"
 	"github.com/ratelimitd/ratelimitd/internal/policy/config"
@@ -36,9 +34,6 @@ func (d *Daemon) Reload() error {
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
 	p, err := config.LoadWithin(path, d.cfg.PolicyBounds)
-	if err == nil {
-		err = d.unsupportedLimit(p)
-	}
 	now := time.Now()
 	if err != nil {
 		d.metrics.PolicyReloaded(nil, now, err)
@@ -78,37 +73,6 @@ func (d *Daemon) reloadTLS() {
 	}
 	d.log.Info("TLS certificate reloaded", "cert", d.cfg.TLS.Cert, "not_after", d.tls.NotAfter())
 	d.warnCertificate()
-}
-
-// unsupportedLimit returns an error naming a limit of p that the store cannot
-// decide, or nil: algorithm concurrency on the redis store, whose scripts
-// do not decide it yet. The policy is then refused (a reload fails, xDS
-// NACKs, the daemon does not start) rather than decided by the failure
-// mode.
-func (d *Daemon) unsupportedLimit(p *config.Policy) error {
-	if d.cfg.Store != "redis" {
-		return nil
-	}
-	var walk func([]config.DescriptorView) string
-	walk = func(ds []config.DescriptorView) string {
-		for _, dv := range ds {
-			for _, l := range dv.RateLimits {
-				if l.Algorithm == algorithms.Concurrency.String() {
-					return dv.StatKey
-				}
-			}
-			if k := walk(dv.Descriptors); k != "" {
-				return k
-			}
-		}
-		return ""
-	}
-	for _, dom := range p.View().Domains {
-		if k := walk(dom.Descriptors); k != "" {
-			return fmt.Errorf("rule %s: algorithm concurrency is not supported by --store redis yet (use --store memory)", k)
-		}
-	}
-	return nil
 }
 
 // warnPolicy logs a warning for each domain of p without a limit that can

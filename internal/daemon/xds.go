@@ -73,9 +73,6 @@ func (d *Daemon) applyXDS(version string, configs []config.RateLimitConfig) erro
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
 	p, err := config.FromRateLimitConfigs(configs, d.cfg.PolicyBounds)
-	if err == nil {
-		err = d.unsupportedLimit(p)
-	}
 	now := time.Now()
 	if err != nil {
 		err = fmt.Errorf("xDS version %q refused (NACK): %w", version, err)

@@ -148,7 +148,8 @@
 // # Concurrency
 //
 // A concurrency limits the units in flight, not their rate: L is the most
-// at once (Requests, at most MaxInFlight) and T the lease (Period). A
+// at once (Requests, at most MaxInFlight) and T the lease (Period, at most
+// MaxLease). A
 // charge of cost is admitted iff the units in flight plus cost are at most
 // L; a Refund releases units, never below zero; and a unit never released
 // expires by itself, no sooner than T after it was charged and less than

@@ -63,8 +63,11 @@ func fuzzAlgorithm(f *testing.F, alg Algorithm) {
 
 	f.Fuzz(func(t *testing.T, requests uint32, period int64, burst uint32, start int64, in []byte) {
 		maxPeriod := int64(MaxSpan)
-		if alg == SlidingWindow || alg == Concurrency {
+		if alg == SlidingWindow {
 			maxPeriod /= 2
+		}
+		if alg == Concurrency {
+			maxPeriod = int64(MaxLease)
 		}
 		if alg == Concurrency {
 			requests = 1 + requests%MaxInFlight

@@ -89,6 +89,13 @@ const (
 	MaxTime = math.MaxInt64 - int64(MaxSpan)
 )
 
+// MaxLease is the longest lease (Period) of a Concurrency limit: 6 days.
+// It keeps every time a Concurrency state holds, relative to now, below
+// 2^50 ns (a lease plus a generation), so that the Redis store's scripts
+// decide it on plain doubles, exactly; a longer lease serves no purpose a
+// lease has (a unit of a crashed caller would be held for a week).
+const MaxLease = 144 * time.Hour
+
 // MaxCount is the most hits a window's count holds: an Overdraft that would
 // take a count past it leaves it at MaxCount (the counts are 32 bits).
 const MaxCount = math.MaxUint32
@@ -129,7 +136,7 @@ type Limit struct {
 //
 // For concurrency, requests is the most units in flight at once (at most
 // MaxInFlight) and period the lease after which a unit never given back
-// expires (at most MaxSpan/2); it takes no burst.
+// expires (at most MaxLease); it takes no burst.
 //
 // requests and burst must be at most MaxRequests; period must be positive
 // and at most MaxSpan (MaxSpan/2 for sliding_window), and so must the time
@@ -156,8 +163,8 @@ func NewLimit(alg Algorithm, requests int64, period time.Duration, burst int64) 
 		return Limit{}, fmt.Errorf("period of a sliding_window must be at most %v", MaxSpan/2)
 	case alg == Concurrency && requests > MaxInFlight:
 		return Limit{}, fmt.Errorf("the limit of a concurrency must be at most %d units in flight", MaxInFlight)
-	case alg == Concurrency && period > MaxSpan/2:
-		return Limit{}, fmt.Errorf("the lease of a concurrency must be at most %v", MaxSpan/2)
+	case alg == Concurrency && period > MaxLease:
+		return Limit{}, fmt.Errorf("the lease of a concurrency must be at most %v", MaxLease)
 	}
 	capacity := requests
 	if burst != 0 {

@@ -27,7 +27,7 @@ func TestNewLimit(t *testing.T) {
 		{"concurrency capacity is requests", Concurrency, 20, time.Minute, 0, "", 20},
 		{"most in flight", Concurrency, MaxInFlight, time.Minute, 0, "", MaxInFlight},
 		{"too many in flight", Concurrency, MaxInFlight + 1, time.Minute, 0, "at most 65535 units in flight", 0},
-		{"lease too long", Concurrency, 5, MaxSpan/2 + 1, 0, "lease of a concurrency must be at most", 0},
+		{"lease too long", Concurrency, 5, MaxLease + 1, 0, "lease of a concurrency must be at most", 0},
 		{"burst on a concurrency", Concurrency, 5, time.Second, 10, "burst does not apply to concurrency", 0},
 		{"zero requests", TokenBucket, 0, time.Second, 0, "requests must be positive", 0},
 		{"too many requests", TokenBucket, MaxRequests + 1, time.Second, 0, "requests must be at most", 0},

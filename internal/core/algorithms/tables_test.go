@@ -64,3 +64,5 @@ func runCases(t *testing.T, algs ...algorithms.Algorithm) {
 		t.Fatalf("no case for %v", algs)
 	}
 }
+
+func TestConcurrencyCases(t *testing.T) { runCases(t, algorithms.Concurrency) }

@@ -801,7 +801,7 @@ func (p *parser) concurrencyLimit(l *Limit, m map[string]*yaml.Node, block *yaml
 }
 
 // lease returns rate_limit.lease, which a concurrency requires: a Go
-// duration, positive, at most algorithms.MaxSpan/2.
+// duration, positive, at most algorithms.MaxLease.
 func (p *parser) lease(v, block *yaml.Node, path string) time.Duration {
 	if v == nil || yamlnode.IsNull(v) {
 		p.errorf(block, path, "missing: how long a unit never released stays in flight (longer than the longest request)")
@@ -817,8 +817,8 @@ func (p *parser) lease(v, block *yaml.Node, path string) time.Duration {
 		p.errorf(v, path, "not a duration: %q (want a Go duration such as 90s or 10m)", s)
 	case d <= 0:
 		p.errorf(v, path, "must be positive: %q", s)
-	case d > algorithms.MaxSpan/2:
-		p.errorf(v, path, "%q is longer than the longest lease, %v", s, algorithms.MaxSpan/2)
+	case d > algorithms.MaxLease:
+		p.errorf(v, path, "%q is longer than the longest lease, %v", s, algorithms.MaxLease)
 	default:
 		return d
 	}

@@ -124,7 +124,7 @@ func TestValidation(t *testing.T) {
 			[]problem{{7, "descriptors[0].rate_limit.lease", "not a duration"}}},
 		{"lease 0", head + "      algorithm: concurrency\n      max_in_flight: 5\n      lease: 0s\n",
 			[]problem{{7, "descriptors[0].rate_limit.lease", "must be positive"}}},
-		{"lease too long", head + "      algorithm: concurrency\n      max_in_flight: 5\n      lease: 700000h\n",
+		{"lease too long", head + "      algorithm: concurrency\n      max_in_flight: 5\n      lease: 145h\n",
 			[]problem{{7, "descriptors[0].rate_limit.lease", "longer than the longest lease"}}},
 		{"max_in_flight on a window", head + "      unit: second\n      requests_per_unit: 1\n      max_in_flight: 5\n",
 			[]problem{{7, "descriptors[0].rate_limit.max_in_flight", "only with algorithm: concurrency"}}},

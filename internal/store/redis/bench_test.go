@@ -24,7 +24,9 @@ import (
 // windows kept as envoyproxy/ratelimit's counters, on the daemon's clock)
 // on requests of one fixed-window charge, one token-bucket
 // charge, one token-bucket check (algorithms.Check: it must cost no more than
-// a charge), three charges (fixed window, sliding window, token bucket),
+// a charge), one concurrency charge (65535 in flight, a lease of 10m as in
+// docs/envoy.md's recipe: it must cost no more than a token-bucket charge),
+// three charges (fixed window, sliding window, token bucket),
 // and three charges of which two are quotas (store.Charge.Quota), one of
 // them spent (one per hour, spent by the first request on its key), each
 // on one of 1024 keys per descriptor, from benchCallers
@@ -43,6 +45,7 @@ func BenchmarkApply(b *testing.B) {
 	sliding := mustLimit(b, algorithms.SlidingWindow, 1_000_000, time.Second, 0)
 	token := mustLimit(b, algorithms.TokenBucket, 1_000_000, time.Second, 0)
 	spent := mustLimit(b, algorithms.FixedWindow, 1, time.Hour, 0)
+	inFlight := mustLimit(b, algorithms.Concurrency, algorithms.MaxInFlight, 10*time.Minute, 0)
 	cases := []struct {
 		name   string
 		limits []*algorithms.Limit
@@ -52,6 +55,7 @@ func BenchmarkApply(b *testing.B) {
 		{"fixed", []*algorithms.Limit{fixed}, algorithms.Admit, nil},
 		{"token", []*algorithms.Limit{token}, algorithms.Admit, nil},
 		{"token check", []*algorithms.Limit{token}, algorithms.Check, nil},
+		{"concurrency", []*algorithms.Limit{inFlight}, algorithms.Admit, nil},
 		{"3 charges", []*algorithms.Limit{fixed, sliding, token}, algorithms.Admit, nil},
 		{"2 quotas, one spent", []*algorithms.Limit{fixed, spent, token}, algorithms.Admit, []uint32{1, 2, 0}},
 	}
@@ -120,8 +124,9 @@ func BenchmarkApply(b *testing.B) {
 // each settling a batch of one-charge requests (1; 18, what gathers
 // through a daemon that shares the machine's two cores with Redis and the
 // load tool; 37, what gathers in BenchmarkApply) on 10,000 keys, on a
-// fixed window of a million per minute and a token bucket of a million per
-// second (never exhausted). It reports:
+// fixed window of a million per minute, a token bucket of a million per
+// second and a concurrency of 65535 in flight with a lease of 10m (never
+// exhausted). It reports:
 //
 //	redis-cpu-µs/req  Redis's CPU time (INFO CPU, user + system) per
 //	                  request: the script, its commands and the calls'
@@ -133,6 +138,7 @@ func BenchmarkSettleScript(b *testing.B) {
 	for _, l := range []*algorithms.Limit{
 		mustLimit(b, algorithms.FixedWindow, 1_000_000, time.Minute, 0),
 		mustLimit(b, algorithms.TokenBucket, 1_000_000, time.Second, 0),
+		mustLimit(b, algorithms.Concurrency, algorithms.MaxInFlight, 10*time.Minute, 0),
 	} {
 		for _, batch := range []int{1, 18, 37} {
 			b.Run(fmt.Sprintf("%v/batch=%d", l.Algorithm(), batch), func(b *testing.B) {

@@ -2,12 +2,13 @@ package redis_test
 
 import (
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms"
 	"github.com/ratelimitd/ratelimitd/internal/core/algorithms/algotest"
@@ -88,10 +89,6 @@ func newGuardedStore(t testing.TB, cfg redis.Config, g guard.Config, c clock.Clo
 	return s
 }
 
-// redisUnsupported are the algorithms the scripts do not decide yet: the
-// daemon refuses a policy with them on the redis store.
-var redisUnsupported = []algorithms.Algorithm{algorithms.Concurrency}
-
 // TestConformance runs the suite that every store passes alike, against
 // a real redis-server: the same decisions as the memory store and as
 // store.Settle, at every edge case and on random timelines. It also checks
@@ -109,7 +106,7 @@ func TestConformance(t *testing.T) {
 		stores[strings.TrimPrefix(t.Name(), "TestConformance/")] = s
 		mu.Unlock()
 		return s
-	}, storetest.Options{NoChargedAt: true, Unsupported: redisUnsupported})
+	}, storetest.Options{NoChargedAt: true})
 
 	// The edge cases whose products or times do not fit below 2^53: a
 	// period of 2^62 or 2^61 ns (MaxSpan) at MaxTime, 10^9 per second

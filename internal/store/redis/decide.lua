@@ -486,7 +486,7 @@ end
 
 -- rateChanged mirrors Limit.rateChanged.
 local function rateChanged(l, s)
-  return l.alg >= TOKEN and s.m ~= 0 and s.m ~= l.r
+  return l.alg >= TOKEN and l.alg <= QUEUE and s.m ~= 0 and s.m ~= l.r
 end
 
 -- minus returns aNs + aFrac/r - (bNs + bFrac/r), which is not negative.

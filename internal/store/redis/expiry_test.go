@@ -19,7 +19,8 @@ import (
 
 // TestExpiry: on Redis TIME, every algorithm's charge stores its bucket's
 // state with restAt the instant its decision says the bucket is back at
-// rest (ResetAfter after the instant the script ran), and sets the key to
+// rest (ResetAfter after the instant the script ran; a concurrency's when
+// its last unit expires), and sets the key to
 // expire at that instant rounded up to the millisecond: never before the
 // bucket is at rest (the absent key would then admit what the bucket does
 // not), and within the millisecond after it (a bucket at rest does
@@ -43,6 +44,8 @@ func TestExpiry(t *testing.T) {
 		{mustLimit(t, algorithms.TokenBucket, 3, time.Second, 0), []int64{1, 2}}, // I = 333,333,333⅓ ns
 		{mustLimit(t, algorithms.LeakyBucket, 3, time.Second, 0), []int64{2, 1}},
 		{mustLimit(t, algorithms.LeakyBucketQueue, 3, time.Second, 4), []int64{1, 3}},
+		// Generations of 166,666,667 ns: the units' expiry between milliseconds.
+		{mustLimit(t, algorithms.Concurrency, 3, time.Second+1, 0), []int64{1, 2}},
 	}
 	for _, tt := range tests {
 		alg := tt.limit.Algorithm().String()
@@ -311,5 +314,60 @@ func TestExpiryOnTheStoresClock(t *testing.T) {
 			}
 			t.Errorf("a linger of %v: %v, want an error naming the linger", linger, err)
 		}
+	}
+}
+
+// TestConcurrencyKeyExpiry: a concurrency's key lives until its newest
+// unit expires by its lease, and no longer: a unit charged in a later
+// generation moves the expiry to that unit's, a release of the oldest unit
+// leaves it, and the release of the last unit deletes the key.
+func TestConcurrencyKeyExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	s := newTestStore(t, redis.Config{Addr: srv.Addr(), KeyPrefix: "conc:"}, nil)
+	l := mustLimit(t, algorithms.Concurrency, 5, 6*time.Second, 0) // generations of 1s
+	key := engineKey("llm", "tenant")
+	redisKey := "conc:{llm}" + string(key)
+	charge := func(kind algorithms.Kind) algorithms.Decision {
+		t.Helper()
+		return apply(t, s, store.Charge{Domain: "llm", Key: key, Limit: l, Cost: 1, Kind: kind})[0]
+	}
+	// expiry returns the key's expiry, checking that it is when the newest
+	// unit expires (the decision's ResetAfter after the script ran),
+	// rounded up to the millisecond.
+	expiry := func(what string, d algorithms.Decision, before, after int64) int64 {
+		t.Helper()
+		restAt, expireMs := storedRest(t, admin, redisKey)
+		if ran := restAt - int64(d.ResetAfter); ran < before || ran > after {
+			t.Fatalf("%s: stored restAt %d is %v after %d, outside the script's run [%d, %d]", what, restAt, d.ResetAfter, ran, before, after)
+		}
+		if !expiresAtRest(expireMs, restAt) {
+			t.Fatalf("%s: the key expires at %d ms, its last unit at %d ns", what, expireMs, restAt)
+		}
+		return expireMs
+	}
+
+	before := redisNow(t, admin)
+	first := expiry("the first unit", charge(algorithms.Admit), before, redisNow(t, admin))
+	// The next generation starts within a second.
+	for redisNow(t, admin)/int64(time.Second) == before/int64(time.Second) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before = redisNow(t, admin)
+	second := expiry("a unit a generation later", charge(algorithms.Admit), before, redisNow(t, admin))
+	if second <= first {
+		t.Fatalf("a unit of a later generation left the key's expiry at %d ms, was %d", second, first)
+	}
+	before = redisNow(t, admin)
+	d := charge(algorithms.Refund) // releases the first unit, the oldest
+	if e := expiry("after releasing the oldest unit", d, before, redisNow(t, admin)); e != second {
+		t.Fatalf("releasing the oldest unit moved the expiry from %d ms to %d ms", second, e)
+	}
+	if d := charge(algorithms.Refund); d.Remaining != 5 || d.ResetAfter != 0 {
+		t.Fatalf("releasing the last unit: %+v, want all 5 free", d)
+	}
+	if n, err := admin.Exists(context.Background(), redisKey).Result(); err != nil || n != 0 {
+		t.Fatalf("the key after the last unit's release: exists %d, %v; want deleted", n, err)
 	}
 }

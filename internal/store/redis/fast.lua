@@ -4,7 +4,7 @@
 -- exact). After bignum.lua and state.lua.
 --
 -- Each section is headed by the Go file it mirrors (fixedwindow.go,
--- slidingwindow.go, gcra.go, decision.go and kind.go), as decide.lua's
+-- slidingwindow.go, gcra.go, concurrency.go, decision.go and kind.go), as decide.lua's
 -- are, and each function names the Go function it mirrors: read them side
 -- by side.
 --
@@ -18,6 +18,8 @@
 --   - for sliding_window and the buckets, Capacity·P is below 2^52, so the
 --     products prev·(P-e), k·P and (C-d)·R/P are exact;
 --   - for the buckets, R ≤ P, so that a debt (d-C)·R/P is below 2^52.
+--   - a concurrency always (its lease is at most MaxLease, below 2^49 ns;
+--     see its section).
 --
 -- And the script takes a state down this path only when its t is at most
 -- 2^51 ns after now (relTime); a t more than 2^51 ns before now is
@@ -50,6 +52,7 @@
 -- ordinary charge.
 
 local FAR_PAST = -math.huge
+local LIMIT48 = 281474976710656 -- 2^48
 local LIMIT51 = 2251799813685248 -- 2^51
 local LIMIT52 = 4503599627370496 -- 2^52
 local fmod, format, ssub = math.fmod, string.format, string.sub
@@ -106,12 +109,23 @@ end
 -- fastState returns the state v holds relative to now (the zero State for
 -- none, or for a value that is not a state): true and t, n, m and the
 -- millisecond its key expires at, linger aside (expiryMs of its restAt: a
--- key found holds a state written with that expiry), nil for none; or
--- false when it does not fit this path.
+-- key found holds a state written with that expiry), nil for none, and x
+-- (a concurrency's fourth number, 0 for the others); or false when it does
+-- not fit this path.
 local function fastState(v, l)
   local ok, tMs, tSub, n, m, rMs, rSub = unpackState(v)
   if not ok then
-    return true, FAR_PAST, 0, 0, nil
+    return true, FAR_PAST, 0, 0, nil, 0
+  end
+  if l.alg == CONC then
+    -- A concurrency's state (see concurrency.go's section): restAt
+    -- relative to now, its counts lo, n and m, its key's expiry. A restAt
+    -- more than 2^51 ns after now (a clock that went back over 26 days)
+    -- is taken as 2^51 ns after: every count stays live.
+    if tSub ~= 0 or tMs < 0 or tMs >= LIMIT48 then
+      return true, FAR_PAST, 0, 0, nil, 0
+    end
+    return true, relTime(rMs, rSub) or LIMIT51, tMs, n, expiryMs(rMs, rSub), m
   end
   local rt = relTime(tMs, tSub)
   if not rt then return false end
@@ -127,20 +141,24 @@ end
 local expiries = {}
 
 -- fastPut is state.lua's formatState and put for a state relative to now,
--- over a key whose expiry is kept (fastState's, nil for a key absent); it
+-- over a key whose expiry is kept (fastState's, nil for a key absent), conc
+-- true for a concurrency's (whose t is its counts, written as they are); it
 -- returns the value written. t false is the zero State: the key is
 -- deleted. When the new state's expiry is the one the
 -- key has (every charge of a window but its first), the value is
 -- overwritten in place (SETRANGE, same 41 bytes, expiry untouched): the
 -- same value and expiry as SET ... PXAT, without a new string or a change
 -- to Redis's expiry table (measured about 0.3 µs less per charge).
-local function fastPut(key, t, n, m, restAt, kept)
+local function fastPut(key, t, n, m, restAt, kept, conc)
   if t == false then
     -- The zero State (a refund brought the bucket back to rest).
     redis.call("DEL", key)
     return ""
   end
-  local tMs, tSub = absT(t)
+  local tMs, tSub = t, 0 -- a concurrency's counts, not a time
+  if not conc then
+    tMs, tSub = absT(t)
+  end
   local rMs, rSub = absRest(restAt)
   local v = packState(tMs, tSub, n, m, rMs, rSub)
   local ms = expiryMs(rMs, rSub)
@@ -627,32 +645,314 @@ return gcraUsageLib
 end
 
 -- =========================================================================
+-- concurrency.go: Concurrency
+-- =========================================================================
+
+-- A concurrency's state on this path is four numbers: t its restAt
+-- relative to now, n its three newest counts (Go's t without its sign bit:
+-- c0 + c1·2^16 + c2·2^32, below 2^48), m and x its four oldest (Go's n and
+-- m: c3 + c4·2^16, c5 + c6·2^16). It is stored in STATE with n in t's
+-- milliseconds (and 0 nanoseconds) and m, x as n, m; restAt as every
+-- state's, so the key expires when its last unit does. Every value here is
+-- exact on plain numbers without a bound on the state: counts are at most
+-- MaxInFlight, a lease T (a period) below 2^49 ns as for every limit on
+-- this path (fastPath in script.go, which takes every concurrency of such
+-- a lease down this path: decide.lua does not decide concurrency), so G,
+-- restAt - now ≤ T + G and their sums stay below 2^51.
+
+local TWO16, TWO32 = 65536, 4294967296
+local floor = math.floor
+
+-- cg holds the counts being worked on, cg[i+1] Go's g[i] (newest first):
+-- reused, so that no charge makes a table.
+local cg = {}
+
+-- concGen returns G = ceil(T/(Generations-1)) and now mod G, computed
+-- once per script call and kept in l. For G not a whole number of
+-- milliseconds, (nowMs mod G)·10^6 is taken a factor of 10 at a time, each
+-- product below 10·G < 2^51.
+local function concGen(l)
+  local g = l.g
+  if g then return g, l.since end
+  local p = l.p
+  g = (p + 5 - fmod(p + 5, 6)) / 6
+  local since
+  if fmod(g, 1000000) == 0 then
+    since = fmod(nowMs, g / 1000000) * 1000000 + nowSub
+  else
+    since = fmod(nowMs, g)
+    for _ = 1, 6 do
+      since = fmod(since * 10, g)
+    end
+    since = fmod(since + nowSub, g)
+  end
+  l.g, l.since = g, since
+  return g, since
+end
+
+-- concUnpack mirrors unpackGens: cg from n, m, x.
+local function concUnpack(n, m, x)
+  local c0 = fmod(n, TWO16)
+  local hi = (n - c0) / TWO16
+  local c1 = fmod(hi, TWO16)
+  cg[1], cg[2], cg[3] = c0, c1, (hi - c1) / TWO16
+  local c3, c5 = fmod(m, TWO16), fmod(x, TWO16)
+  cg[4], cg[5], cg[6], cg[7] = c3, (m - c3) / TWO16, c5, (x - c5) / TWO16
+end
+
+-- concLane returns g[i] (0 past the oldest).
+local function concLane(i)
+  if i < 7 then return cg[i + 1] end
+  return 0
+end
+
+-- concPack returns n, m, x of the counts g[i], g[i+1], …: leaseState's
+-- packing.
+local function concPack(i)
+  return concLane(i) + concLane(i + 1) * TWO16 + concLane(i + 2) * TWO32,
+    concLane(i + 3) + concLane(i + 4) * TWO16, concLane(i + 5) + concLane(i + 6) * TWO16
+end
+
+-- concSum returns the units in flight, the sum of cg (gens' inFlight).
+local function concSum()
+  return cg[1] + cg[2] + cg[3] + cg[4] + cg[5] + cg[6] + cg[7]
+end
+
+-- concAt mirrors Limit.leaseAt: it sets cg and returns end.
+local function concAt(l, t, n, m, x)
+  local g, since = concGen(l)
+  local p = l.p
+  if t <= 0 then
+    for i = 1, 7 do cg[i] = 0 end
+    return g - since - 1 + p
+  end
+  concUnpack(n, m, x)
+  local e, nxt, shift = t, t - p + 1, 0
+  while nxt <= 0 do
+    shift = shift + 1
+    if shift == 7 then
+      for i = 1, 7 do cg[i] = 0 end
+      return g - since - 1 + p
+    end
+    e, nxt = e + g, nxt + g
+  end
+  if shift > 0 then
+    for i = 7, shift + 1, -1 do cg[i] = cg[i - shift] end
+    for i = 1, shift do cg[i] = 0 end
+  end
+  local stop = e - 6 * g
+  for i = 7, 2, -1 do
+    if stop > 0 then break end
+    cg[i] = 0
+    stop = stop + g
+  end
+  return e
+end
+
+-- concState mirrors Limit.leaseState: the state as fastPut writes a
+-- concurrency's (n, m, x and restAt), or false for the zero State.
+local function concState(l, e)
+  local i = 0
+  while i < 7 and cg[i + 1] == 0 do
+    i = i + 1
+  end
+  if i == 7 then
+    return false
+  end
+  local n, m, x = concPack(i)
+  return n, m, x, e - i * l.g
+end
+
+-- concReport mirrors Limit.leaseReport: code, remaining, reset, retry.
+local function concReport(l, inf, e, extra)
+  local cap, g = l.cap, l.g
+  local rem, reset = cap - inf, 0
+  if inf > 0 then
+    local i = 0
+    while cg[i + 1] == 0 do
+      i = i + 1
+    end
+    reset = e - i * g
+  end
+  if inf + extra > cap then
+    -- leaseRetry.
+    local excess, retry = inf + math.max(extra, 1) - cap, e
+    for i = 6, 1, -1 do
+      excess = excess - cg[i + 1]
+      if excess <= 0 then
+        retry = e - i * g
+        break
+      end
+    end
+    return DENIED, rem, reset, retry
+  end
+  return ALLOWED, rem, reset, 0
+end
+
+-- fastConcurrency mirrors Limit.concurrency, on the state t (restAt), n,
+-- m, x as fastState reads it; its next state is n, m, x and restAt, as
+-- fastPut writes a concurrency's.
+local function fastConcurrency(l, t, n, m, x, cost)
+  local cap = l.cap
+  local g = l.g or concGen(l)
+  if cost > 0 and cost <= cap and t - 6 * g > 0 and t - l.p + 1 > 0 then
+    -- The most common charge: nothing has expired at now, which lies in
+    -- the newest generation. The sum of a number's 16-bit counts c0 +
+    -- c1·2^16 + c2·2^32 is that number less 65535·(⌊v/2^16⌋ + ⌊v/2^32⌋)
+    -- (divisions by powers of 2 are exact): no count is unpacked.
+    local inf = n + m + x - 65535 * (floor(n / TWO16) + floor(n / TWO32) + floor(m / TWO16) + floor(x / TWO16))
+    if inf + cost <= cap then
+      return ALLOWED, cap - inf - cost, t, 0, 0, n + cost, m, x, t
+    end
+  end
+  if cost > 0 and cost <= cap and t > 0 then
+    concUnpack(n, m, x)
+    -- Generations i+1 and older have expired (e is generation i's expiry).
+    local i, e = 6, t - 6 * g
+    while e <= 0 do
+      i, e = i - 1, e + g
+    end
+    local inf = 0
+    for j = 1, i + 1 do
+      inf = inf + cg[j]
+    end
+    if inf + cost > cap then
+      local retry, excess = t, inf + cost - cap
+      while i > 0 do
+        excess = excess - cg[i + 1]
+        if excess <= 0 then
+          retry = e
+          break
+        end
+        i, e = i - 1, e + g
+      end
+      return DENIED, cap - inf, t, retry, 0
+    end
+    if i == 6 and t - l.p + 1 > 0 then
+      return ALLOWED, cap - inf - cost, t, 0, 0, n + cost, m, x, t
+    end
+  end
+  local e = concAt(l, t, n, m, x)
+  local inf = concSum()
+  if cost <= 0 or cost > cap then
+    local _, rem, reset = concReport(l, inf, e, 0)
+    if cost > 0 then return OVER, rem, reset, 0, 0 end
+    return ALLOWED, rem, reset, 0, 0
+  elseif inf + cost > cap then
+    local code, rem, reset, retry = concReport(l, inf, e, cost)
+    return code, rem, reset, retry, 0
+  end
+  cg[1] = cg[1] + cost
+  local code, rem, reset, retry = concReport(l, inf + cost, e, 0)
+  local nn, nm, nx, nr = concState(l, e)
+  return code, rem, reset, retry, 0, nn, nm, nx, nr
+end
+
+-- fastConcUsage returns the function that decides a check, an overdraft or
+-- a refund (l.kind) on a concurrency: the Concurrency case of Limit.Check,
+-- Overdraft and Refund (decision.go).
+local concUsageLib
+local function fastConcUsage()
+if concUsageLib then return concUsageLib end
+
+-- fastConcOverdraft mirrors Limit.concurrencyOverdraft.
+local function fastConcOverdraft(l, t, n, m, x, cost)
+  local e = concAt(l, t, n, m, x)
+  local nn, nm, nx, nr
+  if cost > 0 then
+    cg[1] = math.min(cg[1] + math.min(cost, MAXINFLIGHT), MAXINFLIGHT)
+    nn, nm, nx, nr = concState(l, e)
+  end
+  local code, rem, reset, retry = concReport(l, concSum(), e, 0)
+  return code, rem, reset, retry, 0, nn, nm, nx, nr
+end
+
+-- concRelease takes units (at most the sum of cg) off cg, oldest first.
+local function concRelease(units)
+  local i = 7
+  while units > 0 do
+    local c = cg[i]
+    if c > 0 then
+      local b = math.min(units, c)
+      cg[i] = c - b
+      units = units - b
+    end
+    i = i - 1
+  end
+end
+
+-- fastConcRefund mirrors Limit.concurrencyRefund.
+local function fastConcRefund(l, t, n, m, x, units)
+  local g = concGen(l)
+  if units > 0 and t - 6 * g > 0 then
+    -- None of the generations has expired at now.
+    concUnpack(n, m, x)
+    local inf = concSum()
+    if units >= inf then
+      return ALLOWED, l.cap, 0, 0, 0, false
+    end
+    concRelease(units)
+    local nn, nm, nx = concPack(0)
+    return ALLOWED, l.cap - inf + units, t, 0, 0, nn, nm, nx, t
+  end
+  local e = concAt(l, t, n, m, x)
+  local inf = concSum()
+  if units > 0 and inf > 0 then
+    local back = math.min(units, inf)
+    concRelease(back)
+    local nn, nm, nx, nr = concState(l, e)
+    local _, rem, reset = concReport(l, inf - back, e, 0)
+    return ALLOWED, rem, reset, 0, 0, nn, nm, nx, nr
+  end
+  local _, rem, reset = concReport(l, inf, e, 0)
+  return ALLOWED, rem, reset, 0, 0
+end
+
+concUsageLib = function(l, t, n, m, x)
+  local kind = l.kind
+  if kind == CHECK then
+    local e = concAt(l, t, n, m, x)
+    local code, rem, reset, retry = concReport(l, concSum(), e, 1)
+    return code, rem, reset, retry, 0
+  elseif kind == OVERDRAFT then
+    return fastConcOverdraft(l, t, n, m, x, l.cost)
+  end
+  return fastConcRefund(l, t, n, m, x, l.cost)
+end
+return concUsageLib
+end
+
+-- =========================================================================
 -- decision.go, kind.go: the dispatch by algorithm and by kind
 -- =========================================================================
 
 -- fastDecide mirrors Limit.Decide.
-local function fastDecide(l, t, n, m, cost)
+local function fastDecide(l, t, n, m, cost, x)
   local alg = l.alg
   if alg == FIXED then
     return fastFixedWindow(l, t, n, cost)
   elseif alg == SLIDING then
     return fastSlidingWindow(l, t, n, m, cost)
+  elseif alg == CONC then
+    return fastConcurrency(l, t, n, m, x, cost)
   end
   return fastGcra(l, t, n, cost)
 end
 
 -- fastApply mirrors Limit.Apply: the charge of the limit l (and its kind
--- and cost) on the state t, n, m; a check, an overdraft or a refund is
+-- and cost) on the state t, n, m (and x, a concurrency's); a check, an overdraft or a refund is
 -- decided by its algorithm's usage function, as Limit.Check, Overdraft and
 -- Refund dispatch.
-local function fastApply(l, t, n, m)
+local function fastApply(l, t, n, m, x)
   local kind, alg = l.kind, l.alg
   if kind == ADMIT then
-    return fastDecide(l, t, n, m, l.cost)
+    return fastDecide(l, t, n, m, l.cost, x)
   elseif alg == FIXED then
     return fastFixedUsage()(l, t, n)
   elseif alg == SLIDING then
     return fastSlidingUsage()(l, t, n, m)
+  elseif alg == CONC then
+    return fastConcUsage()(l, t, n, m, x)
   end
   return fastGcraUsage()(l, t, n)
 end
@@ -691,24 +991,25 @@ end
 
 -- fastRead is fastState for the settle paths that write with fastWrite:
 -- it returns the same, and whether the state is a fixed window's in its
--- current window (fixedCount), which fastWrite then writes in place.
+-- current window (fixedCount), which fastWrite then writes in place, and
+-- fastState's x last.
 local function fastRead(v, l)
   if l.alg == FIXED then
     local n = fixedCount(l, v)
     if n then
-      return true, -l.since, n, 0, nil, true
+      return true, -l.since, n, 0, nil, true, 0
     end
   end
-  local ok, t, n, m, kept = fastState(v, l)
-  return ok, t, n, m, kept, false
+  local ok, t, n, m, kept, x = fastState(v, l)
+  return ok, t, n, m, kept, false, x
 end
 
 -- fastWrite writes a charge's next state read by fastRead: its count in
 -- place when fastRead found the state in its window, else as fastPut.
-local function fastWrite(key, inWindow, t, n, m, restAt, kept)
+local function fastWrite(key, inWindow, t, n, m, restAt, kept, conc)
   if inWindow and t then
     fixedPutCount(key, n)
   else
-    fastPut(key, t, n, m, restAt, kept)
+    fastPut(key, t, n, m, restAt, kept, conc)
   end
 end

@@ -61,7 +61,7 @@ func luaNumber(v string) (*big.Int, bool) {
 
 // TestLuaConstantsAreGos holds the numbers the scripts share with Go to Go's
 // values, reading the Lua sources: the algorithms, decision codes and
-// charge kinds (now.lua), the bounds MaxCount and MaxTime (now.lua),
+// charge kinds (now.lua), the bounds MaxCount, MaxInFlight and MaxTime (now.lua),
 // MaxSpan and math.MaxInt64 (decide.lua). It fails when either side
 // changes alone: a value changed, a Go algorithm, code or kind without its
 // Lua constant, or a constant in now.lua that Go does not have (now.lua is
@@ -71,11 +71,9 @@ func TestLuaConstantsAreGos(t *testing.T) {
 	algNames := map[algorithms.Algorithm]string{
 		algorithms.FixedWindow: "FIXED", algorithms.SlidingWindow: "SLIDING",
 		algorithms.TokenBucket: "TOKEN", algorithms.LeakyBucket: "LEAKY", algorithms.LeakyBucketQueue: "QUEUE",
+		algorithms.Concurrency: "CONC",
 	}
 	for _, a := range algorithms.Algorithms() {
-		if a == algorithms.Concurrency {
-			continue // the scripts do not decide it yet (redisUnsupported)
-		}
 		name, ok := algNames[a]
 		if !ok {
 			t.Errorf("algorithm %v has no constant in now.lua (name it in this test)", a)
@@ -96,6 +94,7 @@ func TestLuaConstantsAreGos(t *testing.T) {
 		want[strings.ToUpper(k.String())] = int64(k)
 	}
 	want["MAXCOUNT"] = algorithms.MaxCount
+	want["MAXINFLIGHT"] = algorithms.MaxInFlight
 	want["MAXMS"], want["MAXSUB"] = algorithms.MaxTime/1e6, algorithms.MaxTime%1e6
 
 	now := luaNumbers(t, nowLua)

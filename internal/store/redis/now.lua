@@ -2,12 +2,14 @@
 -- and codes' numbers, now, and the stored states' format. First in every
 -- script.
 
-local FIXED, SLIDING, TOKEN, LEAKY, QUEUE = 1, 2, 3, 4, 5
+local FIXED, SLIDING, TOKEN, LEAKY, QUEUE, CONC = 1, 2, 3, 4, 5, 6
 local ALLOWED, DENIED, OVER = 0, 1, 2
 -- algorithms.Kind: how a charge is applied.
 local ADMIT, CHECK, OVERDRAFT, REFUND = 0, 1, 2, 3
 -- algorithms.MaxCount: a window's count saturates there.
 local MAXCOUNT = 4294967295
+-- algorithms.MaxInFlight: a concurrency's generation count saturates there.
+local MAXINFLIGHT = 65535
 -- MaxTime = 2^62 - 1 ns = 4611686018427 ms + 387903 ns.
 local MAXMS, MAXSUB = 4611686018427, 387903
 

@@ -248,7 +248,10 @@ func appendBucketTimes(b []byte, c *store.Charge, kind algorithms.Kind, cost int
 // a period of whole milliseconds or below 9·10^9 ns; for sliding_window and
 // the buckets, Capacity·Period below 2^52; for the buckets, Requests at
 // most Period in ns (one request a nanosecond). The script still takes the
-// bignum path for a state that does not fit.
+// bignum path for a state that does not fit. A concurrency always takes
+// this path, every state of it included (fast.lua's concurrency.go
+// section): NewLimit bounds its lease by algorithms.MaxLease, below 2^49
+// ns, and the bignum path does not decide it.
 func fastPath(l *algorithms.Limit) bool {
 	p := int64(l.Period())
 	if p >= 1<<49 {
@@ -262,6 +265,8 @@ func fastPath(l *algorithms.Limit) bool {
 		return window
 	case algorithms.SlidingWindow:
 		return window && products
+	case algorithms.Concurrency:
+		return true
 	default:
 		// R ≤ P keeps a debt, (d-C)·R/P for a backlog d below 2^52 ns,
 		// below 2^52 (fast.lua's fastGcraRemaining).

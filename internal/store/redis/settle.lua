@@ -24,7 +24,7 @@
 --
 --          fast ("1": the charge may take fast.lua's path; "3": it takes
 --          it, and its bucket is a counter, see below) and algorithm
---          (1..5) as two digits, Requests, Period (hex), Capacity, shadow
+--          (1..6) as two digits, Requests, Period (hex), Capacity, shadow
 --          ("1" or "0"; "2" for a probe: shadow, and never written) and kind (algorithms.Kind, 0..3) as two digits, cost,
 --          and for the buckets C, k and a (see decide.lua), each as whole
 --          ns (hex) and remainder over R (decimal), and for a check, an
@@ -85,7 +85,7 @@ local function spec(i)
     shadow = shadow ~= "0", probe = shadow == "2", kind = tonumber(kind), cost = tonumber(cost),
   }
   c.spanHex, c.kHex, c.aHex, c.a1Hex, c.spanFrac, c.kFrac, c.aFrac, c.a1Frac = "0", "0", "0", "0", 0, 0, 0, 0
-  if c.alg >= TOKEN then
+  if c.alg >= TOKEN and c.alg <= QUEUE then
     local sn, sf, kn, kf, an, af, more = match(rest, "^ (%x+) (%d+) (%x+) (%d+) (%x+) (%d+)(.*)$")
     c.spanHex, c.kHex, c.aHex = sn, kn, an
     c.spanNs, c.spanFrac = tonumber(sn, 16), tonumber(sf)
@@ -159,7 +159,7 @@ local function put(key, sp, inWindow, t, n, m, restAt, kept)
   if sp.counter then
     counterPut(key, t, n, restAt)
   else
-    fastWrite(key, inWindow, t, n, m, restAt, kept)
+    fastWrite(key, inWindow, t, n, m, restAt, kept, sp.alg == CONC)
   end
 end
 
@@ -226,7 +226,7 @@ end
 local function emit(c, peek)
   if c.fast then
     if peek then
-      emitFast(fastDecide(c.l, c.t, c.n, c.m, 0))
+      emitFast(fastDecide(c.l, c.t, c.n, c.m, 0, c.x))
     else
       emitFast(c.code, c.rem, c.reset, c.retry, c.delay)
     end
@@ -249,14 +249,17 @@ local function charge(key, i)
   local kind, cost, shadow = sp.kind, sp.cost, sp.shadow
   local v, old = get(key, sp)
   if sp.fast then
-    local ok, t, n, m, kept = fastState(v, sp)
+    local ok, t, n, m, kept, x = fastState(v, sp)
     if ok then
-      local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m)
+      local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m, x)
       return {
-        fast = true, kind = kind, cost = cost, shadow = shadow, probe = sp.probe, l = sp, t = t, n = n, m = m, kept = kept,
+        fast = true, kind = kind, cost = cost, shadow = shadow, probe = sp.probe, l = sp, t = t, n = n, m = m, x = x, kept = kept,
         code = code, rem = rem, reset = reset, retry = retry, delay = delay, nt = nt, nn = nn, nm = nm, nr = nr,
       }, old
     end
+  end
+  if sp.alg == CONC then
+    error("a concurrency's lease must be below 2^49 ns")
   end
   local B = bignums()
   local bl, bs = bigLimit(B, sp), stateOf(B, v)
@@ -271,7 +274,7 @@ local function store(key, c)
     if c.l.counter then
       return counterPut(key, c.nt, c.nn, c.nr)
     end
-    return fastPut(key, c.nt, c.nn, c.nm, c.nr, c.kept)
+    return fastPut(key, c.nt, c.nn, c.nm, c.nr, c.kept, c.l.alg == CONC)
   end
   if c.nt == false then
     redis.call("DEL", key)
@@ -289,11 +292,11 @@ end
 -- for one charge on locals instead of the shared arrays: measured about
 -- 0.3 µs less per request, of about 2 µs with its GET and SET.)
 local function settleOneFast(key, sp)
-  local ok, t, n, m, kept, inWindow = fastRead((get(key, sp)), sp)
+  local ok, t, n, m, kept, inWindow, x = fastRead((get(key, sp)), sp)
   if not ok then
     return false
   end
-  local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m)
+  local code, rem, reset, retry, delay, nt, nn, nm, nr = fastApply(sp, t, n, m, x)
   -- A single charge is reported as it is, committed or not: a denied
   -- admit was not allowed, so has nothing to write.
   local committed = code == ALLOWED or sp.shadow
@@ -310,8 +313,8 @@ end
 -- states, keys' expiries and fastRead's inWindow, decisions and next
 -- states. Reused by every request of the call (each overwrites what it
 -- reads), so that the path makes no table.
-local fSp, fT, fN, fM, fKept, fIn, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn, fNm, fNr =
-  {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local fSp, fT, fN, fM, fX, fKept, fIn, fCode, fRem, fReset, fRetry, fDelay, fNt, fNn, fNm, fNr =
+  {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 
 -- settleManyFast settles a request of count charges when all of them fit
 -- the fast path, as settle's general path does but without a table per
@@ -324,13 +327,13 @@ local function settleManyFast(k, a, count, q)
     if not sp.fast then
       return false
     end
-    local ok, t, n, m, kept, inWindow = fastRead((get(KEYS[k + i], sp)), sp)
+    local ok, t, n, m, kept, inWindow, x = fastRead((get(KEYS[k + i], sp)), sp)
     if not ok then
       return false
     end
     local code
-    code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastApply(sp, t, n, m)
-    fSp[i], fT[i], fN[i], fM[i], fKept[i], fIn[i], fCode[i] = sp, t, n, m, kept, inWindow, code
+    code, fRem[i], fReset[i], fRetry[i], fDelay[i], fNt[i], fNn[i], fNm[i], fNr[i] = fastApply(sp, t, n, m, x)
+    fSp[i], fT[i], fN[i], fM[i], fX[i], fKept[i], fIn[i], fCode[i] = sp, t, n, m, x, kept, inWindow, code
     if code ~= ALLOWED and not sp.shadow and not (q and q[i] ~= 0) then
       commit = false
     end
@@ -348,7 +351,7 @@ local function settleManyFast(k, a, count, q)
     if not commit and peeked(sp.kind, code, sp.cost) then
       -- Settle's denial: the admitted charges as peeks of their bucket's
       -- old state.
-      emitFast(fastDecide(sp, fT[i], fN[i], fM[i], 0))
+      emitFast(fastDecide(sp, fT[i], fN[i], fM[i], 0, fX[i]))
     else
       emitFast(code, fRem[i], fReset[i], fRetry[i], fDelay[i])
     end

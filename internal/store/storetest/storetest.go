@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,20 +65,6 @@ type Options struct {
 	// scripts do not mirror RefundAt yet. RandomTimelines then gives no
 	// refund a charge time.
 	NoChargedAt bool
-	// Unsupported lists the algorithms the store does not decide (the
-	// daemon refuses a policy with them on it): the suite leaves them out.
-	Unsupported []algorithms.Algorithm
-}
-
-// algorithms returns every algorithm but the Unsupported.
-func (o Options) algorithms() []algorithms.Algorithm {
-	var algs []algorithms.Algorithm
-	for _, a := range algorithms.Algorithms() {
-		if !slices.Contains(o.Unsupported, a) {
-			algs = append(algs, a)
-		}
-	}
-	return algs
 }
 
 // Run runs the whole suite against the stores newStore makes.
@@ -97,8 +82,8 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("RandomTimelines", func(t *testing.T) {
 		randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly, !opts.NoChargedAt)
 	})
-	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, opts.algorithms()) })
-	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, opts.algorithms()) })
+	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, algorithms.Algorithms()) })
+	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, algorithms.Algorithms()) })
 }
 
 const (
@@ -546,7 +531,7 @@ func randomTimelines(t *testing.T, newStore Factory, requests int, forwardOnly, 
 
 func randomLimit(rng *rand.Rand) *algorithms.Limit {
 	for {
-		alg := algorithms.Algorithms()[rng.IntN(5)]
+		alg := algorithms.Algorithms()[rng.IntN(6)]
 		var requests int64
 		switch rng.IntN(6) {
 		case 0:
@@ -572,10 +557,14 @@ func randomLimit(rng *rand.Rand) *algorithms.Limit {
 			period = time.Duration(1 + rng.Int64N(1<<(1+rng.IntN(62))))
 		}
 		var burst int64
-		if alg == algorithms.TokenBucket || alg == algorithms.LeakyBucket || alg == algorithms.LeakyBucketQueue {
+		switch alg {
+		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
 			if rng.IntN(2) == 0 {
 				burst = 1 + rng.Int64N(min(requests*4, maxReq))
 			}
+		case algorithms.Concurrency:
+			requests = 1 + (requests-1)%algorithms.MaxInFlight
+			period = 1 + (period-1)%algorithms.MaxLease
 		}
 		if l, err := algorithms.NewLimit(alg, requests, period, burst); err == nil {
 			return &l
@@ -585,13 +574,16 @@ func randomLimit(rng *rand.Rand) *algorithms.Limit {
 
 // changedLimit returns a limit that a policy reload may put over the
 // buckets of l: the same period and kind of state (a window of the same
-// algorithm; any of the buckets), any rate and capacity.
+// algorithm, a concurrency; any of the buckets), any rate and capacity.
 func changedLimit(rng *rand.Rand, l *algorithms.Limit) *algorithms.Limit {
 	for {
 		alg := l.Algorithm()
 		requests := 1 + rng.Int64N(min(2*l.Requests()+2, maxReq))
 		var burst int64
-		if alg != algorithms.FixedWindow && alg != algorithms.SlidingWindow {
+		switch alg {
+		case algorithms.Concurrency:
+			requests = 1 + (requests-1)%algorithms.MaxInFlight
+		case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.LeakyBucketQueue:
 			alg = algorithms.Algorithms()[2+rng.IntN(3)]
 			if rng.IntN(2) == 0 {
 				burst = 1 + rng.Int64N(min(requests*4, maxReq))

@@ -140,6 +140,7 @@ var (
 	queue   = []algorithms.Algorithm{algorithms.LeakyBucketQueue}
 	fixed   = []algorithms.Algorithm{algorithms.FixedWindow}
 	sliding = []algorithms.Algorithm{algorithms.SlidingWindow}
+	conc    = []algorithms.Algorithm{algorithms.Concurrency}
 )
 
 // Cases returns every case, in a slice of its own that the caller may
@@ -566,6 +567,63 @@ func Cases() []Case {
 			{At: 30 * sec, Cost: 1, Change: Change{Requests: 5}, Want: owing(3, denied(0, 90*sec, minute))},
 			{At: 90*sec - ns, Cost: 1, Want: denied(0, 30*sec+ns, ns)},
 			{At: 90 * sec, Cost: 1, Want: allowed(0, 90*sec)},
+		}},
+
+		// Concurrency: 3 in flight, a lease of 60s, generations of G = 10s
+		// from Start. A unit charged in [j·G, (j+1)·G) expires at
+		// (j+1)·G - 1ns + 60s; a refund releases the oldest units first.
+		{Name: "3 in flight, lease 60s", Algorithms: conc, Requests: 3, Period: minute, Steps: []Step{
+			{At: 0, Cost: 1, Want: allowed(2, 70*sec-ns)},
+			{At: 5 * sec, Cost: 2, Want: allowed(0, 65*sec-ns)},
+			{At: 5 * sec, Cost: 1, Want: denied(0, 65*sec-ns, 65*sec-ns)},
+			{At: 5 * sec, Cost: 4, Want: overCapacity(0, 65*sec-ns)},
+			{At: 15 * sec, Cost: 1, Want: denied(0, 55*sec-ns, 55*sec-ns)},
+			{At: 15 * sec, Kind: algorithms.Refund, Cost: 1, Want: allowed(1, 55*sec-ns)},
+			// A unit of generation 1: the state's last unit expires at 80s-1ns.
+			{At: 15 * sec, Cost: 1, Want: allowed(0, 65*sec-ns)},
+			// The two units of generation 0 expire at 70s-1ns, not sooner.
+			{At: 70*sec - 2*ns, Kind: algorithms.Check, Want: denied(0, 10*sec+ns, ns)},
+			{At: 70*sec - 2*ns, Cost: 1, Want: denied(0, 10*sec+ns, ns)},
+			{At: 70*sec - ns, Cost: 1, Want: allowed(1, minute)},
+			{At: 70*sec - ns, Cost: 0, Want: allowed(1, minute)},
+		}},
+		// Units six generations apart: the older expires at the last
+		// nanosecond of the newer one's generation, 70s-1ns.
+		{Name: "the oldest generation expires in the newest", Algorithms: conc, Requests: 3, Period: minute, Steps: []Step{
+			{At: 0, Cost: 1, Want: allowed(2, 70*sec-ns)},
+			{At: minute, Cost: 1, Want: allowed(1, 70*sec-ns)},
+			{At: 70*sec - 2*ns, Cost: 2, Want: denied(1, minute+ns, ns)},
+			{At: 70*sec - ns, Cost: 1, Want: allowed(1, minute)},
+		}},
+		// A lease of 6ns: generations of 1ns. An overdraft goes into debt,
+		// releases never go below zero.
+		{Name: "overdraft and release below zero", Algorithms: conc, Requests: 2, Period: 6 * ns, Steps: []Step{
+			{At: 0, Kind: algorithms.Overdraft, Cost: 5, Want: owing(3, denied(0, 6*ns, 6*ns))},
+			{At: 0, Kind: algorithms.Check, Want: owing(3, denied(0, 6*ns, 6*ns))},
+			{At: 0, Kind: algorithms.Refund, Cost: 3, Want: allowed(0, 6*ns)},
+			{At: 0, Kind: algorithms.Refund, Cost: 100, Want: allowed(2, 0)},
+			{At: 0, Kind: algorithms.Refund, Cost: 1, Want: allowed(2, 0)},
+			{At: 3 * ns, Cost: 2, Want: allowed(0, 6*ns)},
+			{At: 8 * ns, Cost: 1, Want: denied(0, ns, ns)},
+			{At: 9 * ns, Cost: 1, Want: allowed(1, 6*ns)},
+			{At: 9 * ns, Cost: 3, Want: overCapacity(1, 6*ns)},
+			{At: 9 * ns, Kind: algorithms.Overdraft, Cost: math.MaxInt64, Want: owing(65533, denied(0, 6*ns, 6*ns))},
+		}},
+		// A now before the newest generation is charged into it: its unit
+		// expires with the newest, never sooner (at 100s-1ns both have).
+		{Name: "concurrency clock going back", Algorithms: conc, Requests: 2, Period: minute, Steps: []Step{
+			{At: 30 * sec, Cost: 1, Want: allowed(1, 70*sec-ns)},
+			{At: 5 * sec, Cost: 1, Want: allowed(0, 95*sec-ns)},
+			{At: 5 * sec, Cost: 1, Want: denied(0, 95*sec-ns, 95*sec-ns)},
+			{At: 100*sec - ns, Cost: 2, Want: allowed(0, minute)},
+		}},
+		// The largest limit at the latest time: MaxInFlight units, a lease
+		// of MaxLease (generations of a day).
+		{Name: "MaxInFlight and MaxLease at MaxTime", Algorithms: conc, Requests: algorithms.MaxInFlight, Period: algorithms.MaxLease, Steps: []Step{
+			{At: atMaxTime, Cost: algorithms.MaxInFlight, Want: allowed(0, 518781572612096*ns)},
+			{At: atMaxTime, Cost: 1, Want: denied(0, 518781572612096*ns, 518781572612096*ns)},
+			{At: atMaxTime, Kind: algorithms.Refund, Cost: algorithms.MaxInFlight - 1, Want: allowed(algorithms.MaxInFlight-1, 518781572612096*ns)},
+			{At: atMaxTime, Kind: algorithms.Refund, Cost: math.MaxInt64, Want: allowed(algorithms.MaxInFlight, 0)},
 		}},
 	}
 }
