@@ -103,6 +103,7 @@ func matchConcurrency(t *testing.T, addr string, inFlight int64, lease time.Dura
 			ch.Cost = 1 + rng.Int64N(min(inFlight, 3))
 		}
 		next, wantD := ch.Decide(want, now)
+		wantD.At = 0 // storetest.Apply reports the algorithms' decision
 		if ch.Applied(wantD, wantD.Code == algorithms.Allowed) {
 			want = next
 		}
