@@ -69,7 +69,7 @@ func FuzzDecisions(f *testing.F) {
 		}
 		elems := replyOf(s)
 		decisions := make([]algorithms.Decision, n)
-		fast, err := decodeDecisions(elems, idx, decisions)
+		fast, err := decodeDecisions(elems, idx, decisions, 0)
 		if err != nil {
 			return
 		}
@@ -90,7 +90,7 @@ func FuzzDecisions(f *testing.F) {
 			again = append(again, int64(d.Code), d.Remaining-d.Debt, int64(d.ResetAfter), int64(d.RetryAfter), int64(d.Delay))
 		}
 		round := make([]algorithms.Decision, n)
-		if _, err := decodeDecisions(again, idx, round); err != nil {
+		if _, err := decodeDecisions(again, idx, round, 0); err != nil {
 			t.Fatalf("re-decoding %v: %v", again, err)
 		}
 		for j := range round {

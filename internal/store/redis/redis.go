@@ -358,14 +358,6 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 	return configError(s.explain(err))
 }
 
-// scriptNow returns the scripts' now: Config.Clock's (nowArgs), or
-// redisTime without a clock.
-func (s *Store) scriptNow() [2]string {
-	if s.clock == nil {
-		return redisTime
-	}
-	return nowArgs(s.clock.Now())
-}
 
 // indexes returns 0, 1, ..., n-1, to be read only: for the common counts,
 // a part of one shared slice.
@@ -386,10 +378,40 @@ func makeIndexes(n int) []int {
 	return idx
 }
 
-// settle runs the script: once for the whole request, or per slot, within
-// the store's timeout.
+// settle runs the script (settleAt) at the scripts' now: Config.Clock's
+// (nowArgs), or Redis TIME without a clock. Every decision of the request
+// is reported at one instant (algorithms.Decision.At): the clock's time;
+// on Redis TIME the script's, the earliest of its shares' when a cluster
+// settled it per slot (each node reads its own TIME; the earliest never
+// places a later refund of the request in a window it was not charged
+// in before the shares' instants). A request that failed, even in part
+// (a failure mode or a *guard.DeniedElsewhere decides), has At 0: no
+// one instant decided it all.
 func (s *Store) settle(ctx context.Context, charges []store.Charge, decisions []algorithms.Decision) error {
-	now := s.scriptNow()
+	now, at := redisTime, int64(0)
+	if s.clock != nil {
+		at = s.clock.Now()
+		now = nowArgs(at)
+	}
+	err := s.settleAt(ctx, now, charges, decisions)
+	switch {
+	case err != nil:
+		at = 0
+	case s.clock == nil && len(decisions) > 0:
+		at = decisions[0].At
+		for i := range decisions {
+			at = min(at, decisions[i].At)
+		}
+	}
+	for i := range decisions {
+		decisions[i].At = at
+	}
+	return err
+}
+
+// settleAt runs the script at now: once for the whole request, or per
+// slot, within the store's timeout.
+func (s *Store) settleAt(ctx context.Context, now [2]string, charges []store.Charge, decisions []algorithms.Decision) error {
 	var keys []string
 	var counters []bool
 	if s.counters {
@@ -481,13 +503,14 @@ func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]
 	if err := s.send(ctx, c); err != nil {
 		return err
 	}
-	return s.decode(c.reply.decisions, idx, decisions)
+	return s.decode(c.reply.decisions, c.reply.at, idx, decisions)
 }
 
-// decode writes the decisions elems holds (settleReply.decisions) into
+// decode writes the decisions elems holds (settleReply.decisions), made
+// at the instant at, into
 // decisions[idx[j]] and counts their paths.
-func (s *Store) decode(elems []any, idx []int, decisions []algorithms.Decision) error {
-	fast, err := decodeDecisions(elems, idx, decisions)
+func (s *Store) decode(elems []any, at int64, idx []int, decisions []algorithms.Decision) error {
+	fast, err := decodeDecisions(elems, idx, decisions, at)
 	if err != nil {
 		return err
 	}
@@ -533,7 +556,7 @@ func (s *Store) settleSlots(ctx context.Context, keys []string, groups [][]int, 
 	replies, failed, failure, denied := shareReplies(cmds, groups)
 	if failure == nil && !denied {
 		for g, idx := range groups {
-			if err := s.decode(replies[g].decisions, idx, decisions); err != nil {
+			if err := s.decode(replies[g].decisions, replies[g].at, idx, decisions); err != nil {
 				return err
 			}
 		}
@@ -592,9 +615,9 @@ func (s *Store) deniedBySlot(groups [][]int, replies []settleReply, failed []boo
 		case failed[g]:
 			failedIdx = append(failedIdx, idx...)
 		case replies[g].committed:
-			err = s.decode(replies[g].peeks, idx, decisions)
+			err = s.decode(replies[g].peeks, replies[g].at, idx, decisions)
 		default:
-			err = s.decode(replies[g].decisions, idx, decisions)
+			err = s.decode(replies[g].decisions, replies[g].at, idx, decisions)
 		}
 		if err != nil {
 			return err

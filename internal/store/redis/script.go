@@ -315,6 +315,9 @@ func nowArgs(now int64) [2]string {
 // returns it.
 type settleReply struct {
 	committed bool
+	// at is the instant the script decided at (Redis TIME, or the
+	// store's clock's now), in ns: algorithms.Decision.At.
+	at int64
 	// decisions holds the request's decisions, per key five int64 (fast.lua's
 	// path) or one string (the bignums'): decodeDecisions decodes them.
 	decisions []any
@@ -350,6 +353,20 @@ func decisionsLen(a []any, keys int) (int, error) {
 	return i, nil
 }
 
+// splitNow returns the instant that ends a settle reply a (two integers,
+// milliseconds and the nanoseconds beyond them), in ns, and the rest of a.
+func splitNow(a []any) (int64, []any, error) {
+	if len(a) < 2 {
+		return 0, nil, errors.New("settle script: reply ends before its instant")
+	}
+	ms, ok1 := a[len(a)-2].(int64)
+	sub, ok2 := a[len(a)-1].(int64)
+	if !ok1 || !ok2 || ms < 0 || ms > algorithms.MaxTime/1e6 || sub < 0 || sub >= 1e6 {
+		return 0, nil, fmt.Errorf("settle script: bad instant %v %v", a[len(a)-2], a[len(a)-1])
+	}
+	return algorithms.ClampTime(ms*1e6 + sub), a[:len(a)-2], nil
+}
+
 // nextRequest parses from a the reply of one request of keys keys (not its
 // try-mode part), and returns it and the rest of a.
 func nextRequest(a []any, keys int) (settleReply, []any, error) {
@@ -374,12 +391,16 @@ func parseSettleReplies(v any, keys []int) ([]settleReply, error) {
 	if !ok {
 		return nil, fmt.Errorf("settle script: unexpected reply %T", v)
 	}
+	at, a, err := splitNow(a)
+	if err != nil {
+		return nil, err
+	}
 	r := make([]settleReply, len(keys))
 	for i, k := range keys {
-		var err error
 		if r[i], a, err = nextRequest(a, k); err != nil {
 			return nil, err
 		}
+		r[i].at = at
 	}
 	if len(a) > 0 {
 		return nil, fmt.Errorf("settle script: %d elements after the last request's reply", len(a))
@@ -394,7 +415,12 @@ func parseSettleReply(v any, keys int) (settleReply, error) {
 	if !ok {
 		return settleReply{}, fmt.Errorf("settle script: unexpected reply %T", v)
 	}
+	at, a, err := splitNow(a)
+	if err != nil {
+		return settleReply{}, err
+	}
 	r, a, err := nextRequest(a, keys)
+	r.at = at
 	if err != nil || !r.committed {
 		if err == nil && len(a) > 0 {
 			err = errors.New("settle script: elements after a denied share's reply")
@@ -422,9 +448,15 @@ func parseSettleReply(v any, keys int) (settleReply, error) {
 }
 
 // decodeDecisions writes the decisions elems holds (settleReply.decisions,
-// one per element of idx) into decisions[idx[j]], and returns how many
+// one per element of idx), decided at the instant at (Decision.At), into
+// decisions[idx[j]], and returns how many
 // were decided on fast.lua's path.
-func decodeDecisions(elems []any, idx []int, decisions []algorithms.Decision) (fast int, err error) {
+func decodeDecisions(elems []any, idx []int, decisions []algorithms.Decision, at int64) (fast int, err error) {
+	defer func() {
+		for _, i := range idx {
+			decisions[i].At = at
+		}
+	}()
 	for _, i := range idx {
 		if len(elems) == 0 {
 			return fast, errors.New("settle script: fewer decisions than keys")

@@ -59,7 +59,9 @@
 -- state), one per key as before, then, per admit written, its index (an
 -- integer), its old value ("" for none) and its new value: what the store
 -- needs to undo the admits should another slot deny (overdraft charges
--- and refunds are never undone).
+-- and refunds are never undone). After the last request, the reply ends
+-- with now, the instant the script decided at (as readNow read it): its
+-- milliseconds and the nanoseconds beyond them, two integers.
 
 readNow(ARGV[1], ARGV[2])
 readLinger(ARGV[3])
@@ -450,4 +452,6 @@ while a < last do
   settle(k, a + 1, count, quotas[cs])
   a, k = a + 1 + count, k + count
 end
+-- The instant every request was decided at, last.
+reply[size + 1], reply[size + 2] = nowMs, nowSub
 return reply
