@@ -34,14 +34,14 @@ func TestCluster(t *testing.T) {
 		t.Run(name+"/conformance", func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, c *clock.Fake) store.Store {
 				return newTestStore(t, redis.Config{ClusterAddrs: cluster.Addrs(), SpreadKeys: spread}, c)
-			}, storetest.Options{NoChargedAt: true, RandomRequests: 500})
+			}, storetest.Options{RandomRequests: 500})
 		})
 	}
 
 	t.Run("counters/conformance", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T, c *clock.Fake) store.Store {
 			return countingStore{newTestStore(t, redis.Config{ClusterAddrs: cluster.Addrs(), Counters: true}, c)}
-		}, storetest.Options{NoChargedAt: true, RandomRequests: 500, ForwardOnly: true})
+		}, storetest.Options{RandomRequests: 500, ForwardOnly: true})
 	})
 
 	t.Run("round trips", func(t *testing.T) {

@@ -106,7 +106,7 @@ func TestConformance(t *testing.T) {
 		stores[strings.TrimPrefix(t.Name(), "TestConformance/")] = s
 		mu.Unlock()
 		return s
-	}, storetest.Options{NoChargedAt: true})
+	}, storetest.Options{})
 
 	// The edge cases whose products or times do not fit below 2^53: a
 	// period of 2^62 or 2^61 ns (MaxSpan) at MaxTime, 10^9 per second

@@ -41,7 +41,7 @@ func TestConformanceCounters(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, func(t *testing.T, c *clock.Fake) store.Store {
 		return countingStore{newTestStore(t, redis.Config{Addr: srv.Addr(), Counters: true}, c)}
-	}, storetest.Options{NoChargedAt: true, ForwardOnly: true})
+	}, storetest.Options{ForwardOnly: true})
 
 	// The fixed windows were counters: keys without a hash tag, ending in
 	// their window's start.

@@ -613,6 +613,63 @@ local function apply(l, s, now, kind, cost)
   return decide(l, s, now, cost)
 end
 
+-- refundAt mirrors Limit.RefundAt: a refund of units charged at
+-- chargedMs·10^6 + chargedSub (taken as now when later), on the state s.
+local function refundAt(l, s, now, units, chargedMs, chargedSub)
+  local charged = ofMs(chargedMs, chargedSub)
+  if cmp(charged, now) > 0 then
+    charged = now
+  end
+  local alg = l.alg
+  if alg == FIXED then
+    local w = windowStart(l, now)
+    if cmp(charged, w) < 0 and cmp(w, s.t) >= 0 then
+      units = 0 -- an earlier window's: its count has passed
+    end
+    return fixedRefund(l, s, now, units)
+  elseif alg == SLIDING then
+    local start, cur, prev, e = slidingAt(l, s, now)
+    if cmp(now, start) < 0 then
+      return slidingRefund(l, s, now, units)
+    end
+    local next
+    if units > 0 then
+      local w = windowStart(l, charged)
+      if cmp(w, start) == 0 and cur > 0 then
+        cur = math.max(cur - units, 0)
+        next = slidingState(l, start, cur, prev)
+      elseif cmp(add(w, l.p), start) == 0 and prev > 0 then
+        prev = math.max(prev - units, 0)
+        next = slidingState(l, start, cur, prev)
+      end
+    end
+    local d = slidingReport(l, start, cur, prev, e, now, 0)
+    d.code, d.retry = ALLOWED, ZERO
+    return next, d
+  end
+  if units <= 0 then
+    return apply(l, s, now, REFUND, 0)
+  end
+  local c
+  if rateChanged(l, s) then
+    c = convert(l, s, now) -- written at l's rate from now on
+    s = c or { t = ZERO, n = 0, m = 0 }
+  end
+  -- The part of the charge's backlog that has not drained since.
+  local span, kNs, kFrac = sub(now, charged), l.kNs, l.kFrac
+  if cmp(kNs, span) < 0 then
+    kNs, kFrac = ZERO, 0
+  else
+    kNs = sub(kNs, span)
+  end
+  local lk = setmetatable({ kNs = kNs, kFrac = kFrac }, { __index = l })
+  local u = 0
+  if #kNs > 0 or kFrac > 0 then u = 1 end
+  local next, d = gcraRefund(lk, s, now, u)
+  if next == nil then next = c end
+  return next, d
+end
+
 -- decideAny is decide for any state, one written at another rate
 -- included (Limit.Decide's call of gcraChanged).
 local function decideAny(l, s, now, cost)

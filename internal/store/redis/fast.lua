@@ -271,8 +271,13 @@ local function fastFixedOverdraft(l, t, n, cost)
   return code, rem, reset, retry, 0, start, count, 0, start + l.p
 end
 
--- fastFixedRefund mirrors Limit.fixedRefund.
+-- fastFixedRefund mirrors Limit.fixedRefund, and Limit.fixedRefundAt when
+-- the refund names its charge time (l.charged, relative to now).
 local function fastFixedRefund(l, t, n, units)
+  local charged = l.charged
+  if charged and charged < -sinceWindow(l) and -sinceWindow(l) >= t then
+    units = 0 -- an earlier window's: its count has passed
+  end
   local start, count = fastFixedAt(l, t, n)
   if units <= 0 or count <= 0 then
     local _, rem, reset = fastFixedReport(l, start, count, 0)
@@ -453,6 +458,31 @@ local function fastSlidingRefund(l, t, n, m, units)
   return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
 end
 
+-- fastSlidingRefundAt mirrors Limit.slidingRefundAt, for a refund charged
+-- at l.charged (relative to now).
+local function fastSlidingRefundAt(l, t, n, m, units)
+  local start, cur, prev, e = fastSlidingAt(l, t, n, m)
+  if start > 0 then
+    return fastSlidingRefund(l, t, n, m, units)
+  end
+  -- start is now's window's start: the charge's window is start's when
+  -- it is not before it, the previous one's when within P before it.
+  local charged, changed = l.charged, false
+  if units > 0 then
+    if charged >= start and cur > 0 then
+      cur, changed = math.max(cur - units, 0), true
+    elseif charged < start and charged >= start - l.p and prev > 0 then
+      prev, changed = math.max(prev - units, 0), true
+    end
+  end
+  local _, rem, reset = fastSlidingReport(l, start, cur, prev, e, 0)
+  if not changed then
+    return ALLOWED, rem, reset, 0, 0
+  end
+  local nt, nn, nm, nr = fastSlidingState(l, start, cur, prev)
+  return ALLOWED, rem, reset, 0, 0, nt, nn, nm, nr
+end
+
 slidingUsageLib = function(l, t, n, m)
   local kind = l.kind
   if kind == CHECK then
@@ -461,6 +491,8 @@ slidingUsageLib = function(l, t, n, m)
     return code, rem, reset, retry, 0
   elseif kind == OVERDRAFT then
     return fastSlidingOverdraft(l, t, n, m, l.cost)
+  elseif l.charged then
+    return fastSlidingRefundAt(l, t, n, m, l.cost)
   end
   return fastSlidingRefund(l, t, n, m, l.cost)
 end
@@ -611,11 +643,12 @@ local function fastGcraOverdraft(l, t, n, cost)
   return code, rem, reset, retry, 0, nt, nn, nm, nr
 end
 
--- fastGcraRefund mirrors Limit.gcraRefund.
-local function fastGcraRefund(l, t, n, units)
+-- fastGcraRefund mirrors Limit.gcraRefundSpan: it takes kNs + kFrac/R
+-- off the backlog, never below zero.
+local function fastGcraRefund(l, t, n, kNs, kFrac)
   local dNs, dFrac = fastBacklog(l, t, n)
-  if units > 0 and (dNs > 0 or dFrac > 0) then
-    dNs, dFrac = dNs - l.kNs, dFrac - l.kFrac
+  if (kNs > 0 or kFrac > 0) and (dNs > 0 or dFrac > 0) then
+    dNs, dFrac = dNs - kNs, dFrac - kFrac
     if dFrac < 0 then
       dNs, dFrac = dNs - 1, dFrac + l.r
     end
@@ -638,8 +671,17 @@ gcraUsageLib = function(l, t, n)
     return code, rem, reset, retry, 0
   elseif kind == OVERDRAFT then
     return fastGcraOverdraft(l, t, n, l.cost)
+  elseif l.cost <= 0 then
+    return fastGcraRefund(l, t, n, 0, 0) -- Limit.gcraRefund of no units
   end
-  return fastGcraRefund(l, t, n, l.cost)
+  local kNs, kFrac = l.kNs, l.kFrac
+  if l.charged then
+    -- Limit.RefundAt: the part of the charge's backlog that has not
+    -- drained since it was charged.
+    kNs = kNs + l.charged
+    if kNs < 0 then kNs, kFrac = 0, 0 end
+  end
+  return fastGcraRefund(l, t, n, kNs, kFrac)
 end
 return gcraUsageLib
 end
@@ -908,6 +950,26 @@ local function fastConcRefund(l, t, n, m, x, units)
   return ALLOWED, rem, reset, 0, 0
 end
 
+-- fastConcRefundAt mirrors Limit.concurrencyRefundAt, for a refund
+-- charged at l.charged (relative to now).
+local function fastConcRefundAt(l, t, n, m, x, units)
+  local e = concAt(l, t, n, m, x)
+  local g = l.g
+  local nxt = e - l.p + 1 -- cg[i+1]'s slot is [nxt-(i+1)·G, nxt-i·G)
+  if nxt - g > 0 then
+    return fastConcRefund(l, t, n, m, x, units)
+  end
+  local i = quo(nxt - 1 - l.charged, g)
+  if units > 0 and i < 7 and cg[i + 1] > 0 then
+    cg[i + 1] = math.max(cg[i + 1] - units, 0)
+    local nn, nm, nx, nr = concState(l, e)
+    local _, rem, reset = concReport(l, concSum(), e, 0)
+    return ALLOWED, rem, reset, 0, 0, nn, nm, nx, nr
+  end
+  local _, rem, reset = concReport(l, concSum(), e, 0)
+  return ALLOWED, rem, reset, 0, 0
+end
+
 concUsageLib = function(l, t, n, m, x)
   local kind = l.kind
   if kind == CHECK then
@@ -916,6 +978,8 @@ concUsageLib = function(l, t, n, m, x)
     return code, rem, reset, retry, 0
   elseif kind == OVERDRAFT then
     return fastConcOverdraft(l, t, n, m, x, l.cost)
+  elseif l.charged then
+    return fastConcRefundAt(l, t, n, m, x, l.cost)
   end
   return fastConcRefund(l, t, n, m, x, l.cost)
 end

@@ -358,7 +358,6 @@ func (s *Store) Apply(ctx context.Context, charges []store.Charge, decisions []a
 	return configError(s.explain(err))
 }
 
-
 // indexes returns 0, 1, ..., n-1, to be read only: for the common counts,
 // a part of one shared slice.
 func indexes(n int) []int {

@@ -43,7 +43,7 @@ var (
 // that takes the bignum path.
 var bignumsLua = "local bignumsLib\nlocal function bignums()\nif bignumsLib then return bignumsLib end\n" +
 	bignumLua + stateLua + decideLua +
-	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decideAny, apply = apply, " +
+	"\nbignumsLib = {fromhex = fromhex, tohex = tohex, ZERO = ZERO, newLimit = newLimit, decide = decideAny, apply = apply, refundAt = refundAt, " +
 	"bigNow = bigNow, parseState = parseState, restAtOf = restAtOf, formatState = formatState, formatDecision = formatDecision, put = put, " +
 	"small = small, add = add, mul = mul, divmod = divmod, num = num}\n" +
 	"return bignumsLib\nend\n"
@@ -138,6 +138,9 @@ type chargeSpecKey struct {
 
 // of returns the charge string of c, kept as a counter when counter.
 func (cs *chargeSpecs) of(c *store.Charge, counter bool) any {
+	if chargedAt(c) {
+		return formatCharge(c, counter) // one refund's: not kept
+	}
 	k := chargeSpecKey{*c.Limit, c.Cost, c.Kind, c.Shadow, c.Probe, counter}
 	if v, ok := cs.m.Load(k); ok {
 		return v
@@ -184,6 +187,10 @@ func formatCharge(c *store.Charge, counter bool) string {
 		b, fits = appendBucketTimes(b, c, kind, cost)
 		fast = fast && fits
 	}
+	if chargedAt(c) {
+		at := nowArgs(c.ChargedAt)
+		b = append(append(append(append(b, " @"...), at[0]...), ' '), at[1]...)
+	}
 	switch {
 	case counter:
 		b[0] = '3'
@@ -191,6 +198,13 @@ func formatCharge(c *store.Charge, counter bool) string {
 		b[0] = '1'
 	}
 	return string(b)
+}
+
+// chargedAt reports whether c is a refund that names when its units were
+// charged (store.Charge.ChargedAt), which the script then refunds as
+// algorithms.Limit.RefundAt does.
+func chargedAt(c *store.Charge) bool {
+	return c.Kind == algorithms.Refund && c.ChargedAt != 0
 }
 
 // scriptCost returns the cost settle.lua is passed for c, of kind: in a

@@ -34,7 +34,11 @@
 --          check's as 1, a window's overdraft at most MaxCount and refund
 --          at most 2·MaxCount, a bucket's above Capacity as Capacity+1,
 --          and a negative one as 0: the decisions are the same; a bucket's
---          overdraft or refund has k of its whole cost, at most MaxSpan).
+--          overdraft or refund has k of its whole cost, at most MaxSpan);
+--          last, for a refund that names when its units were charged
+--          (store.Charge.ChargedAt), " @", that instant as readNow takes
+--          now (ms and sub decimal): fast.lua refunds it as
+--          algorithms.Limit.RefundAt does.
 --
 -- Each charge is decided on fast.lua's path when its limit and state fit
 -- it, and on decide.lua's bignums otherwise: the same decision either way.
@@ -81,10 +85,19 @@ local function spec(i)
   local s = ARGV[i]
   local c = specs[s]
   if c then return c end
-  local f, alg, r, p, cap, shadow, kind, cost, rest = match(s, "^(%d)(%d) (%d+) (%x+) (%d+) (%d)(%d) (%d+)(.*)$")
+  -- A refund's charge time, last: relative to now, at most 0.
+  local body, cms, csub = match(s, "^(.*) @(%d+) (%d+)$")
+  local charged
+  if body then
+    charged = relTime(tonumber(cms), tonumber(csub))
+    if not charged or charged > 0 then charged = 0 end
+  else
+    body = s
+  end
+  local f, alg, r, p, cap, shadow, kind, cost, rest = match(body, "^(%d)(%d) (%d+) (%x+) (%d+) (%d)(%d) (%d+)(.*)$")
   c = {
     fast = f == "1" or f == "3", counter = f == "3", alg = tonumber(alg), r = tonumber(r), ph = p, p = tonumber(p, 16), cap = tonumber(cap),
-    shadow = shadow ~= "0", probe = shadow == "2", kind = tonumber(kind), cost = tonumber(cost),
+    shadow = shadow ~= "0", probe = shadow == "2", kind = tonumber(kind), cost = tonumber(cost), charged = charged, cms = tonumber(cms), csub = tonumber(csub),
   }
   c.spanHex, c.kHex, c.aHex, c.a1Hex, c.spanFrac, c.kFrac, c.aFrac, c.a1Frac = "0", "0", "0", "0", 0, 0, 0, 0
   if c.alg >= TOKEN and c.alg <= QUEUE then
@@ -265,7 +278,12 @@ local function charge(key, i)
   end
   local B = bignums()
   local bl, bs = bigLimit(B, sp), stateOf(B, v)
-  local next, d = B.apply(bl, bs, B.bigNow(), kind, cost)
+  local next, d
+  if sp.charged then
+    next, d = B.refundAt(bl, bs, B.bigNow(), cost, sp.cms, sp.csub)
+  else
+    next, d = B.apply(bl, bs, B.bigNow(), kind, cost)
+  end
   return { kind = kind, cost = cost, shadow = shadow, probe = sp.probe, bl = bl, bs = bs, d = d, code = d.code, nt = next }, old
 end
 
