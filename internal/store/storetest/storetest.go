@@ -59,12 +59,6 @@ type Options struct {
 	// each case up to its first step back, and RandomTimelines' steps back
 	// stay where they are.
 	ForwardOnly bool
-	// NoChargedAt: the store does not decide a Refund's ChargedAt
-	// (algorithms.Limit.RefundAt) but refunds as without it, and reports
-	// no instant (algorithms.Decision.At 0): the Redis store, whose
-	// scripts do not mirror RefundAt yet. RandomTimelines then gives no
-	// refund a charge time.
-	NoChargedAt bool
 }
 
 // Run runs the whole suite against the stores newStore makes.
@@ -80,7 +74,7 @@ func Run(t *testing.T, newStore Factory, opts Options) {
 	t.Run("Quotas", func(t *testing.T) { Quotas(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { Keys(t, newStore) })
 	t.Run("RandomTimelines", func(t *testing.T) {
-		randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly, !opts.NoChargedAt)
+		randomTimelines(t, newStore, opts.RandomRequests, opts.ForwardOnly)
 	})
 	t.Run("ConcurrentOneKey", func(t *testing.T) { ConcurrentOneKey(t, newStore, opts.Goroutines, algorithms.Algorithms()) })
 	t.Run("ConcurrentUsage", func(t *testing.T) { ConcurrentUsage(t, newStore, opts.Goroutines, algorithms.Algorithms()) })
@@ -461,15 +455,15 @@ func (r *reference) apply(charges []store.Charge, now int64) []algorithms.Decisi
 // Half the charges are quotas' (store.Charge.Quota 1 or 2), so that
 // requests hold quotas of one or two buckets beside ordinary charges.
 func RandomTimelines(t *testing.T, newStore Factory, requests int) {
-	randomTimelines(t, newStore, requests, false, true)
+	randomTimelines(t, newStore, requests, false)
 }
 
 // randomTimelines is RandomTimelines, without its steps back with
 // forwardOnly (Options.ForwardOnly), and with half its refunds given a
-// charge time (store.Charge.ChargedAt) with chargedAt: within the last
+// charge time (store.Charge.ChargedAt): within the last
 // three periods of the charge's limit, now or a little later (a clock
 // that went back since).
-func randomTimelines(t *testing.T, newStore Factory, requests int, forwardOnly, chargedAt bool) {
+func randomTimelines(t *testing.T, newStore Factory, requests int, forwardOnly bool) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -507,7 +501,7 @@ func randomTimelines(t *testing.T, newStore Factory, requests int, forwardOnly, 
 				}
 				charges := randomRequest(rng, limits)
 				for i := range charges {
-					if c := &charges[i]; chargedAt && c.Kind == algorithms.Refund && atRng.IntN(2) == 0 {
+					if c := &charges[i]; c.Kind == algorithms.Refund && atRng.IntN(2) == 0 {
 						c.ChargedAt = max(now-atRng.Int64N(3*min(int64(c.Limit.Period()), 1<<60))+atRng.Int64N(2), 1)
 					}
 				}
