@@ -38,7 +38,7 @@ descriptors:
 
 // fieldName is how every InvalidArgument message starts: the field, in the
 // API's names.
-var fieldName = regexp.MustCompile(`^(domain|descriptors(\[\d+\](\.entries(\[\d+\]\.(key|value))?|\.limit(\.(name|algorithm|period))?|\.operation)?)?): \S`)
+var fieldName = regexp.MustCompile(`^(domain|descriptors(\[\d+\](\.entries(\[\d+\]\.(key|value))?|\.limit(\.(name|algorithm|period))?|\.operation|\.overdraft|\.charged_at)?)?): \S`)
 
 // FuzzShouldRateLimit sends any request that decodes through the v1
 // adapter to an engine on the memory store: the answer is InvalidArgument
