@@ -959,7 +959,10 @@ local function fastConcRefundAt(l, t, n, m, x, units)
   if nxt - g > 0 then
     return fastConcRefund(l, t, n, m, x, units)
   end
-  local i = quo(nxt - 1 - l.charged, g)
+  local i = 7 -- a charge FAR_PAST: in no live generation
+  if l.charged ~= FAR_PAST then
+    i = quo(nxt - 1 - l.charged, g)
+  end
   if units > 0 and i < 7 and cg[i + 1] > 0 then
     cg[i + 1] = math.max(cg[i + 1] - units, 0)
     local nn, nm, nx, nr = concState(l, e)

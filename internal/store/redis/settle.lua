@@ -86,8 +86,10 @@ local function spec(i)
   local c = specs[s]
   if c then return c end
   -- A refund's charge time, last: relative to now, at most 0.
-  local body, cms, csub = match(s, "^(.*) @(%d+) (%d+)$")
-  local charged
+  local body, cms, csub, charged
+  if string.find(s, "@", 1, true) then
+    body, cms, csub = match(s, "^(.*) @(%d+) (%d+)$")
+  end
   if body then
     charged = relTime(tonumber(cms), tonumber(csub))
     if not charged or charged > 0 then charged = 0 end
