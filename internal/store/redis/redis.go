@@ -506,8 +506,7 @@ func (s *Store) settleOne(ctx context.Context, keys []string, idx []int, now [2]
 }
 
 // decode writes the decisions elems holds (settleReply.decisions), made
-// at the instant at, into
-// decisions[idx[j]] and counts their paths.
+// at the instant at, into decisions[idx[j]] and counts their paths.
 func (s *Store) decode(elems []any, at int64, idx []int, decisions []algorithms.Decision) error {
 	fast, err := decodeDecisions(elems, idx, decisions, at)
 	if err != nil {
