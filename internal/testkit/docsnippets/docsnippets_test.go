@@ -1,6 +1,7 @@
 package docsnippets
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,21 @@ func TestMatchJSON(t *testing.T) {
 	}
 	if err := MatchJSON(`{"h": "2735"}`, `{"h": "3601"}`, map[string]Rule{"h": IntegerWithin(1, 3600)}); err == nil {
 		t.Error("IntegerWithin admitted 3601")
+	}
+	now := time.Now().UTC()
+	at := map[string]Rule{"s.*.at": TimeNear(time.Minute)}
+	sample = `{"s": [{"at": "2026-11-28T12:00:00Z"}, {"at": "2026-11-28T12:00:00Z"}]}`
+	for _, c := range []struct {
+		answer, problem string
+	}{
+		{fmt.Sprintf(`{"s": [{"at": %q}, {"at": %q}]}`, now.Format(time.RFC3339Nano), now.Add(-30*time.Second).Format(time.RFC3339Nano)), ""},
+		{fmt.Sprintf(`{"s": [{"at": %q}, {"at": %q}]}`, now.Format(time.RFC3339Nano), now.Add(-time.Hour).Format(time.RFC3339Nano)), "s.1.at: "},
+		{fmt.Sprintf(`{"s": [{"at": "yesterday"}, {"at": %q}]}`, now.Format(time.RFC3339Nano)), `s.0.at: want an RFC 3339 timestamp`},
+	} {
+		err := MatchJSON(sample, c.answer, at)
+		if (err == nil) != (c.problem == "") || err != nil && !strings.Contains(err.Error(), c.problem) {
+			t.Errorf("MatchJSON(%s) with s.*.at = %v, want %q", c.answer, err, c.problem)
+		}
 	}
 }
 

@@ -26,8 +26,9 @@ var ellipsisField = regexp.MustCompile(`(,\s*|\{\s*)` + Ellipsis)
 // structurally: the same objects with the same fields, arrays of the same
 // length, equal strings, numbers (by their text) and literals, whatever the
 // layout. A field at a path of vary ("statuses.1.retryAfter": keys and array
-// indices joined by dots) is checked by its rule instead, and each path must
-// be in the sample, so that a rule cannot outlive the sample it was for.
+// indices joined by dots; "*" for any index: "statuses.*.chargedAt") is
+// checked by its rule instead, and each path must be in the sample, so
+// that a rule cannot outlive the sample it was for.
 // The error names every difference.
 func MatchJSON(sample, actual string, vary map[string]Rule) error {
 	sample = ellipsisField.ReplaceAllString(sample, `$1"`+Ellipsis+`": true`)
@@ -80,8 +81,12 @@ func (m *matcher) fail(path, format string, args ...any) {
 }
 
 func (m *matcher) match(path string, want, got any) {
-	if rule, ok := m.vary[path]; ok {
-		m.used[path] = true
+	key := path
+	if _, ok := m.vary[key]; !ok {
+		key = anyIndex(path)
+	}
+	if rule, ok := m.vary[key]; ok {
+		m.used[key] = true
 		if err := rule(got); err != nil {
 			m.fail(path, "%v", err)
 		}
@@ -127,6 +132,18 @@ func (m *matcher) match(path string, want, got any) {
 			m.fail(path, "want %s, got %s", show(want), show(got))
 		}
 	}
+}
+
+// anyIndex is path with each array index written as "*", the form of a
+// vary path that holds for every element: "statuses.*.chargedAt".
+func anyIndex(path string) string {
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		if _, err := strconv.Atoi(p); err == nil {
+			parts[i] = "*"
+		}
+	}
+	return strings.Join(parts, ".")
 }
 
 func join(path, key string) string {
@@ -223,4 +240,25 @@ func (e Expectation) Check(output string, exitCode int) error {
 		return fmt.Errorf("want the error %s %q (exit status %d):\n%s", e.Code, e.Message, exitCode, output)
 	}
 	return nil
+}
+
+// TimeNear is a rule for a JSON timestamp in RFC 3339
+// ("2026-11-28T12:00:00.123456789Z") that must lie within d of the moment
+// the rule is applied: the instant a daemon reports for what it just
+// decided.
+func TimeNear(d time.Duration) Rule {
+	return func(actual any) error {
+		s, ok := actual.(string)
+		if !ok {
+			return fmt.Errorf("want a timestamp, got %s", show(actual))
+		}
+		at, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return fmt.Errorf("want an RFC 3339 timestamp, got %q", s)
+		}
+		if off := time.Since(at); off > d || off < -d {
+			return fmt.Errorf("%s is %v from now, more than %v", s, off.Round(time.Second), d)
+		}
+		return nil
+	}
 }
