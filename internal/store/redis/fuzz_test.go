@@ -131,7 +131,8 @@ func abs(v int64) int64 {
 // share of keys keys and of a batch of requests of keys keys each.
 // Decoding must return an error or replies, never panic; every write must
 // name a key of the share, and the requests' decisions must be exactly the
-// elements between their committed flags.
+// elements between their committed flags, the reply's last two elements
+// being the instant the script decided at.
 func FuzzSettleReply(f *testing.F) {
 	f.Add("1|0|5|1000000000|0|0", 1)
 	f.Add("1|0|5|1000000000|0|0|0|4|1000000000|0|0|1|old|new", 1)
@@ -140,6 +141,9 @@ func FuzzSettleReply(f *testing.F) {
 	f.Add("1|0|5|1000000000|0|0|0|5|1000000000|0|0|3|a|b", 1)
 	f.Add("a", 1)
 	f.Add("1|0|5|1000000000|0|0|1|1|0|0|1000|0", 1)
+	// As the script replies: the requests, then the instant it decided at.
+	f.Add("1|0|5|1000000000|0|0|1764331200000|123456", 1)
+	f.Add("1|0|5|1000000000|0|0|1 0 0 3b9aca00 0|0|5|1000000000|0|0|1 0 0 3b9aca00 0|2|a|b|1764331200000|0", 2)
 	f.Fuzz(func(t *testing.T, s string, keys int) {
 		keys = min(max(keys, 0), 16)
 		reply := replyOf(s)
@@ -166,8 +170,8 @@ func FuzzSettleReply(f *testing.F) {
 			for _, r := range rs {
 				total += 1 + len(r.decisions)
 			}
-			if total != len(reply) {
-				t.Fatalf("%q as %d requests: %d elements accounted for, %d in the reply", s, requests, total, len(reply))
+			if total+2 != len(reply) { // and the instant's two
+				t.Fatalf("%q as %d requests: %d elements and the instant's 2 accounted for, %d in the reply", s, requests, total, len(reply))
 			}
 		}
 	})
