@@ -273,6 +273,9 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case l.DenyAll:
 				row.Limit = "deny all"
+			case !l.Unlimited && l.Rate.Algorithm() == algorithms.Concurrency:
+				row.Algorithm = l.Rate.Algorithm().String()
+				row.Limit = fmt.Sprintf("%d in flight, lease %s", l.Rate.Requests(), l.Rate.Period())
 			case !l.Unlimited:
 				row.Algorithm = l.Rate.Algorithm().String()
 				row.Limit = fmt.Sprintf("%d per %s", l.Rate.Requests(), l.Rate.Period())

@@ -83,7 +83,9 @@ function limitBadges(l) {
   if (l.unlimited) out.push(el("span", { class: "badge unlimited" }, "unlimited"));
   else if (l.deny_all) out.push(el("span", { class: "badge deny" }, "deny all"));
   else {
-    let text = `${l.algorithm} · ${l.requests_per_unit} per ${l.period}`;
+    let text = l.algorithm === "concurrency"
+      ? `concurrency · ${l.requests_per_unit} in flight · lease ${l.period}`
+      : `${l.algorithm} · ${l.requests_per_unit} per ${l.period}`;
     if (l.burst && l.burst !== l.requests_per_unit) text += ` · burst ${l.burst}`;
     if (l.overdraft) text += " · overdraft";
     out.push(el("span", { class: "badge" }, text));
