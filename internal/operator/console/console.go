@@ -273,15 +273,9 @@ func (c *Console) inspect(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case l.DenyAll:
 				row.Limit = "deny all"
-			case !l.Unlimited && l.Rate.Algorithm() == algorithms.Concurrency:
-				row.Algorithm = l.Rate.Algorithm().String()
-				row.Limit = fmt.Sprintf("%d in flight, lease %s", l.Rate.Requests(), l.Rate.Period())
 			case !l.Unlimited:
 				row.Algorithm = l.Rate.Algorithm().String()
-				row.Limit = fmt.Sprintf("%d per %s", l.Rate.Requests(), l.Rate.Period())
-				if b := l.Rate.Burst(); b != l.Rate.Requests() && b > 0 {
-					row.Limit += fmt.Sprintf(", burst %d", b)
-				}
+				row.Limit = describeRate(l.Rate)
 			}
 		}
 		rows[i] = row
@@ -515,4 +509,17 @@ func trafficFrom(get func(string) string, period time.Duration) (simulate.Traffi
 		}
 	}
 	return t, nil
+}
+
+// describeRate is a limit as the inspector shows it: "100 per 1m0s",
+// "20 per 1s, burst 40", or for a concurrency "20 in flight, lease 10m0s".
+func describeRate(r algorithms.Limit) string {
+	if r.Algorithm() == algorithms.Concurrency {
+		return fmt.Sprintf("%d in flight, lease %s", r.Requests(), r.Period())
+	}
+	text := fmt.Sprintf("%d per %s", r.Requests(), r.Period())
+	if b := r.Burst(); b != r.Requests() && b > 0 {
+		text += fmt.Sprintf(", burst %d", b)
+	}
+	return text
 }
